@@ -1,0 +1,37 @@
+"""Build script: compiles the core modules with mypyc unless FORMALGRAM_NO_MYPYC=1."""
+
+from __future__ import annotations
+
+import os
+
+from setuptools import setup
+
+# Modules compiled with mypyc when installed normally (pure-Python otherwise).
+COMPILED = [
+    "formalgram/byteset.py",
+    "formalgram/grammar.py",
+    "formalgram/analysis.py",
+    "formalgram/utf8.py",
+    "formalgram/syntax/gbnf.py",
+    "formalgram/transforms/useless.py",
+    "formalgram/transforms/epsilon.py",
+    "formalgram/transforms/unit.py",
+    "formalgram/transforms/left_recursion.py",
+    "formalgram/transforms/gnf.py",
+    "formalgram/transforms/byte_classes.py",
+    "formalgram/pda.py",
+    "formalgram/recognize/earley.py",
+    "formalgram_cfgzip/displacement.py",
+]
+
+
+def _ext_modules() -> list[object]:
+    if os.environ.get("FORMALGRAM_NO_MYPYC", "") not in ("", "0"):
+        return []
+    from mypyc.build import mypycify
+
+    present = [m for m in COMPILED if os.path.exists(m)]
+    return list(mypycify(present, opt_level="3", debug_level="0"))
+
+
+setup(ext_modules=_ext_modules())
