@@ -20,6 +20,17 @@ from formalgram.grammar import Grammar, Nonterminal, Production, Symbol
 # -- parser (syntax/) --
 # -- recognizers (recognize/) --
 # -- transforms (transforms/) --
+from formalgram.analysis import generating, nullable, reachable, unreachable
+from formalgram.transforms import (
+    byte_class_map,
+    byte_classes,
+    is_gnf,
+    remove_epsilon,
+    remove_left_recursion,
+    remove_unit,
+    remove_useless,
+    to_gnf,
+)
 # -- pda / adjacency --
 
 __version__ = "0.1.0"
@@ -37,4 +48,17 @@ __all__ = [
     "Symbol",
     "UnsupportedConstruct",
     "__version__",
+    # transforms
+    "byte_class_map",
+    "byte_classes",
+    "generating",
+    "is_gnf",
+    "nullable",
+    "reachable",
+    "remove_epsilon",
+    "remove_left_recursion",
+    "remove_unit",
+    "remove_useless",
+    "to_gnf",
+    "unreachable",
 ]

@@ -58,9 +58,7 @@ class UnsupportedConstruct(GrammarSyntaxError):
         Short name of the construct (for example ``"lookahead"``).
     """
 
-    def __init__(
-        self, construct: str, message: str, line: int, column: int, source_line: str = ""
-    ) -> None:
+    def __init__(self, construct: str, message: str, line: int, column: int, source_line: str = "") -> None:
         self.construct = construct
         super().__init__(f"unsupported construct '{construct}': {message}", line, column, source_line)
 

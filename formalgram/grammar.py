@@ -17,7 +17,7 @@ Both views describe the same grammar; neither can be mutated after construction.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Union, final
+from typing import final
 
 from formalgram.byteset import ByteSet
 from formalgram.errors import GrammarError
@@ -59,7 +59,7 @@ class Nonterminal:
         return f"Nonterminal({self._name!r})"
 
 
-Symbol = Union[Nonterminal, ByteSet]
+Symbol = Nonterminal | ByteSet
 
 
 @final
@@ -142,7 +142,7 @@ class Grammar:
     2
     """
 
-    __slots__ = ("_names", "_masks", "_start", "_rules", "_by_lhs", "_index", "_key", "_hash")
+    __slots__ = ("_by_lhs", "_hash", "_index", "_key", "_masks", "_names", "_rules", "_start")
 
     def __init__(
         self,
@@ -358,6 +358,73 @@ class Grammar:
     def with_start(self, name: str) -> Grammar:
         """The same rules with another start symbol; raises KeyError if ``name`` is unknown."""
         return Grammar.from_ids(self._names, self._masks, self._index[name], self._rules)
+
+    # -- thin wrappers over the free functions (one algorithm per module) ---------------------
+    def to_gbnf(self) -> str:
+        """GBNF text of this grammar; see :func:`formalgram.syntax.printer.to_gbnf`."""
+        from formalgram.syntax.printer import to_gbnf
+
+        return to_gbnf(self)
+
+    def accepts(self, data: bytes) -> bool:
+        """Whether ``data`` is in the language; see :func:`formalgram.accepts`."""
+        from formalgram.recognize.earley import accepts
+
+        return accepts(self, data)
+
+    def is_prefix(self, data: bytes) -> bool:
+        """Whether ``data`` extends to a member; see :func:`formalgram.is_prefix`."""
+        from formalgram.recognize.earley import is_prefix
+
+        return is_prefix(self, data)
+
+    def unreachable(self) -> tuple[str, ...]:
+        """Names of nonterminals with rules that the start cannot reach; see :func:`formalgram.unreachable`."""
+        from formalgram.analysis import unreachable
+
+        return unreachable(self)
+
+    def remove_useless(self) -> Grammar:
+        """See :func:`formalgram.remove_useless`."""
+        from formalgram.transforms.useless import remove_useless
+
+        return remove_useless(self)
+
+    def remove_epsilon(self) -> Grammar:
+        """See :func:`formalgram.remove_epsilon`."""
+        from formalgram.transforms.epsilon import remove_epsilon
+
+        return remove_epsilon(self)
+
+    def remove_unit(self) -> Grammar:
+        """See :func:`formalgram.remove_unit`."""
+        from formalgram.transforms.unit import remove_unit
+
+        return remove_unit(self)
+
+    def remove_left_recursion(self) -> Grammar:
+        """See :func:`formalgram.remove_left_recursion`."""
+        from formalgram.transforms.left_recursion import remove_left_recursion
+
+        return remove_left_recursion(self)
+
+    def to_gnf(self, *, budget: int = 200_000) -> Grammar:
+        """See :func:`formalgram.to_gnf`."""
+        from formalgram.transforms.gnf import to_gnf
+
+        return to_gnf(self, budget=budget)
+
+    def is_gnf(self) -> bool:
+        """See :func:`formalgram.is_gnf`."""
+        from formalgram.transforms.gnf import is_gnf
+
+        return is_gnf(self)
+
+    def byte_classes(self) -> tuple[ByteSet, ...]:
+        """See :func:`formalgram.byte_classes`."""
+        from formalgram.transforms.byte_classes import byte_classes
+
+        return byte_classes(self)
 
     # -- identity -------------------------------------------------------------------------
     def _structural_key(self) -> frozenset[tuple[str, tuple[object, ...]]]:

@@ -2,5 +2,19 @@
 
 from __future__ import annotations
 
+# vocabulary helper: vocabularies, errors, cache
+from formalgram_cfgzip.cache import fingerprint_text, read_cache, write_cache
+from formalgram_cfgzip.errors import CacheError, CfgzipError, VocabularyError
+from formalgram_cfgzip.vocabulary import Vocabulary
+
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+__all__ = [
+    "CacheError",
+    "CfgzipError",
+    "Vocabulary",
+    "VocabularyError",
+    "__version__",
+    "fingerprint_text",
+    "read_cache",
+    "write_cache",
+]

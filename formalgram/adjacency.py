@@ -1,0 +1,226 @@
+"""Stack adjacency of the one-state PDA of a GNF grammar (CFGzip paper, 3.2.2 and appendix).
+
+The relation
+------------
+Let ``P`` be the PDA of a GNF grammar (:class:`formalgram.pda.PDA`).  A stack is
+*reachable* when the PDA reaches it from the initial stack ``(S)`` by reading some
+bytes.  The **stack adjacency** relation is
+
+    ``X -> Y``  iff  ``X`` sits *immediately above* ``Y`` in some reachable stack.
+
+Equivalently (for a trimmed grammar): ``Y`` can be the symbol uncovered when ``X`` is
+popped, so when ``X`` is expanded by a rule with no nonterminal (``X -> a``), ``Y`` is the
+very next symbol the PDA pops.  The paper's backtrack step only uses this special case
+(pairs whose upper symbol has such a rule): :func:`backtrack_pairs`.
+
+Rules that mention a non-generating nonterminal are ignored (as in the PDA): a stack holding
+such a symbol can never be emptied, so it occurs in no accepting run.  With that trimming and
+``reachable_only=True``, the relation is exactly the set of pairs that occur in stacks of
+accepting runs (a reachable stack of generating symbols can always be popped down to any of
+its positions and then emptied).  Proof and discussion: ``proofs/stack_adjacency.md``.
+
+How it is computed
+------------------
+Pushing ``B1 ... Bn`` (``B1`` on top) in place of ``A`` creates exactly the new adjacent
+pairs ``(B_i, B_{i+1})`` and ``(B_n, C)`` where ``C`` was below ``A``.  So the relation is the
+least one containing the *seeds* ``(B_i, B_{i+1})`` of every usable rule and closed under
+``(A, C) in R, A -> a ... B  ==>  (B, C) in R`` (``B`` the rightmost nonterminal of a rule of
+``A``).  With ``H`` the "rightmost nonterminal" graph (edge ``A -> B`` per rule
+``A -> a β B``), that is: ``(W, Z)`` for every seed ``(X, Z)`` and every ``W`` reachable from ``X``
+in ``H`` (``X`` itself included).
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from formalgram.errors import GrammarError
+from formalgram.grammar import Grammar
+
+
+def _usable_rules(gnf: Grammar, reachable_only: bool, trim: bool) -> list[tuple[int, tuple[int, ...]]]:
+    """Rules (non-empty, GNF) kept for the relation, as ``(lhs, (B1, ..., Bn))``."""
+    n = len(gnf.names)
+    gen = [True] * n
+    if trim:
+        gen = [False] * n
+        changed = True
+        while changed:
+            changed = False
+            for lhs, rhs in gnf.rules:
+                if not gen[lhs] and all(s < 0 or gen[s] for s in rhs):
+                    gen[lhs] = True
+                    changed = True
+    rules: list[tuple[int, tuple[int, ...]]] = []
+    for lhs, rhs in gnf.rules:
+        if not rhs:
+            continue
+        if rhs[0] >= 0 or any(s < 0 for s in rhs[1:]):
+            raise GrammarError(f"stack_adjacency needs a GNF grammar; rule of {gnf.names[lhs]} is not GNF")
+        push = rhs[1:]
+        if trim and (not gen[lhs] or not all(gen[s] for s in push)):
+            continue
+        rules.append((lhs, push))
+    if not reachable_only:
+        return rules
+    by_lhs: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
+    for lhs, push in rules:
+        by_lhs[lhs].append(push)
+    seen = [False] * n
+    start = gnf.start_id
+    seen[start] = True
+    todo = [start]
+    while todo:
+        a = todo.pop()
+        for push in by_lhs[a]:
+            for s in push:
+                if not seen[s]:
+                    seen[s] = True
+                    todo.append(s)
+    return [(lhs, push) for lhs, push in rules if seen[lhs]]
+
+
+def rightmost_graph(gnf: Grammar, *, reachable_only: bool = True, trim: bool = True) -> nx.DiGraph:
+    """The "rightmost nonterminal" graph ``H`` of a GNF grammar, on nonterminal ids.
+
+    Edge ``A -> B`` for every rule ``A -> a β B``; every nonterminal id is a node.
+
+    Parameters
+    ----------
+    gnf : Grammar
+        A GNF grammar.
+    reachable_only, trim : bool, keyword-only
+        As in :func:`stack_adjacency`.
+
+    Returns
+    -------
+    networkx.DiGraph
+    """
+    h = nx.DiGraph()
+    h.add_nodes_from(range(len(gnf.names)))
+    for lhs, push in _usable_rules(gnf, reachable_only, trim):
+        if push:
+            h.add_edge(lhs, push[-1])
+    return h
+
+
+def _pairs(gnf: Grammar, reachable_only: bool, trim: bool) -> set[tuple[int, int]]:
+    rules = _usable_rules(gnf, reachable_only, trim)
+    h = nx.DiGraph()
+    h.add_nodes_from(range(len(gnf.names)))
+    seeds: dict[int, set[int]] = {}  # upper symbol X -> set of Z with seed (X, Z)
+    for lhs, push in rules:
+        if push:
+            h.add_edge(lhs, push[-1])
+        for i in range(len(push) - 1):
+            seeds.setdefault(push[i], set()).add(push[i + 1])
+    out: set[tuple[int, int]] = set()
+    for x, zs in seeds.items():
+        # BFS from x in H; the source itself is included (path of length zero).
+        for w in nx.descendants(h, x) | {x}:
+            for z in zs:
+                out.add((w, z))
+    return out
+
+
+def stack_adjacency(gnf: Grammar, *, reachable_only: bool = True, trim: bool = True) -> nx.DiGraph:
+    """The stack-adjacency relation of the PDA of a GNF grammar, as a directed graph.
+
+    Edge ``X -> Y`` means: ``X`` can sit immediately above ``Y`` in some stack the PDA reaches
+    from ``(S)``; equivalently, ``Y`` can be the next symbol popped after ``X`` is popped by a
+    rule that pushes nothing.
+
+    Parameters
+    ----------
+    gnf : Grammar
+        A grammar in GNF (see :mod:`formalgram.pda`).
+    reachable_only : bool, keyword-only
+        Only use rules whose left-hand side is reachable from the start (default).  With
+        ``False`` the result also holds pairs from unreachable rules: a superset, still safe.
+    trim : bool, keyword-only
+        Ignore rules that mention a non-generating nonterminal (default), as the PDA does.
+
+    Returns
+    -------
+    networkx.DiGraph
+        One node per nonterminal *name* (all of them, isolated ones included) with node
+        attribute ``id`` (the grammar's nonterminal id) and one edge per adjacent pair.
+
+    Raises
+    ------
+    GrammarError
+        If a rule is not in GNF form.
+
+    Complexity
+    ----------
+    O(K * (V + E) + |result|) with K the number of distinct upper symbols of seeds, V the
+    nonterminals and E the edges of the rightmost-nonterminal graph.
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, A, B = Nonterminal("S"), Nonterminal("A"), Nonterminal("B")
+    >>> x = ByteSet.single(ord("x"))
+    >>> g = Grammar([Production(S, [x, A, B]), Production(A, [x]), Production(B, [x])], "S")
+    >>> sorted(stack_adjacency(g).edges)
+    [('A', 'B')]
+    """
+    names = gnf.names
+    d = nx.DiGraph()
+    for i, name in enumerate(names):
+        d.add_node(name, id=i)
+    for x, y in sorted(_pairs(gnf, reachable_only, trim)):
+        d.add_edge(names[x], names[y])
+    return d
+
+
+def can_be_below(
+    gnf: Grammar, *, reachable_only: bool = True, trim: bool = True
+) -> tuple[frozenset[int], ...]:
+    """Nonterminal id ``X`` -> the ids ``Y`` that can sit immediately below ``X``.
+
+    Same relation as :func:`stack_adjacency`, indexed for fast lookup (for example to check
+    that consecutive symbols of a displacement's input stack can be adjacent).
+
+    Parameters
+    ----------
+    gnf : Grammar
+    reachable_only, trim : bool, keyword-only
+        As in :func:`stack_adjacency`.
+
+    Returns
+    -------
+    tuple of frozenset of int
+        Indexed by nonterminal id.
+    """
+    below: list[set[int]] = [set() for _ in gnf.names]
+    for x, y in _pairs(gnf, reachable_only, trim):
+        below[x].add(y)
+    return tuple(frozenset(s) for s in below)
+
+
+def backtrack_pairs(
+    gnf: Grammar, *, reachable_only: bool = True, trim: bool = True
+) -> frozenset[tuple[int, int]]:
+    """The pairs ``(Y, Z)`` of the relation whose upper symbol ``Y`` has a rule ``Y -> a``.
+
+    These are the only pairs the paper's stack backtrack consults: the displacement search
+    runs out of output stack exactly when it pops a symbol ``Y`` by a rule that pushes
+    nothing, and then the next symbol to pop, ``Z``, is the one below ``Y``.
+
+    Parameters
+    ----------
+    gnf : Grammar
+    reachable_only, trim : bool, keyword-only
+        As in :func:`stack_adjacency`.
+
+    Returns
+    -------
+    frozenset of (int, int)
+        Pairs of nonterminal ids.
+    """
+    unary: set[int] = set()
+    for lhs, push in _usable_rules(gnf, reachable_only, trim):
+        if not push:
+            unary.add(lhs)
+    return frozenset(p for p in _pairs(gnf, reachable_only, trim) if p[0] in unary)

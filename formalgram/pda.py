@@ -1,0 +1,418 @@
+"""The one-state pushdown automaton of a grammar in Greibach normal form.
+
+A grammar is in GNF (as used here) when every rule is ``A -> a B1 ... Bn`` with ``a`` a
+byte-set terminal followed only by nonterminals, except possibly ``S -> ε`` for the
+start symbol ``S``, which then appears on no right-hand side.
+
+Such a grammar is its own pushdown automaton.  The automaton has a single state; its
+configuration is a stack of nonterminals, initially ``(S)``.  Reading byte ``c`` with
+``A`` on top pops ``A`` and, for *one* rule ``A -> a B1 ... Bn`` with ``c in a``,
+pushes ``B1 ... Bn`` so that ``B1`` ends on top.  A non-empty input is accepted when
+some run ends with the empty stack; the empty input is accepted when ``S -> ε`` is a rule.
+
+Stacks are plain tuples of nonterminal ids with the **top at the end** (push and pop are
+then a slice and a concatenation).  Simulating the set of reachable stacks gives exact
+membership and prefix tests (see :meth:`PDA.is_prefix` for why the automaton drops rules
+that mention non-generating nonterminals).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import final
+
+from formalgram.errors import GrammarError, GrammarTooLarge
+from formalgram.grammar import Grammar
+
+Stack = tuple[int, ...]
+"""A PDA stack: nonterminal ids, top at the end."""
+
+DEFAULT_MAX_STACKS = 200_000
+
+
+def _gnf_violation(g: Grammar) -> str:
+    """An explanation of why ``g`` is not in GNF, or ``""`` when it is."""
+    start = g.start_id
+    names = g.names
+    start_has_eps = False
+    for lhs, rhs in g.rules:
+        if not rhs:
+            if lhs != start:
+                return f"rule {names[lhs]} -> ε: only the start symbol may have an empty rule"
+            start_has_eps = True
+            continue
+        if rhs[0] >= 0:
+            return f"a rule of {names[lhs]} starts with nonterminal {names[rhs[0]]}, not with a terminal"
+        for s in rhs[1:]:
+            if s < 0:
+                return f"a rule of {names[lhs]} has a terminal after its first symbol"
+    if start_has_eps:
+        for lhs, rhs in g.rules:
+            if start in rhs[1:]:
+                return (
+                    f"start symbol {names[start]} has an empty rule and appears on the right-hand side "
+                    f"of a rule of {names[lhs]}"
+                )
+    return ""
+
+
+def _generating_ids(g: Grammar) -> list[bool]:
+    """Nonterminal id -> True when it derives some string (least fixpoint over the rules)."""
+    n = len(g.names)
+    gen = [False] * n
+    changed = True
+    while changed:
+        changed = False
+        for lhs, rhs in g.rules:
+            if gen[lhs]:
+                continue
+            ok = True
+            for s in rhs:
+                if s >= 0 and not gen[s]:
+                    ok = False
+                    break
+            if ok:
+                gen[lhs] = True
+                changed = True
+    return gen
+
+
+def _byte_classes(masks: tuple[int, ...]) -> tuple[bytes, int]:
+    """Partition the 256 byte values by the set of terminals containing them.
+
+    Returns ``(byte_class_of, n_classes)``; class ids are numbered in order of the
+    smallest byte of each class, so class 0 contains byte 0.
+    """
+    signature = [0] * 256
+    for t, mask in enumerate(masks):
+        m = mask
+        bit = 1 << t
+        while m:
+            low = m & -m
+            signature[low.bit_length() - 1] |= bit
+            m ^= low
+    ids: dict[int, int] = {}
+    out = bytearray(256)
+    for b in range(256):
+        sig = signature[b]
+        c = ids.get(sig)
+        if c is None:
+            c = len(ids)
+            ids[sig] = c
+        out[b] = c
+    return bytes(out), len(ids)
+
+
+@final
+class PDA:
+    """The one-state pushdown automaton of a GNF grammar (CFGzip paper, section 2.1).
+
+    Build it with :meth:`PDA.from_gnf`.
+
+    Attributes
+    ----------
+    names : tuple of str
+        Nonterminal id -> name (the grammar's ids).
+    start_id : int
+        Id of the start nonterminal; the initial stack is ``(start_id,)``.
+    accepts_empty : bool
+        True when the grammar has the rule ``S -> ε``.
+    byte_class_of : bytes
+        256 entries: byte value -> byte class id.  Two bytes in one class belong to exactly
+        the same terminals, so no transition distinguishes them.
+    n_classes : int
+        Number of byte classes.
+    class_bytes : tuple of int
+        Class id -> 256-bit mask of its bytes.
+    table : dict
+        ``(byte class, nonterminal) -> tuple of pushed tuples``.  Each pushed tuple is a rule's
+        ``(B1, ..., Bn)`` in rule order (``B1`` ends on top of the stack); absent keys mean no
+        transition.  Rules that mention a non-generating nonterminal are left out (see
+        :meth:`is_prefix`).
+    generating : tuple of bool
+        Nonterminal id -> whether it derives some string.
+    dropped_rules : int
+        How many grammar rules were left out because they mention a non-generating nonterminal.
+    max_stacks : int
+        Bound on the number of distinct stacks kept during a simulation.
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, B = Nonterminal("S"), Nonterminal("B")
+    >>> a, b = ByteSet.single(ord("a")), ByteSet.single(ord("b"))
+    >>> g = Grammar([Production(S, [a, S, B]), Production(S, [a, B]), Production(B, [b])], "S")
+    >>> pda = PDA.from_gnf(g)
+    >>> pda.accepts(b"aabb"), pda.accepts(b"aab"), pda.is_prefix(b"aab")
+    (True, False, True)
+    """
+
+    names: tuple[str, ...]
+    start_id: int
+    accepts_empty: bool
+    byte_class_of: bytes
+    n_classes: int
+    class_bytes: tuple[int, ...]
+    table: dict[tuple[int, int], tuple[tuple[int, ...], ...]]
+    generating: tuple[bool, ...]
+    dropped_rules: int
+    max_stacks: int
+    _n: int
+    _moves: dict[int, tuple[tuple[int, ...], ...]]
+
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        start_id: int,
+        accepts_empty: bool,
+        byte_class_of: bytes,
+        n_classes: int,
+        table: dict[tuple[int, int], tuple[tuple[int, ...], ...]],
+        generating: tuple[bool, ...],
+        dropped_rules: int = 0,
+        max_stacks: int = DEFAULT_MAX_STACKS,
+    ) -> None:
+        if len(byte_class_of) != 256:
+            raise GrammarError("byte_class_of must have 256 entries")
+        if max_stacks < 1:
+            raise ValueError(f"max_stacks must be positive, got {max_stacks}")
+        self.names = names
+        self.start_id = start_id
+        self.accepts_empty = accepts_empty
+        self.byte_class_of = byte_class_of
+        self.n_classes = n_classes
+        masks = [0] * n_classes
+        for b in range(256):
+            masks[byte_class_of[b]] |= 1 << b
+        self.class_bytes = tuple(masks)
+        self.table = table
+        self.generating = generating
+        self.dropped_rules = dropped_rules
+        self.max_stacks = max_stacks
+        n = len(names)
+        self._n = n
+        # Internal form: key class * n + nonterminal, pushed symbols reversed (top at the end).
+        moves: dict[int, tuple[tuple[int, ...], ...]] = {}
+        for (cls, nt), pushes in table.items():
+            moves[cls * n + nt] = tuple(tuple(reversed(p)) for p in pushes)
+        self._moves = moves
+
+    @staticmethod
+    def from_gnf(g: Grammar, *, max_stacks: int = DEFAULT_MAX_STACKS) -> PDA:
+        """Build the one-state PDA of a grammar in Greibach normal form.
+
+        Parameters
+        ----------
+        g : Grammar
+            A GNF grammar: every rule ``A -> a B1 ... Bn`` (a terminal, then nonterminals
+            only), except possibly ``S -> ε`` for the start ``S``, which then appears on no
+            right-hand side.
+        max_stacks : int, keyword-only
+            Bound on the number of distinct stacks a simulation may hold at once.
+
+        Returns
+        -------
+        PDA
+
+        Raises
+        ------
+        GrammarError
+            If ``g`` is not in GNF (the message names the offending rule).
+        ValueError
+            If ``max_stacks < 1``.
+
+        Complexity
+        ----------
+        O(|rules| * |byte classes| + total rule length) time and space.
+
+        Notes
+        -----
+        Rules whose right-hand side mentions a non-generating nonterminal are dropped: a stack
+        holding such a symbol can never be emptied, so those rules take part in no accepting
+        run, and dropping them makes "some stack survives" mean "is a prefix".
+        """
+        why = _gnf_violation(g)
+        if why:
+            raise GrammarError(f"grammar is not in Greibach normal form: {why}")
+        byte_class_of, n_classes = _byte_classes(g.masks)
+        gen = _generating_ids(g)
+        # classes of each terminal
+        term_classes: list[list[int]] = []
+        for mask in g.masks:
+            seen: list[int] = []
+            m = mask
+            while m:
+                low = m & -m
+                b = low.bit_length() - 1
+                c = byte_class_of[b]
+                if c not in seen:
+                    seen.append(c)
+                m ^= low
+            term_classes.append(seen)
+        acc: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+        accepts_empty = False
+        dropped = 0
+        for lhs, rhs in g.rules:
+            if not rhs:
+                accepts_empty = True
+                continue
+            push = rhs[1:]
+            if not gen[lhs] or any(not gen[s] for s in push):
+                dropped += 1
+                continue
+            for c in term_classes[~rhs[0]]:
+                key = (c, lhs)
+                lst = acc.get(key)
+                if lst is None:
+                    acc[key] = [push]
+                elif push not in lst:
+                    lst.append(push)
+        table: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
+        for key, lst in acc.items():
+            table[key] = tuple(lst)
+        return PDA(
+            g.names,
+            g.start_id,
+            accepts_empty,
+            byte_class_of,
+            n_classes,
+            table,
+            tuple(gen),
+            dropped,
+            max_stacks,
+        )
+
+    # -- transitions ----------------------------------------------------------------------
+    def transitions(self, byte: int, nonterminal: int) -> tuple[tuple[int, ...], ...]:
+        """The tuples ``(B1, ..., Bn)`` that may replace ``nonterminal`` on reading ``byte``.
+
+        ``B1`` ends on top.  Empty tuple when no rule applies.
+        """
+        return self.table.get((self.byte_class_of[byte], nonterminal), ())
+
+    @property
+    def initial_stacks(self) -> frozenset[Stack]:
+        """The set of initial stacks, ``{(S,)}``."""
+        return frozenset([(self.start_id,)])
+
+    def step(self, stacks: Iterable[Stack], byte: int) -> set[Stack]:
+        """All stacks reachable from ``stacks`` by reading one byte.
+
+        Parameters
+        ----------
+        stacks : iterable of tuple of int
+            Stacks with the top at the end.  Empty stacks have no successor.
+        byte : int
+            The byte read, ``0 <= byte <= 255``.
+
+        Returns
+        -------
+        set of tuple of int
+
+        Raises
+        ------
+        GrammarTooLarge
+            If more than ``max_stacks`` distinct stacks result.
+        ValueError
+            If ``byte`` is out of range.
+
+        Complexity
+        ----------
+        O(sum over stacks of (transitions of its top) * stack depth).
+        """
+        if byte < 0 or byte > 255:
+            raise ValueError(f"byte value out of range: {byte}")
+        base = self.byte_class_of[byte] * self._n
+        moves = self._moves
+        out: set[Stack] = set()
+        limit = self.max_stacks
+        for st in stacks:
+            if not st:
+                continue
+            pushes = moves.get(base + st[-1])
+            if pushes is None:
+                continue
+            rest = st[:-1]
+            for p in pushes:
+                out.add(rest + p)
+            if len(out) > limit:
+                raise GrammarTooLarge(
+                    "PDA simulation", limit, f"more than {limit} distinct stacks after reading byte {byte}"
+                )
+        return out
+
+    def stacks_after(self, data: bytes) -> set[Stack]:
+        """The set of stacks reachable from the initial stack by reading ``data``.
+
+        For ``data == b""`` this is ``{(S,)}``.  Raises :class:`GrammarTooLarge` when a step
+        holds more than ``max_stacks`` stacks.
+        """
+        cur: set[Stack] = {(self.start_id,)}
+        for b in data:
+            cur = self.step(cur, b)
+            if not cur:
+                break
+        return cur
+
+    # -- language queries -----------------------------------------------------------------
+    def accepts(self, data: bytes) -> bool:
+        """True when ``data`` belongs to the grammar's language.
+
+        Parameters
+        ----------
+        data : bytes
+
+        Returns
+        -------
+        bool
+            For ``b""``: whether ``S -> ε`` is a rule.  Otherwise: whether some run ends with
+            the empty stack.
+
+        Raises
+        ------
+        GrammarTooLarge
+            If the simulation needs more than ``max_stacks`` stacks at some step.
+
+        Complexity
+        ----------
+        O(len(data) * reachable stacks * depth); linear for unambiguous bounded-depth grammars.
+        """
+        if not data:
+            return self.accepts_empty
+        return () in self.stacks_after(data)
+
+    def is_prefix(self, data: bytes) -> bool:
+        """True when ``data`` is a prefix of some string of the language.
+
+        Parameters
+        ----------
+        data : bytes
+
+        Returns
+        -------
+        bool
+
+        Raises
+        ------
+        GrammarTooLarge
+            If the simulation needs more than ``max_stacks`` stacks at some step.
+
+        Notes
+        -----
+        A non-empty ``data`` is a prefix exactly when some reachable stack can still be
+        emptied.  A stack can be emptied iff every symbol on it is generating; since the
+        automaton leaves out every rule mentioning a non-generating nonterminal, every stack
+        it reaches from a generating start consists of generating symbols, so "some stack
+        survives" is exact.  The empty input is a prefix iff the language is non-empty.
+        """
+        if not data:
+            return self.accepts_empty or self.generating[self.start_id]
+        if not self.generating[self.start_id]:
+            return False
+        return bool(self.stacks_after(data))
+
+    def __repr__(self) -> str:
+        return (
+            f"<PDA start={self.names[self.start_id]!r} nonterminals={self._n} "
+            f"byte_classes={self.n_classes} transitions={len(self.table)}>"
+        )

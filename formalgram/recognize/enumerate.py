@@ -1,0 +1,292 @@
+"""Bounded enumeration and random sampling of L(g), for property tests.
+
+* :func:`enumerate_strings` lists every member of L(g) up to a length over an alphabet,
+  walking the prefix tree and cutting dead branches with :class:`EarleyRecognizer`.
+* :func:`sample` draws random members by random derivation, with a length-aware choice of
+  rules so that derivations always terminate within the requested length.
+* :func:`default_alphabet` gives one representative byte per class of bytes that no
+  terminal of the grammar can tell apart.
+"""
+
+from __future__ import annotations
+
+import random
+
+from formalgram.errors import EmptyLanguageError, GrammarError, GrammarTooLarge
+from formalgram.grammar import Grammar
+from formalgram.recognize.earley import EarleyRecognizer
+
+_INF = 1 << 60
+
+
+def default_alphabet(g: Grammar) -> bytes:
+    """The smallest byte of each class of bytes that the terminals of ``g`` cannot tell apart.
+
+    Two bytes are in the same class when every terminal mask of ``g`` contains both or
+    neither.  The class of bytes that occur in no terminal is left out (no member of L(g)
+    contains such a byte).  Enumerating over this alphabet gives one representative of every
+    member of L(g) up to renaming bytes within their class.
+
+    Parameters
+    ----------
+    g : Grammar
+        The grammar.
+
+    Returns
+    -------
+    bytes
+        Sorted representatives, one per class (empty when ``g`` has no non-empty terminal).
+
+    Complexity
+    ----------
+    O(256 * number of terminals).
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S = Nonterminal("S")
+    >>> g = Grammar([Production(S, [ByteSet.from_range(97, 122), ByteSet.single(98)])], "S")
+    >>> default_alphabet(g)
+    b'ab'
+    """
+    masks = g.masks
+    seen: set[tuple[int, ...]] = set()
+    reps: list[int] = []
+    for b in range(256):
+        sig = tuple(i for i, m in enumerate(masks) if (m >> b) & 1)
+        if not sig or sig in seen:
+            continue
+        seen.add(sig)
+        reps.append(b)
+    return bytes(reps)
+
+
+def enumerate_strings(
+    g: Grammar, max_len: int, alphabet: bytes | None = None, *, limit: int = 100_000
+) -> list[bytes]:
+    """All members of L(g) of length at most ``max_len`` over ``alphabet``.
+
+    Parameters
+    ----------
+    g : Grammar
+        The grammar.
+    max_len : int
+        Longest string to list (``>= 0``).
+    alphabet : bytes, optional
+        Bytes to build strings from (duplicates ignored).  Default: :func:`default_alphabet`,
+        one representative per class of bytes the grammar cannot tell apart.
+    limit : int, keyword-only
+        Most strings to return.  The search also gives up after visiting ``64 * limit``
+        viable prefixes (non-members included).
+
+    Returns
+    -------
+    list[bytes]
+        The members, sorted by ``(len(s), s)``.
+
+    Raises
+    ------
+    GrammarTooLarge
+        When more than ``limit`` members exist, or the prefix search exceeds its budget.
+    ValueError
+        When ``max_len`` is negative.
+
+    Complexity
+    ----------
+    O(P * |alphabet| * c) where P is the number of viable prefixes of length ``< max_len``
+    and ``c`` the cost of one Earley step; dead prefixes are never extended.
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S = Nonterminal("S")
+    >>> a, b = ByteSet.single(97), ByteSet.single(98)
+    >>> g = Grammar([Production(S, [a, S, b]), Production(S, [])], "S")
+    >>> enumerate_strings(g, 4)
+    [b'', b'ab', b'aabb']
+    """
+    if max_len < 0:
+        raise ValueError(f"max_len must be >= 0, got {max_len}")
+    letters = sorted(set(default_alphabet(g) if alphabet is None else alphabet))
+    out: list[bytes] = []
+    budget = 64 * max(limit, 1)
+    visited = 0
+    # depth-first over the tree of viable prefixes
+    stack: list[tuple[bytes, EarleyRecognizer]] = []
+    root = EarleyRecognizer(g)
+    if root.is_viable():
+        stack.append((b"", root))
+    while stack:
+        prefix, rec = stack.pop()
+        visited += 1
+        if visited > budget:
+            raise GrammarTooLarge("enumerate_strings", budget, "viable prefixes visited")
+        if rec.is_accepting():
+            out.append(prefix)
+            if len(out) > limit:
+                raise GrammarTooLarge("enumerate_strings", limit, f"more members of length <= {max_len}")
+        if len(prefix) >= max_len:
+            continue
+        allowed = rec.allowed_bytes().mask
+        for b in letters:
+            if (allowed >> b) & 1:
+                child = rec.copy()
+                child.feed(b)
+                stack.append((prefix + bytes([b]), child))
+    out.sort(key=lambda s: (len(s), s))
+    return out
+
+
+def _min_lengths(g: Grammar) -> tuple[list[int], list[int]]:
+    """Shortest yield length per nonterminal and a well-founded shortest rule per nonterminal.
+
+    Returns ``(minlen, short_rule)``: ``minlen[A]`` is the length of a shortest string derived
+    from ``A`` (``_INF`` when ``A`` derives nothing); ``short_rule[A]`` is an index into
+    ``g.rules`` of a rule of ``A`` whose right-hand side yields a string of length ``minlen[A]``
+    and whose nonterminals were all settled strictly before ``A``, so following ``short_rule``
+    always terminates (``-1`` when ``A`` derives nothing).
+    """
+    n = len(g.names)
+    masks = g.masks
+    minlen = [_INF] * n
+    changed = True
+    while changed:
+        changed = False
+        for lhs, rhs in g.rules:
+            total = 0
+            for s in rhs:
+                total += (minlen[s] if s >= 0 else (1 if masks[~s] else _INF))
+                if total >= _INF:
+                    break
+            if total < minlen[lhs]:
+                minlen[lhs] = total
+                changed = True
+    # settle nonterminals in rounds: a rule may be used once all its nonterminals are settled
+    short_rule = [-1] * n
+    settled = [False] * n
+    progress = True
+    while progress:
+        progress = False
+        newly: list[tuple[int, int]] = []
+        for r, (lhs, rhs) in enumerate(g.rules):
+            if settled[lhs] or minlen[lhs] >= _INF:
+                continue
+            if not all((settled[s] if s >= 0 else masks[~s] != 0) for s in rhs):
+                continue
+            length = sum(minlen[s] if s >= 0 else 1 for s in rhs)
+            if length == minlen[lhs]:
+                newly.append((lhs, r))
+        for lhs, r in newly:
+            if not settled[lhs]:
+                settled[lhs] = True
+                short_rule[lhs] = r
+                progress = True
+    return minlen, short_rule
+
+
+def sample(g: Grammar, n: int, seed: int = 0, max_len: int = 64) -> list[bytes]:
+    """``n`` random members of L(g), each of length at most ``max_len``.
+
+    Each string comes from a random derivation: a target length ``T`` is drawn uniformly
+    between the shortest member's length and ``max_len``; then every nonterminal is expanded
+    by a rule chosen uniformly among those whose shortest yield still fits the remaining
+    budget (so the result never exceeds ``T``), and every terminal by a byte chosen uniformly
+    from its byte set.  After many expansions the sampler switches to shortest rules, which
+    guarantees termination even with unit cycles and nullable recursion.
+
+    Parameters
+    ----------
+    g : Grammar
+        The grammar.
+    n : int
+        Number of strings (repeats possible).
+    seed : int
+        Seed of the private random generator; equal seeds give equal results.
+    max_len : int
+        Longest string allowed.
+
+    Returns
+    -------
+    list[bytes]
+        ``n`` members of L(g), in the order drawn.
+
+    Raises
+    ------
+    EmptyLanguageError
+        When L(g) is empty.
+    GrammarError
+        When no member of L(g) has length ``<= max_len``.
+
+    Complexity
+    ----------
+    O(n * (max_len + expansions)) after an O(|G| * nonterminals) precomputation.
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S = Nonterminal("S")
+    >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"xy"), S]), Production(S, [])], "S")
+    >>> all(set(s) <= set(b"xy") for s in sample(g, 5, seed=1))
+    True
+    """
+    minlen, short_rule = _min_lengths(g)
+    start = g.start_id
+    if minlen[start] >= _INF:
+        raise EmptyLanguageError(f"L(g) is empty: start symbol {g.names[start]!r} derives no string")
+    if minlen[start] > max_len:
+        raise GrammarError(
+            f"no member of L(g) has length <= max_len={max_len}; the shortest has length {minlen[start]}"
+        )
+    rng = random.Random(seed)
+    masks = g.masks
+    rules = g.rules
+    by_lhs = g.rules_by_lhs
+    # per rule: suffix sums of minimal yields (suffix[k] = minimal length of rhs[k:])
+    suffix: list[list[int]] = []
+    for _lhs, rhs in rules:
+        suf = [0] * (len(rhs) + 1)
+        for k in range(len(rhs) - 1, -1, -1):
+            s = rhs[k]
+            v = minlen[s] if s >= 0 else (1 if masks[~s] else _INF)
+            suf[k] = min(_INF, suf[k + 1] + v)
+        suffix.append(suf)
+    # byte lists per terminal
+    choices: list[list[int]] = [[b for b in range(256) if (m >> b) & 1] for m in masks]
+    expansion_cap = 50 * max_len + 200
+    out: list[bytes] = []
+    for _ in range(n):
+        target = rng.randint(minlen[start], max_len)
+        buf = bytearray()
+        expansions = 0
+        # frames: [rule index, next rhs position, output length at frame start, frame budget]
+        frames: list[list[int]] = []
+
+        def push(a: int, budget: int) -> None:
+            nonlocal expansions
+            expansions += 1
+            if expansions > expansion_cap:
+                r = short_rule[a]
+            else:
+                fits = [r for r in by_lhs[a] if suffix[r][0] <= budget]
+                r = fits[rng.randrange(len(fits))]
+            frames.append([r, 0, len(buf), budget])
+
+        push(start, target)
+        while frames:
+            fr = frames[-1]
+            r, k, begin, budget = fr
+            rhs = rules[r][1]
+            if k == len(rhs):
+                frames.pop()
+                continue
+            fr[1] = k + 1
+            s = rhs[k]
+            if s < 0:
+                opts = choices[~s]
+                buf.append(opts[rng.randrange(len(opts))])
+            else:
+                # what this symbol may use: the frame budget minus what is already produced
+                # and the minimum the rest of the rule still needs
+                push(s, budget - (len(buf) - begin) - suffix[r][k + 1])
+        out.append(bytes(buf))
+    return out

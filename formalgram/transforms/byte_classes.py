@@ -1,0 +1,81 @@
+"""Byte classes: the coarsest partition of the 256 byte values that no terminal splits.
+
+Two bytes are in the same class when every terminal mask of the grammar contains
+both or neither.  Bytes in one class are interchangeable everywhere in the grammar:
+replacing one by the other in a string never changes membership in ``L(g)`` nor in
+its prefix set.
+"""
+
+from __future__ import annotations
+
+from formalgram.byteset import FULL_MASK, ByteSet
+from formalgram.grammar import Grammar
+
+
+def _partition(g: Grammar) -> list[int]:
+    blocks = [FULL_MASK]
+    for m in g.masks:
+        if m == 0 or m == FULL_MASK:
+            continue
+        nxt: list[int] = []
+        for blk in blocks:
+            inside = blk & m
+            if inside == 0 or inside == blk:
+                nxt.append(blk)
+            else:
+                nxt.append(inside)
+                nxt.append(blk & ~m)
+        blocks = nxt
+    blocks.sort(key=lambda blk: (blk & -blk).bit_length())
+    return blocks
+
+
+def byte_classes(g: Grammar) -> tuple[ByteSet, ...]:
+    """The classes of bytes that no terminal of ``g`` distinguishes.
+
+    Parameters
+    ----------
+    g : Grammar
+        Any grammar.
+
+    Returns
+    -------
+    tuple of ByteSet
+        A partition of ``{0..255}``, ordered by smallest member.  Two bytes share a class
+        iff every terminal mask of ``g`` contains both or neither.
+
+    Complexity
+    ----------
+    O(|terminals| * |classes|) big-integer operations (at most 256 classes): each
+    mask refines the current blocks.
+
+    Example
+    -------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S = Nonterminal("S")
+    >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"ab")])], "S")
+    >>> [c.describe() for c in byte_classes(g)][:2]
+    ['[\\\\x00-`c-\\\\xFF]', '[ab]']
+    """
+    return tuple(ByteSet(blk) for blk in _partition(g))
+
+
+def byte_class_map(g: Grammar) -> bytes:
+    """Byte value -> index of its class in :func:`byte_classes` (256 entries).
+
+    Complexity
+    ----------
+    O(256) after the partition.
+
+    Example
+    -------
+    >>> # byte_class_map(g)[ord("a")] == byte_class_map(g)[ord("b")] for the grammar above
+    """
+    out = bytearray(256)
+    for i, blk in enumerate(_partition(g)):
+        m = blk
+        while m:
+            low = m & -m
+            out[low.bit_length() - 1] = i
+            m ^= low
+    return bytes(out)

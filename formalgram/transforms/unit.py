@@ -1,0 +1,166 @@
+"""Removal of unit rules ``A -> B`` (unit cycles included).
+
+Also holds two helpers shared by the other transforms: :func:`sccs` (iterative
+Tarjan) and :func:`merge_unit_cycles`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from formalgram.grammar import Grammar, IdRule
+from formalgram.transforms.useless import compact
+
+
+def sccs(n: int, succ: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Strongly connected components of the graph ``0..n-1`` with edges ``succ``.
+
+    Components come out in reverse topological order: every component is listed after
+    all the components it can reach (sinks first).  Iterative Tarjan, O(V + E).
+    """
+    index = [-1] * n
+    low = [0] * n
+    on_stack = [False] * n
+    stack: list[int] = []
+    out: list[list[int]] = []
+    counter = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        work: list[tuple[int, int]] = [(root, 0)]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = True
+        while work:
+            v, pos = work[-1]
+            edges = succ[v]
+            if pos < len(edges):
+                work[-1] = (v, pos + 1)
+                w = edges[pos]
+                if index[w] < 0:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack[w] = True
+                    work.append((w, 0))
+                elif on_stack[w] and index[w] < low[v]:
+                    low[v] = index[w]
+                continue
+            work.pop()
+            if work:
+                u = work[-1][0]
+                if low[v] < low[u]:
+                    low[u] = low[v]
+            if low[v] == index[v]:
+                comp: list[int] = []
+                while True:
+                    w = stack.pop()
+                    on_stack[w] = False
+                    comp.append(w)
+                    if w == v:
+                        break
+                out.append(comp)
+    return out
+
+
+def merge_unit_cycles(g: Grammar) -> Grammar:
+    """Collapse each cycle of unit rules into one nonterminal and drop ``A -> A``.
+
+    All members of a strongly connected component of the unit graph derive each
+    other, so they have the same language; the member with the smallest id (the start
+    when it is a member) represents the component.  ``L`` is preserved for every
+    surviving nonterminal.  O(|G|).
+    """
+    n = len(g.names)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for lhs, rhs in g.rules:
+        if len(rhs) == 1 and rhs[0] >= 0:
+            succ[lhs].append(rhs[0])
+    rep = list(range(n))
+    for comp in sccs(n, succ):
+        if len(comp) > 1:
+            head = g.start_id if g.start_id in comp else min(comp)
+            for v in comp:
+                rep[v] = head
+    if all(rep[i] == i for i in range(n)) and not any(
+        len(rhs) == 1 and rhs[0] == lhs for lhs, rhs in g.rules
+    ):
+        return g
+    out: list[IdRule] = []
+    for lhs, rhs in g.rules:
+        body = tuple(rep[s] if s >= 0 else s for s in rhs)
+        a = rep[lhs]
+        if len(body) == 1 and body[0] == a:
+            continue
+        out.append((a, body))
+    return compact(g.names, g.masks, rep[g.start_id], out)
+
+
+def remove_unit(g: Grammar) -> Grammar:
+    """Remove every unit rule ``A -> B`` (``B`` a nonterminal), unit cycles included.
+
+    For each nonterminal ``A`` the set ``U(A)`` of nonterminals reachable from ``A``
+    through unit rules is computed; ``A`` then receives every non-unit rule of every
+    member of ``U(A)``.  Unit cycles are collapsed first, which shrinks the closures.
+
+    Parameters
+    ----------
+    g : Grammar
+        Any grammar (epsilon rules are allowed and kept as they are).
+
+    Returns
+    -------
+    Grammar
+        A grammar without unit rules and ``L(result) == L(g)`` (empty string
+        included).  Nonterminals that only served as unit targets may become
+        unreachable; they are dropped.
+
+    Complexity
+    ----------
+    O(|V| * |G|) in the worst case (each closure copies rules).
+
+    Example
+    -------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, A = Nonterminal("S"), Nonterminal("A")
+    >>> g = Grammar([Production(S, [A]), Production(A, [ByteSet.single(97)])], "S")
+    >>> [len(p.rhs) for p in remove_unit(g).productions]
+    [1]
+    """
+    g = merge_unit_cycles(g)
+    n = len(g.names)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    plain: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
+    for lhs, rhs in g.rules:
+        if len(rhs) == 1 and rhs[0] >= 0:
+            succ[lhs].append(rhs[0])
+        else:
+            plain[lhs].append(rhs)
+    out: list[IdRule] = []
+    for a in range(n):
+        seen = {a}
+        stack = [a]
+        while stack:
+            b = stack.pop()
+            for body in plain[b]:
+                out.append((a, body))
+            for c in succ[b]:
+                if c not in seen:
+                    seen.add(c)
+                    stack.append(c)
+    # drop what became unreachable
+    n_reach = [False] * n
+    n_reach[g.start_id] = True
+    by_lhs: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
+    for lhs, body in out:
+        by_lhs[lhs].append(body)
+    stack = [g.start_id]
+    while stack:
+        a = stack.pop()
+        for body in by_lhs[a]:
+            for s in body:
+                if s >= 0 and not n_reach[s]:
+                    n_reach[s] = True
+                    stack.append(s)
+    return compact(g.names, g.masks, g.start_id, [r for r in out if n_reach[r[0]]])

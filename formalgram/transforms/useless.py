@@ -1,0 +1,111 @@
+"""Removal of useless symbols (non-generating, then unreachable).
+
+Also holds :func:`compact`, the small helper every transform uses to turn a list of
+integer rules back into a :class:`~formalgram.grammar.Grammar` with dense ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from formalgram.analysis import generating, reachable
+from formalgram.errors import EmptyLanguageError
+from formalgram.grammar import Grammar, IdRule
+
+
+def compact(names: Sequence[str], masks: Sequence[int], start: int, rules: Sequence[IdRule]) -> Grammar:
+    """Build a grammar keeping only the nonterminals and terminals that are used.
+
+    Nonterminals keep their relative order (the start is always kept); unused masks are
+    dropped.  Complexity O(|G|).
+    """
+    nt_map = [-1] * len(names)
+    t_map = [-1] * len(masks)
+    new_names: list[str] = []
+    new_masks: list[int] = []
+
+    def nt(i: int) -> int:
+        j = nt_map[i]
+        if j < 0:
+            j = len(new_names)
+            nt_map[i] = j
+            new_names.append(names[i])
+        return j
+
+    new_start = nt(start)
+    out: list[IdRule] = []
+    for lhs, rhs in rules:
+        body: list[int] = []
+        for s in rhs:
+            if s >= 0:
+                body.append(nt(s))
+            else:
+                t = ~s
+                k = t_map[t]
+                if k < 0:
+                    k = len(new_masks)
+                    t_map[t] = k
+                    new_masks.append(masks[t])
+                body.append(~k)
+        out.append((nt(lhs), tuple(body)))
+    return Grammar.from_ids(new_names, new_masks, new_start, out)
+
+
+def remove_useless(g: Grammar) -> Grammar:
+    """Drop non-generating symbols, then unreachable ones.
+
+    First every rule that mentions a non-generating nonterminal or an empty byte-set
+    terminal is removed; then every rule whose left-hand side cannot be reached from
+    the start.  The order matters: removing non-generating rules can make more
+    symbols unreachable, never the reverse.
+
+    Parameters
+    ----------
+    g : Grammar
+        Any grammar.
+
+    Returns
+    -------
+    Grammar
+        A new grammar with ``L(result) == L(g)`` (the empty string included), in which
+        every nonterminal is reachable from the start and generates some string.
+
+    Raises
+    ------
+    EmptyLanguageError
+        When the start symbol generates no string (``L(g)`` is empty).
+
+    Complexity
+    ----------
+    O(|G|).
+
+    Example
+    -------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, X = Nonterminal("S"), Nonterminal("X")
+    >>> a = ByteSet.single(97)
+    >>> g = Grammar([Production(S, [a]), Production(S, [X]), Production(X, [X, a])], "S")
+    >>> len(remove_useless(g).productions)
+    1
+    """
+    gen = generating(g)
+    if g.start_id not in gen:
+        raise EmptyLanguageError(
+            f"the start symbol {g.names[g.start_id]!r} generates no string: the language is empty"
+        )
+    masks = g.masks
+    kept: list[IdRule] = []
+    for lhs, rhs in g.rules:
+        if lhs not in gen:
+            continue
+        ok = True
+        for s in rhs:
+            if (s >= 0 and s not in gen) or (s < 0 and masks[~s] == 0):
+                ok = False
+                break
+        if ok:
+            kept.append((lhs, rhs))
+    g1 = Grammar.from_ids(g.names, masks, g.start_id, kept)
+    reach = reachable(g1)
+    final = [r for r in g1.rules if r[0] in reach]
+    return compact(g1.names, g1.masks, g1.start_id, final)

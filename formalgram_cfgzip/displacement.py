@@ -1,0 +1,350 @@
+"""Token displacements over a GNF grammar (CFGzip, Algorithm 1), computed by lazy subset construction.
+
+Let ``G`` be a trimmed grammar in Greibach normal form and ``P`` its one-state PDA (stack of
+nonterminals; reading byte ``c`` with ``A`` on top pops ``A`` and pushes ``B1..Bn`` for each
+rule ``A -> a B1..Bn`` with ``c`` in ``a``).  The *displacement* of a byte string ``t`` is the
+set of pairs ``(σ_in, σ_out)`` such that ``P``, started on any stack ``σ_in·γ``, can read ``t``
+by popping exactly the symbols of ``σ_in`` from the original stack (top first) and end with
+``σ_out·γ``.  Equal displacements imply syntactic congruence (``proofs/congruence.md``).
+
+The search follows one *state* ``(σ_in, σ_out, last)`` per path:
+
+* the first byte pops an arbitrary symbol ``A`` (``σ_in = A``) and pushes the tail of a rule;
+* later bytes pop the top of ``σ_out``;
+* when ``σ_out`` is empty the next byte must pop the symbol ``Z`` that lay below the
+  original ``σ_in`` (a *backtrack*): ``Z`` is appended to ``σ_in``, restricted to symbols that
+  can lie directly below ``last``, the symbol whose expansion emptied ``σ_out``
+  (the stack-adjacency relation; ``proofs/stack_adjacency.md``).
+
+Stacks are interned cons lists, states are int triples, and *sets* of states are interned as
+well.  The transition ``(state set, byte class) -> state set`` is memoised, so the search is a
+lazily built deterministic automaton over byte classes: every vocabulary token is run through
+it, and every distinct (state set, byte class) pair is expanded exactly once, however many
+tokens share it (a strict generalisation of sharing work along a vocabulary trie).
+"""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Iterable, Sequence
+
+from formalgram.errors import GrammarError, GrammarTooLarge
+from formalgram.grammar import Grammar
+
+State = tuple[int, int, int]
+StateSet = frozenset[State]
+CanonicalKey = tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+
+EMPTY = 0  # id of the empty stack
+DEAD = 0  # id of the empty state set
+START = 1  # id of the initial state set (nothing read yet)
+_SENTINEL: State = (-1, -1, -1)
+
+
+def compute_byte_classes(masks: Sequence[int]) -> tuple[bytes, int]:
+    """Partition the 256 byte values by the terminals that contain them.
+
+    Parameters
+    ----------
+    masks : sequence of int
+        256-bit terminal masks.
+
+    Returns
+    -------
+    (bytes, int)
+        A 256-entry map byte -> class id (classes numbered by smallest member) and the
+        number of classes.
+
+    Complexity
+    ----------
+    O(256 * len(masks)).
+    """
+    signature_to_class: dict[tuple[bool, ...], int] = {}
+    out = bytearray(256)
+    for b in range(256):
+        sig = tuple((m >> b) & 1 == 1 for m in masks)
+        cls = signature_to_class.get(sig)
+        if cls is None:
+            cls = len(signature_to_class)
+            signature_to_class[sig] = cls
+        out[b] = cls
+    return bytes(out), len(signature_to_class)
+
+
+def adjacency_below(gnf: Grammar) -> list[frozenset[int]]:
+    """For each nonterminal ``X``, the nonterminals that can lie directly below ``X`` on a stack.
+
+    Over-approximates the relation over all stacks reachable from ``(S)``: seeds are the
+    pairs ``(B_i, B_{i+1})`` inside every rule, and a pair ``(X, Z)`` propagates to ``(W, Z)``
+    for every ``W`` reachable from ``X`` along rightmost-nonterminal edges ``A -> B`` (rules
+    ``A -> a β B``): when ``A`` lies on ``Z`` and is expanded, its last pushed symbol lies on ``Z``.
+
+    Complexity
+    ----------
+    O(N * (N + R)) for N nonterminals and R rules.
+    """
+    n = len(gnf.names)
+    rightmost: list[set[int]] = [set() for _ in range(n)]
+    seeds: list[set[int]] = [set() for _ in range(n)]
+    for lhs, rhs in gnf.rules:
+        tail = rhs[1:]
+        if tail:
+            rightmost[lhs].add(tail[-1])
+        for i in range(len(tail) - 1):
+            seeds[tail[i]].add(tail[i + 1])
+    # closure: below[W] ⊇ seeds[X] for W reachable from X.
+    below: list[set[int]] = [set() for _ in range(n)]
+    for x in range(n):
+        if not seeds[x]:
+            continue
+        seen = {x}
+        todo = [x]
+        while todo:
+            w = todo.pop()
+            below[w] |= seeds[x]
+            for nxt in rightmost[w]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+    return [frozenset(s) for s in below]
+
+
+class DisplacementSearch:
+    """Lazily determinised displacement automaton of a GNF grammar over its byte classes.
+
+    Parameters
+    ----------
+    gnf : Grammar
+        A trimmed grammar in Greibach normal form (every rule ``A -> a B1..Bn`` with ``a`` a
+        terminal and ``Bi`` nonterminals; only the start may have an empty rule).
+    max_states : int
+        Largest state set allowed for one (token prefix); exceeding it raises GrammarTooLarge.
+    max_cells : int
+        Largest number of interned stack cells plus memo entries.
+    memory_budget : int or None
+        Peak resident memory, in bytes, checked periodically; exceeding it raises GrammarTooLarge.
+
+    Raises
+    ------
+    GrammarError
+        If ``gnf`` is not in Greibach normal form.
+
+    Examples
+    --------
+    >>> from formalgram import Grammar, Production, Nonterminal, ByteSet
+    >>> S = Nonterminal("S")
+    >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"a"), S]),
+    ...              Production(S, [ByteSet.from_bytes(b"b")])], "S")
+    >>> d = DisplacementSearch(g)
+    >>> d.key_of(d.run(b"aa")) == d.key_of(d.run(b"a"))
+    True
+    """
+
+    def __init__(
+        self,
+        gnf: Grammar,
+        *,
+        max_states: int = 200_000,
+        max_cells: int = 30_000_000,
+        memory_budget: int | None = None,
+    ) -> None:
+        self.gnf = gnf
+        self.max_states = max_states
+        self.max_cells = max_cells
+        self.memory_budget = memory_budget
+        self.byte_class, self.num_byte_classes = compute_byte_classes(gnf.masks)
+        n = len(gnf.names)
+        ncls = self.num_byte_classes
+        # class representatives: smallest byte of each class
+        rep = [-1] * ncls
+        for b in range(256):
+            c = self.byte_class[b]
+            if rep[c] < 0:
+                rep[c] = b
+        # trans[c][A] = tuple of pushed tails (B1..Bn)
+        trans: list[list[list[tuple[int, ...]]]] = [[[] for _ in range(n)] for _ in range(ncls)]
+        for lhs, rhs in gnf.rules:
+            if not rhs:
+                if lhs != gnf.start_id:
+                    raise GrammarError(f"not in GNF: empty rule for non-start {gnf.names[lhs]!r}")
+                continue
+            if rhs[0] >= 0 or any(s < 0 for s in rhs[1:]):
+                raise GrammarError(f"not in GNF: rule for {gnf.names[lhs]!r} is not 'a B1..Bn'")
+            mask = gnf.masks[~rhs[0]]
+            tail = rhs[1:]
+            for c in range(ncls):
+                if (mask >> rep[c]) & 1:
+                    trans[c][lhs].append(tail)
+        self._trans: list[list[tuple[tuple[int, ...], ...]]] = [[tuple(x) for x in row] for row in trans]
+        self._starters: list[tuple[int, ...]] = [tuple(a for a in range(n) if row[a]) for row in self._trans]
+        below = adjacency_below(gnf)
+        self._below_c: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._below = below
+        # stack cells: id -> (top, rest); id 0 is the empty stack
+        self._top: list[int] = [-1]
+        self._rest: list[int] = [0]
+        self._cells: dict[tuple[int, int], int] = {}
+        # state sets
+        self._sets: list[StateSet] = [frozenset(), frozenset([_SENTINEL])]
+        self._set_ids: dict[StateSet, int] = {self._sets[0]: DEAD, self._sets[1]: START}
+        self._memo: dict[tuple[int, int], int] = {}
+        self._keys: dict[frozenset[tuple[int, int]], int] = {}
+        self._key_of_set: dict[int, int] = {}
+        self._checks = 0
+
+    # -- stacks ---------------------------------------------------------------------------
+    def _cons(self, top: int, rest: int) -> int:
+        k = (top, rest)
+        i = self._cells.get(k)
+        if i is None:
+            i = len(self._top)
+            self._cells[k] = i
+            self._top.append(top)
+            self._rest.append(rest)
+        return i
+
+    def _push(self, tail: tuple[int, ...], base: int) -> int:
+        s = base
+        for j in range(len(tail) - 1, -1, -1):
+            s = self._cons(tail[j], s)
+        return s
+
+    def stack(self, sid: int) -> tuple[int, ...]:
+        """The nonterminal ids of an interned stack, top first."""
+        out: list[int] = []
+        while sid != EMPTY:
+            out.append(self._top[sid])
+            sid = self._rest[sid]
+        return tuple(out)
+
+    def consumed(self, sid: int) -> tuple[int, ...]:
+        """The consumed input symbols ``σ_in`` of an interned (reversed) list, top first."""
+        return tuple(reversed(self.stack(sid)))
+
+    # -- transitions ----------------------------------------------------------------------
+    def _below_starting(self, y: int, c: int) -> tuple[int, ...]:
+        k = (y, c)
+        r = self._below_c.get(k)
+        if r is None:
+            row = self._trans[c]
+            r = tuple(sorted(z for z in self._below[y] if row[z]))
+            self._below_c[k] = r
+        return r
+
+    def _step_state(self, st: State, c: int, out: set[State]) -> None:
+        si, so, last = st
+        row = self._trans[c]
+        if si < 0:  # nothing read yet: pop any symbol
+            for a in self._starters[c]:
+                nsi = self._cons(a, EMPTY)
+                for tail in row[a]:
+                    nso = self._push(tail, EMPTY)
+                    out.add((nsi, nso, a if nso == EMPTY else -1))
+        elif so != EMPTY:
+            a = self._top[so]
+            rest = self._rest[so]
+            for tail in row[a]:
+                nso = self._push(tail, rest)
+                out.add((si, nso, a if nso == EMPTY else -1))
+        else:  # backtrack below the consumed input
+            for z in self._below_starting(last, c):
+                nsi = self._cons(z, si)
+                for tail in row[z]:
+                    nso = self._push(tail, EMPTY)
+                    out.add((nsi, nso, z if nso == EMPTY else -1))
+
+    def step(self, set_id: int, c: int) -> int:
+        """The state set reached from ``set_id`` by reading one byte of class ``c``."""
+        k = (set_id, c)
+        r = self._memo.get(k)
+        if r is not None:
+            return r
+        if set_id == DEAD:
+            r = DEAD
+        else:
+            out: set[State] = set()
+            for st in self._sets[set_id]:
+                self._step_state(st, c, out)
+                if len(out) > self.max_states:
+                    raise GrammarTooLarge(
+                        "displacement search",
+                        self.max_states,
+                        "too many parser states for one token prefix; the grammar is highly ambiguous",
+                    )
+            fs = frozenset(out)
+            r = self._set_ids.get(fs)
+            if r is None:
+                r = len(self._sets)
+                self._sets.append(fs)
+                self._set_ids[fs] = r
+        self._memo[k] = r
+        self._check_budget()
+        return r
+
+    def _check_budget(self) -> None:
+        self._checks += 1
+        if self._checks & 1023:
+            return
+        cells = len(self._top) + len(self._memo)
+        if cells > self.max_cells:
+            raise GrammarTooLarge("displacement search", self.max_cells, "interned stacks and memo entries")
+        if self.memory_budget is not None:
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            if rss > self.memory_budget:
+                raise GrammarTooLarge(
+                    "displacement search", self.memory_budget, f"peak memory {rss >> 20} MiB in bytes"
+                )
+
+    def run_classes(self, classes: Iterable[int], set_id: int = START) -> int:
+        """Run a sequence of byte-class ids from ``set_id``; returns the final state set id."""
+        for c in classes:
+            set_id = self.step(set_id, c)
+            if set_id == DEAD:
+                return DEAD
+        return set_id
+
+    def run(self, data: bytes) -> int:
+        """Run the bytes of one token from the initial state set."""
+        bc = self.byte_class
+        return self.run_classes([bc[b] for b in data])
+
+    # -- displacement keys ---------------------------------------------------------------
+    def key_of(self, set_id: int) -> int:
+        """Interned id of the displacement ``{(σ_in, σ_out)}`` of a state set; 0 = empty displacement."""
+        r = self._key_of_set.get(set_id)
+        if r is None:
+            if set_id in (DEAD, START):
+                pairs: frozenset[tuple[int, int]] = frozenset()
+                if set_id == START:
+                    pairs = frozenset([(-1, -1)])
+            else:
+                pairs = frozenset((si, so) for si, so, _ in self._sets[set_id])
+            r = self._keys.get(pairs)
+            if r is None:
+                r = len(self._keys)
+                self._keys[pairs] = r
+            self._key_of_set[set_id] = r
+        return r
+
+    def displacement(self, set_id: int) -> frozenset[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """The displacement of a state set as explicit ``(σ_in, σ_out)`` id tuples (top first)."""
+        if set_id in (DEAD, START):
+            return frozenset()
+        return frozenset((self.consumed(si), self.stack(so)) for si, so, _ in self._sets[set_id])
+
+    def canonical(self, set_id: int) -> CanonicalKey:
+        """A process-independent, sorted form of :meth:`displacement`."""
+        return tuple(sorted(self.displacement(set_id)))
+
+    def state_count(self, set_id: int) -> int:
+        """Number of search states in a state set."""
+        return len(self._sets[set_id])
+
+    def stats(self) -> dict[str, int]:
+        """Sizes of the interned tables."""
+        return {
+            "stack_cells": len(self._top),
+            "state_sets": len(self._sets),
+            "memo_entries": len(self._memo),
+            "byte_classes": self.num_byte_classes,
+        }

@@ -1,0 +1,25 @@
+"""The installed build: compiled with mypyc unless FORMALGRAM_NO_MYPYC=1 was set."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import formalgram
+import formalgram.byteset
+import formalgram.grammar
+
+
+@pytest.mark.skipif(
+    os.environ.get("FORMALGRAM_EXPECT_COMPILED") != "1", reason="CI checks the compiled build"
+)
+def test_core_is_compiled() -> None:
+    for mod in (formalgram.grammar, formalgram.byteset):
+        assert mod.__file__ is not None
+        assert not mod.__file__.endswith(".py"), f"{mod.__name__} is not compiled: {mod.__file__}"
+
+
+def test_py_typed_shipped() -> None:
+    assert formalgram.__file__ is not None
+    assert os.path.exists(os.path.join(os.path.dirname(formalgram.__file__), "py.typed"))

@@ -1,0 +1,273 @@
+"""Tests of :mod:`formalgram.pda` (the one-state PDA of a GNF grammar).
+
+Oracles: :class:`test_pda_support.DerivationOracle` (span-based derivation, no stacks) on
+random GNF grammars, and the Earley recognizer (``formalgram.accepts`` / ``is_prefix``) on
+``to_gnf`` of random and real grammars once those exist.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_pda_support import ALPHABET, DerivationOracle, all_strings, gnf_grammars, shared_grammars
+
+import formalgram
+from formalgram import ByteSet, Grammar, GrammarError, GrammarTooLarge, Nonterminal, Production
+from formalgram.pda import PDA
+
+S, A, B, X = (Nonterminal(n) for n in ("S", "A", "B", "X"))
+
+
+def lit(c: str) -> ByteSet:
+    return ByteSet.single(ord(c))
+
+
+def anbn() -> Grammar:
+    # S -> a S B | a B ; B -> b   (a^n b^n, n >= 1)
+    return Grammar(
+        [Production(S, [lit("a"), S, B]), Production(S, [lit("a"), B]), Production(B, [lit("b")])], "S"
+    )
+
+
+# -- construction -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("productions", "message"),
+    [
+        ([Production(S, [A]), Production(A, [lit("a")])], "starts with nonterminal A"),
+        ([Production(S, [lit("a"), lit("b")])], "terminal after its first symbol"),
+        ([Production(S, [lit("a"), A]), Production(A, [])], "only the start symbol may have an empty rule"),
+        (
+            [Production(S, []), Production(S, [lit("a"), A]), Production(A, [lit("a"), S])],
+            "appears on the right-hand side",
+        ),
+    ],
+)
+def test_from_gnf_rejects_non_gnf(productions: list[Production], message: str) -> None:
+    with pytest.raises(GrammarError, match="not in Greibach normal form") as info:
+        PDA.from_gnf(Grammar(productions, "S"))
+    assert message in str(info.value)
+
+
+def test_start_on_rhs_without_epsilon_is_allowed() -> None:
+    pda = PDA.from_gnf(anbn())
+    assert [pda.accepts(s) for s in (b"", b"ab", b"aabb", b"aab", b"abb")] == [False, True, True, False, False]
+    assert [pda.is_prefix(s) for s in (b"", b"aa", b"aab", b"abb", b"b")] == [True, True, True, False, False]
+
+
+def test_empty_input_policy() -> None:
+    g = Grammar([Production(S, []), Production(S, [lit("a"), A]), Production(A, [lit("b")])], "S")
+    pda = PDA.from_gnf(g)
+    assert pda.accepts(b"") and pda.accepts(b"ab") and not pda.accepts(b"a")
+    assert pda.initial_stacks == frozenset([(g.start_id,)])
+    assert pda.stacks_after(b"") == {(g.start_id,)}
+    only_eps = PDA.from_gnf(Grammar([Production(S, [])], "S"))
+    assert only_eps.accepts(b"") and only_eps.is_prefix(b"") and not only_eps.is_prefix(b"a")
+    empty_language = PDA.from_gnf(Grammar([Production(S, [lit("a"), S])], "S"))
+    assert not empty_language.is_prefix(b"") and not empty_language.is_prefix(b"a")
+
+
+def test_non_generating_rules_are_dropped_so_is_prefix_is_exact() -> None:
+    # X is non-generating: "a" followed by anything from X can never complete.
+    g = Grammar(
+        [
+            Production(S, [lit("a"), X]),
+            Production(S, [lit("b"), B]),
+            Production(X, [lit("a"), X]),
+            Production(B, [lit("b")]),
+        ],
+        "S",
+    )
+    pda = PDA.from_gnf(g)
+    assert pda.dropped_rules == 2
+    assert not pda.is_prefix(b"a") and not pda.is_prefix(b"aa")
+    assert pda.is_prefix(b"b") and pda.accepts(b"bb")
+
+
+def test_byte_classes_are_the_coarsest_partition() -> None:
+    g = Grammar(
+        [
+            Production(S, [ByteSet.from_range(ord("a"), ord("z")), A]),
+            Production(A, [ByteSet.from_bytes(b"xyz0")]),
+            Production(A, [ByteSet.from_range(ord("0"), ord("9")), A]),
+        ],
+        "S",
+    )
+    pda = PDA.from_gnf(g)
+    assert len(pda.byte_class_of) == 256
+
+    def signature(b: int) -> frozenset[int]:
+        return frozenset(t for t, m in enumerate(g.masks) if (m >> b) & 1)
+
+    for b1 in range(256):
+        for b2 in range(b1 + 1, 256):
+            same = pda.byte_class_of[b1] == pda.byte_class_of[b2]
+            assert same == (signature(b1) == signature(b2))
+    # classes: a-w, x-z, 0, 1-9, everything else
+    assert pda.n_classes == 5
+    for c in range(pda.n_classes):
+        assert all(pda.byte_class_of[b] == c for b in ByteSet(pda.class_bytes[c]))
+
+
+@given(gnf_grammars())
+@settings(max_examples=60, deadline=None)
+def test_table_is_the_rules(g: Grammar) -> None:
+    """Every usable rule shows up for every byte of its terminal, and nothing else does."""
+    pda = PDA.from_gnf(g)
+    expected: set[tuple[int, int, tuple[int, ...]]] = set()
+    for lhs, rhs in g.rules:
+        if rhs and pda.generating[lhs] and all(pda.generating[s] for s in rhs[1:]):
+            for b in ByteSet(g.masks[~rhs[0]]):
+                expected.add((b, lhs, rhs[1:]))
+    got = {(b, a, p) for b in range(256) for a in range(len(g.names)) for p in pda.transitions(b, a)}
+    assert got == expected
+
+
+def test_step_pushes_first_symbol_on_top() -> None:
+    g = Grammar([Production(S, [lit("a"), A, B]), Production(A, [lit("x")]), Production(B, [lit("y")])], "S")
+    pda = PDA.from_gnf(g)
+    a_id, b_id = g.id_of("A"), g.id_of("B")
+    assert pda.step(pda.initial_stacks, ord("a")) == {(b_id, a_id)}  # top at the end
+    assert pda.stacks_after(b"ax") == {(b_id,)}
+    assert pda.stacks_after(b"ay") == set()
+    assert pda.table[(pda.byte_class_of[ord("a")], g.start_id)] == ((a_id, b_id),)
+
+
+def test_max_stacks_raises_grammar_too_large() -> None:
+    # S -> a S A | a S B | a, A -> a, B -> a: 2^n distinct stacks after n bytes.
+    g = Grammar(
+        [
+            Production(S, [lit("a"), S, A]),
+            Production(S, [lit("a"), S, B]),
+            Production(S, [lit("a")]),
+            Production(A, [lit("a")]),
+            Production(B, [lit("a")]),
+        ],
+        "S",
+    )
+    pda = PDA.from_gnf(g, max_stacks=50)
+    assert pda.is_prefix(b"aaa")
+    with pytest.raises(GrammarTooLarge, match="PDA simulation exceeded its budget of 50"):
+        pda.accepts(b"a" * 12)
+    with pytest.raises(ValueError):
+        PDA.from_gnf(g, max_stacks=0)
+
+
+# -- agreement with the derivation oracle ------------------------------------------------
+
+
+@given(gnf_grammars())
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_pda_agrees_with_derivation_oracle(g: Grammar) -> None:
+    pda = PDA.from_gnf(g)
+    oracle = DerivationOracle(g)
+    for s in all_strings(ALPHABET, 4):
+        assert pda.accepts(s) == oracle.accepts(s), s
+        assert pda.is_prefix(s) == oracle.is_prefix(s), s
+
+
+# -- agreement with Earley (when the recognizer and GNF conversion exist) -----------------
+
+
+def _mutations(s: bytes, rng: random.Random, alphabet: bytes, k: int) -> list[bytes]:
+    out: list[bytes] = []
+    for _ in range(k):
+        b = bytearray(s)
+        op = rng.randrange(3)
+        pos = rng.randrange(len(b) + 1)
+        if op == 0 or not b:
+            b.insert(pos, rng.choice(alphabet))
+        elif op == 1:
+            del b[min(pos, len(b) - 1)]
+        else:
+            b[min(pos, len(b) - 1)] = rng.choice(alphabet)
+        out.append(bytes(b))
+    return out
+
+
+needs_earley = pytest.mark.skipif(
+    not hasattr(formalgram, "accepts") or not hasattr(formalgram, "is_prefix"),
+    reason="Earley oracle (formalgram.accepts / is_prefix) not available yet",
+)
+needs_gnf = pytest.mark.skipif(not hasattr(formalgram, "to_gnf"), reason="formalgram.to_gnf not available yet")
+
+
+@needs_earley
+@given(gnf_grammars(), st.randoms(use_true_random=False))
+@settings(max_examples=60, deadline=None)
+def test_pda_agrees_with_earley_on_random_gnf(g: Grammar, rng: random.Random) -> None:
+    pda = PDA.from_gnf(g)
+    strings = all_strings(ALPHABET, 3)
+    strings += [m for s in strings[-6:] for m in _mutations(s, rng, ALPHABET, 3)]
+    for s in strings:
+        assert pda.accepts(s) == formalgram.accepts(g, s), s
+        assert pda.is_prefix(s) == formalgram.is_prefix(g, s), s
+
+
+def _to_gnf_strategy():  # type: ignore[no-untyped-def]
+    testing = getattr(formalgram, "testing", None)
+    return getattr(testing, "grammars", None)
+
+
+@needs_earley
+@needs_gnf
+@pytest.mark.skipif(_to_gnf_strategy() is None, reason="formalgram.testing.grammars not available yet")
+def test_pda_of_to_gnf_agrees_with_earley_on_random_grammars() -> None:
+    strategy = _to_gnf_strategy()
+    assert strategy is not None
+
+    @given(strategy(), st.randoms(use_true_random=False))
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    def check(g: Grammar, rng: random.Random) -> None:
+        gnf = formalgram.to_gnf(g)
+        pda = PDA.from_gnf(gnf)
+        alphabet = bytes(sorted({b for m in g.masks for b in ByteSet(m)}))[:4] or b"a"
+        strings = formalgram.enumerate_strings(g, 4) if hasattr(formalgram, "enumerate_strings") else []
+        strings = list(strings)[:40] + all_strings(alphabet, 2)
+        strings += [m for s in strings[:10] for m in _mutations(s, rng, alphabet, 2)]
+        for s in strings:
+            assert pda.accepts(s) == formalgram.accepts(g, s), s
+            assert pda.is_prefix(s) == formalgram.is_prefix(g, s), s
+
+    check()
+
+
+REAL_DEFAULT = ["llama_cpp/arithmetic.gbnf", "llama_cpp/list.gbnf", "llama_cpp/json.gbnf"]
+REAL_HEAVY = ["llama_cpp/c.gbnf", "llama_cpp/chess.gbnf", "llama_cpp/json_arr.gbnf", "llama_cpp/english.gbnf"]
+
+
+def _real_grammar_check(rel: str, n_samples: int) -> None:
+    root = shared_grammars()
+    if root is None:
+        pytest.skip("shared grammars folder is absent")
+    if not all(hasattr(formalgram, f) for f in ("load", "to_gnf", "sample")):
+        pytest.skip("formalgram.load / to_gnf / sample not available yet")
+    g = formalgram.load(root / rel)
+    gnf = formalgram.to_gnf(g)
+    pda = PDA.from_gnf(gnf)
+    rng = random.Random(0)
+    alphabet = bytes(sorted({b for m in g.masks for b in ByteSet(m)}))
+    for s in formalgram.sample(g, n_samples, seed=1, max_len=48):
+        assert pda.accepts(s), s
+        cut = s[: rng.randrange(len(s) + 1)]
+        assert pda.is_prefix(cut), cut
+        for m in _mutations(s, rng, alphabet, 3):
+            assert pda.accepts(m) == formalgram.accepts(g, m), m
+            assert pda.is_prefix(m) == formalgram.is_prefix(g, m), m
+
+
+@needs_earley
+@pytest.mark.parametrize("rel", REAL_DEFAULT)
+def test_pda_agrees_with_earley_on_real_grammars(rel: str) -> None:
+    _real_grammar_check(rel, 15)
+
+
+@pytest.mark.heavy
+@needs_earley
+@pytest.mark.parametrize("rel", REAL_DEFAULT + REAL_HEAVY)
+def test_pda_agrees_with_earley_on_real_grammars_heavy(rel: str) -> None:
+    _real_grammar_check(rel, 100)
