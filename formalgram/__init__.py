@@ -18,7 +18,9 @@ from formalgram.errors import (
 from formalgram.grammar import Grammar, Nonterminal, Production, Symbol
 
 # -- parser (syntax/) --
+from formalgram.syntax import load, parse_gbnf, to_gbnf
 # -- recognizers (recognize/) --
+from formalgram.recognize import EarleyRecognizer, accepts, enumerate_strings, is_prefix, sample
 # -- transforms (transforms/) --
 from formalgram.analysis import generating, nullable, reachable, unreachable
 from formalgram.transforms import (
@@ -32,6 +34,8 @@ from formalgram.transforms import (
     to_gnf,
 )
 # -- pda / adjacency --
+from formalgram.adjacency import backtrack_pairs, can_be_below, stack_adjacency
+from formalgram.pda import PDA
 
 __version__ = "0.1.0"
 
@@ -48,6 +52,10 @@ __all__ = [
     "Symbol",
     "UnsupportedConstruct",
     "__version__",
+    # parser
+    "load",
+    "parse_gbnf",
+    "to_gbnf",
     # transforms
     "byte_class_map",
     "byte_classes",
@@ -61,4 +69,15 @@ __all__ = [
     "remove_useless",
     "to_gnf",
     "unreachable",
+    # recognizers
+    "EarleyRecognizer",
+    "accepts",
+    "enumerate_strings",
+    "is_prefix",
+    "sample",
+    # pda / adjacency
+    "PDA",
+    "backtrack_pairs",
+    "can_be_below",
+    "stack_adjacency",
 ]

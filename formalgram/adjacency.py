@@ -41,6 +41,7 @@ from formalgram.grammar import Grammar
 def _usable_rules(gnf: Grammar, reachable_only: bool, trim: bool) -> list[tuple[int, tuple[int, ...]]]:
     """Rules (non-empty, GNF) kept for the relation, as ``(lhs, (B1, ..., Bn))``."""
     n = len(gnf.names)
+    masks = gnf.masks
     gen = [True] * n
     if trim:
         gen = [False] * n
@@ -48,7 +49,7 @@ def _usable_rules(gnf: Grammar, reachable_only: bool, trim: bool) -> list[tuple[
         while changed:
             changed = False
             for lhs, rhs in gnf.rules:
-                if not gen[lhs] and all(s < 0 or gen[s] for s in rhs):
+                if not gen[lhs] and all((gen[s] if s >= 0 else masks[~s] != 0) for s in rhs):
                     gen[lhs] = True
                     changed = True
     rules: list[tuple[int, tuple[int, ...]]] = []
@@ -58,7 +59,7 @@ def _usable_rules(gnf: Grammar, reachable_only: bool, trim: bool) -> list[tuple[
         if rhs[0] >= 0 or any(s < 0 for s in rhs[1:]):
             raise GrammarError(f"stack_adjacency needs a GNF grammar; rule of {gnf.names[lhs]} is not GNF")
         push = rhs[1:]
-        if trim and (not gen[lhs] or not all(gen[s] for s in push)):
+        if trim and (masks[~rhs[0]] == 0 or not gen[lhs] or not all(gen[s] for s in push)):
             continue
         rules.append((lhs, push))
     if not reachable_only:
@@ -95,6 +96,20 @@ def rightmost_graph(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
     Returns
     -------
     networkx.DiGraph
+        Nodes are nonterminal ids (all of them).
+
+    Complexity
+    ----------
+    O(total rule length).
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, A = Nonterminal("S"), Nonterminal("A")
+    >>> x = ByteSet.single(ord("x"))
+    >>> g = Grammar([Production(S, [x, A, A]), Production(A, [x])], "S")
+    >>> sorted(rightmost_graph(g).edges)
+    [(0, 1)]
     """
     h = nx.DiGraph()
     h.add_nodes_from(range(len(gnf.names)))
@@ -138,7 +153,8 @@ def stack_adjacency(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
         Only use rules whose left-hand side is reachable from the start (default).  With
         ``False`` the result also holds pairs from unreachable rules: a superset, still safe.
     trim : bool, keyword-only
-        Ignore rules that mention a non-generating nonterminal (default), as the PDA does.
+        Ignore rules that mention a non-generating nonterminal or whose terminal is the empty
+        byte set (default), as the PDA does: such rules occur in no accepting run.
 
     Returns
     -------
@@ -192,6 +208,24 @@ def can_be_below(
     -------
     tuple of frozenset of int
         Indexed by nonterminal id.
+
+    Raises
+    ------
+    GrammarError
+        If a rule is not in GNF form.
+
+    Complexity
+    ----------
+    As :func:`stack_adjacency`.
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, A, B = Nonterminal("S"), Nonterminal("A"), Nonterminal("B")
+    >>> x = ByteSet.single(ord("x"))
+    >>> g = Grammar([Production(S, [x, A, B]), Production(A, [x]), Production(B, [x])], "S")
+    >>> [sorted(g.names[y] for y in ys) for ys in can_be_below(g)]
+    [[], ['B'], []]
     """
     below: list[set[int]] = [set() for _ in gnf.names]
     for x, y in _pairs(gnf, reachable_only, trim):
@@ -218,6 +252,31 @@ def backtrack_pairs(
     -------
     frozenset of (int, int)
         Pairs of nonterminal ids.
+
+    Raises
+    ------
+    GrammarError
+        If a rule is not in GNF form.
+
+    Complexity
+    ----------
+    As :func:`stack_adjacency`.
+
+    Notes
+    -----
+    With ``reachable_only=False, trim=False`` this is exactly the relation built by the
+    paper's appendix (BFS from ``Bn`` for each ``A -> a ... Bn Z ...``), provided that BFS counts
+    ``Bn`` itself; see ``proofs/stack_adjacency.md``, section 5.
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, A, B, C = (Nonterminal(n) for n in "SABC")
+    >>> x = ByteSet.single(ord("x"))
+    >>> g = Grammar([Production(S, [x, A, B]), Production(A, [x, C]), Production(C, [x]),
+    ...              Production(B, [x])], "S")
+    >>> sorted((g.names[y], g.names[z]) for y, z in backtrack_pairs(g))
+    [('C', 'B')]
     """
     unary: set[int] = set()
     for lhs, push in _usable_rules(gnf, reachable_only, trim):

@@ -11,9 +11,12 @@ pushes ``B1 ... Bn`` so that ``B1`` ends on top.  A non-empty input is accepted 
 some run ends with the empty stack; the empty input is accepted when ``S -> ε`` is a rule.
 
 Stacks are plain tuples of nonterminal ids with the **top at the end** (push and pop are
-then a slice and a concatenation).  Simulating the set of reachable stacks gives exact
-membership and prefix tests (see :meth:`PDA.is_prefix` for why the automaton drops rules
-that mention non-generating nonterminals).
+then a slice and a concatenation).  :meth:`PDA.step` and :meth:`PDA.stacks_after` expose
+the explicit set of reachable stacks (bounded by ``max_stacks``: in GNF that set can grow
+exponentially with bracket nesting, since every open bracket already commits to what follows
+its match).  :meth:`PDA.accepts` and :meth:`PDA.is_prefix` simulate the same set on a
+graph-structured stack, which stays linear in the input.  See :meth:`PDA.is_prefix` for why
+the automaton drops rules that mention non-generating nonterminals.
 """
 
 from __future__ import annotations
@@ -57,7 +60,10 @@ def _gnf_violation(g: Grammar) -> str:
 
 
 def _generating_ids(g: Grammar) -> list[bool]:
-    """Nonterminal id -> True when it derives some string (least fixpoint over the rules)."""
+    """Nonterminal id -> True when it derives some string (least fixpoint over the rules).
+
+    A rule whose terminal is the empty byte set derives nothing.
+    """
     n = len(g.names)
     gen = [False] * n
     changed = True
@@ -68,7 +74,8 @@ def _generating_ids(g: Grammar) -> list[bool]:
                 continue
             ok = True
             for s in rhs:
-                if s >= 0 and not gen[s]:
+                # a nonterminal must be generating; a terminal must match some byte
+                if (s >= 0 and not gen[s]) or (s < 0 and g.masks[~s] == 0):
                     ok = False
                     break
             if ok:
@@ -354,6 +361,58 @@ class PDA:
                 break
         return cur
 
+    def _run_shared(self, data: bytes) -> tuple[bool, bool]:
+        """Simulate on a graph-structured stack; returns ``(some stack survives, empty stack reached)``.
+
+        The set of reachable stacks is kept as a DAG: a node is a stack cell (a nonterminal)
+        whose *parents* are the cells that can lie directly below it (node 0 is the bottom).
+        The stacks are the paths from a *top* node down to node 0.  Cells pushed at the same
+        step for the same slot of the same pushed tuple are merged (their futures depend only
+        on their symbol and the stacks below, so merging unions the stack sets exactly).
+        The size is linear in ``len(data)`` times the number of distinct pushed slots, while
+        the explicit set of stacks can grow exponentially (nested brackets in a GNF grammar).
+        """
+        syms: list[int] = [-1, self.start_id]
+        parents: list[set[int]] = [set(), {0}]
+        tops: set[int] = {1}
+        n = self._n
+        moves = self._moves
+        for byte in data:
+            base = self.byte_class_of[byte] * n
+            fresh: dict[tuple[tuple[int, ...], int], int] = {}
+            new_tops: set[int] = set()
+            for v in tops:
+                if v == 0:
+                    continue
+                pushes = moves.get(base + syms[v])
+                if pushes is None:
+                    continue
+                below = parents[v]
+                for p in pushes:  # reversed: p[-1] is the new top, p[0] lies on ``below``
+                    if not p:
+                        new_tops |= below
+                        continue
+                    key = (p, 0)
+                    node = fresh.get(key)
+                    if node is None:
+                        node = len(syms)
+                        syms.append(p[0])
+                        parents.append(set())
+                        fresh[key] = node
+                        prev = node
+                        for k in range(1, len(p)):
+                            cell = len(syms)
+                            syms.append(p[k])
+                            parents.append({prev})
+                            fresh[(p, k)] = cell
+                            prev = cell
+                        new_tops.add(prev)
+                    parents[node] |= below
+            tops = new_tops
+            if not tops:
+                return False, False
+        return True, 0 in tops
+
     # -- language queries -----------------------------------------------------------------
     def accepts(self, data: bytes) -> bool:
         """True when ``data`` belongs to the grammar's language.
@@ -368,18 +427,15 @@ class PDA:
             For ``b""``: whether ``S -> ε`` is a rule.  Otherwise: whether some run ends with
             the empty stack.
 
-        Raises
-        ------
-        GrammarTooLarge
-            If the simulation needs more than ``max_stacks`` stacks at some step.
-
         Complexity
         ----------
-        O(len(data) * reachable stacks * depth); linear for unambiguous bounded-depth grammars.
+        O(len(data) * (C + E)) with C the number of distinct pushed tuples (cells per step) and
+        E the parent links touched per step: the set of stacks is simulated on a shared
+        graph-structured stack, never expanded (no ``max_stacks`` bound applies).
         """
         if not data:
             return self.accepts_empty
-        return () in self.stacks_after(data)
+        return self._run_shared(data)[1]
 
     def is_prefix(self, data: bytes) -> bool:
         """True when ``data`` is a prefix of some string of the language.
@@ -392,10 +448,9 @@ class PDA:
         -------
         bool
 
-        Raises
-        ------
-        GrammarTooLarge
-            If the simulation needs more than ``max_stacks`` stacks at some step.
+        Complexity
+        ----------
+        As :meth:`accepts` (graph-structured stack).
 
         Notes
         -----
@@ -409,7 +464,7 @@ class PDA:
             return self.accepts_empty or self.generating[self.start_id]
         if not self.generating[self.start_id]:
             return False
-        return bool(self.stacks_after(data))
+        return self._run_shared(data)[0]
 
     def __repr__(self) -> str:
         return (

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 # vocabulary helper: vocabularies, errors, cache
 from formalgram_cfgzip.cache import fingerprint_text, read_cache, write_cache
+
+# lead: displacements and classes
+from formalgram_cfgzip.classes import TokenClasses, compress, grammar_fingerprint
+from formalgram_cfgzip.displacement import DisplacementSearch
 from formalgram_cfgzip.errors import CacheError, CfgzipError, VocabularyError
 from formalgram_cfgzip.vocabulary import Vocabulary
 
@@ -11,10 +15,14 @@ __version__ = "0.1.0"
 __all__ = [
     "CacheError",
     "CfgzipError",
+    "DisplacementSearch",
+    "TokenClasses",
     "Vocabulary",
     "VocabularyError",
     "__version__",
+    "compress",
     "fingerprint_text",
+    "grammar_fingerprint",
     "read_cache",
     "write_cache",
 ]

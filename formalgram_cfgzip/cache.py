@@ -3,8 +3,8 @@
 A cache directory holds two files:
 
 ``arrays.npz``
-    The arrays, written with :func:`numpy.savez` (object arrays are refused, so the file
-    never contains pickled data) and read back with ``allow_pickle=False``.
+    The arrays in numpy's ``.npz`` layout (object arrays are refused, so the file never
+    contains pickled data) and read back with ``allow_pickle=False``.
 ``meta.json``
     ``{"format": "formalgram-cache", "version": 1, "npz_sha256": ..., "meta": {...}}``:
     the checksum detects a truncated or corrupted ``arrays.npz``; ``meta`` carries the
@@ -77,6 +77,17 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def _npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """An ``.npz`` archive (what :func:`numpy.savez` writes), byte-for-byte deterministic."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
+        for key in sorted(arrays):
+            info = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            with zf.open(info, "w", force_zip64=True) as fh:
+                np.save(fh, arrays[key], allow_pickle=False)
+    return buf.getvalue()
+
+
 def write_cache(
     directory: str | os.PathLike[str], arrays: Mapping[str, np.ndarray], meta: Mapping[str, object]
 ) -> None:
@@ -122,9 +133,7 @@ def write_cache(
         meta_copy = json.loads(json.dumps(dict(meta), allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise CacheError(f"cache metadata is not JSON-serialisable: {exc}") from None
-    buf = io.BytesIO()
-    np.savez(buf, allow_pickle=False, **clean)
-    payload = buf.getvalue()
+    payload = _npz_bytes(clean)
     record = {
         "format": CACHE_FORMAT,
         "version": CACHE_VERSION,

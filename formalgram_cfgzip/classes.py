@@ -17,7 +17,13 @@ import numpy as np
 import numpy.typing as npt
 
 from formalgram.grammar import Grammar
-from formalgram_cfgzip.displacement import DEAD, START, CanonicalKey, DisplacementSearch
+from formalgram_cfgzip.displacement import (
+    DEAD,
+    START,
+    CanonicalKey,
+    DisplacementSearch,
+    specialize_terminal_symbols,
+)
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 
@@ -248,15 +254,18 @@ def compress(
     >>> int(tc.token_class[0]) == int(tc.token_class[1]), tc.invalid.tolist()
     (False, [4])
     """
-    from formalgram.syntax.gbnf import parse_gbnf
-
     from formalgram.transforms.gnf import to_gnf
     from formalgram.transforms.useless import remove_useless
 
     t0 = time.perf_counter()
-    g = parse_gbnf(grammar) if isinstance(grammar, str) else grammar
+    if isinstance(grammar, str):
+        from formalgram.syntax.gbnf import parse_gbnf
+
+        g = parse_gbnf(grammar)
+    else:
+        g = grammar
     fp = grammar_fingerprint(g)
-    gnf = to_gnf(remove_useless(g), budget=gnf_budget)
+    gnf = specialize_terminal_symbols(to_gnf(remove_useless(g), budget=gnf_budget))
     t_gnf = time.perf_counter() - t0
 
     search = DisplacementSearch(gnf, max_states=max_states, memory_budget=memory_budget)

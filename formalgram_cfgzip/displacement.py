@@ -25,19 +25,21 @@ tokens share it (a strict generalisation of sharing work along a vocabulary trie
 
 from __future__ import annotations
 
+import hashlib
 import resource
 from collections.abc import Iterable, Sequence
 
 from formalgram.errors import GrammarError, GrammarTooLarge
-from formalgram.grammar import Grammar
+from formalgram.grammar import Grammar, fresh_name
 
-State = tuple[int, int, int]
+State = tuple[int, int, int]  # (σ_out stack id, last popped symbol or -1, history id)
 StateSet = frozenset[State]
-CanonicalKey = tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+CanonicalKey = tuple[tuple[tuple[int, ...], bytes], ...]
 
 EMPTY = 0  # id of the empty stack
 DEAD = 0  # id of the empty state set
 START = 1  # id of the initial state set (nothing read yet)
+_EPS = 0  # history holding only the empty σ_in
 _SENTINEL: State = (-1, -1, -1)
 
 
@@ -109,8 +111,71 @@ def adjacency_below(gnf: Grammar) -> list[frozenset[int]]:
     return [frozenset(s) for s in below]
 
 
+def specialize_terminal_symbols(gnf: Grammar) -> Grammar:
+    """Give every tail occurrence of a single-byte-class nonterminal its own copy.
+
+    A nonterminal ``T`` whose rules are all ``T -> a`` (no tail) stands for one byte.  GNF
+    conversion shares such symbols across contexts, which makes the stack-adjacency relation
+    (a relation on *pairs* of symbols) admit long chains that no real stack holds, e.g. the
+    ``"*"`` of ``"/*"`` and the ``"*"`` of ``"*/"`` stacked many times.  Copying ``T`` per
+    (rule, position) keeps the language and the PDA's behaviour, and makes the relation exact
+    for these symbols, which keeps the search small and the classes coarse.
+
+    Parameters
+    ----------
+    gnf : Grammar
+        A grammar in Greibach normal form.
+
+    Returns
+    -------
+    Grammar
+        An equivalent GNF grammar in which each single-byte nonterminal occurs once.
+
+    Complexity
+    ----------
+    O(size of the grammar).
+    """
+    names = list(gnf.names)
+    byte_only: list[list[int]] = [[] for _ in names]
+    is_byte_only = [bool(gnf.rules_by_lhs[a]) for a in range(len(names))]
+    for lhs, rhs in gnf.rules:
+        if len(rhs) == 1 and rhs[0] < 0:
+            byte_only[lhs].append(rhs[0])
+        else:
+            is_byte_only[lhs] = False
+    is_byte_only[gnf.start_id] = False
+    taken = set(names)
+    rules: list[tuple[int, tuple[int, ...]]] = []
+    for lhs, rhs in gnf.rules:
+        if is_byte_only[lhs]:
+            continue  # re-emitted per occurrence below
+        new_rhs = list(rhs)
+        for pos in range(1, len(rhs)):
+            sym = rhs[pos]
+            if sym >= 0 and is_byte_only[sym]:
+                name = fresh_name(f"{names[sym]}@{len(rules)}.{pos}", taken)
+                taken.add(name)
+                copy = len(names)
+                names.append(name)
+                for t in byte_only[sym]:
+                    rules.append((copy, (t,)))
+                new_rhs[pos] = copy
+        rules.append((lhs, tuple(new_rhs)))
+    return Grammar.from_ids(names, gnf.masks, gnf.start_id, rules)
+
+
 class DisplacementSearch:
     """Lazily determinised displacement automaton of a GNF grammar over its byte classes.
+
+    A search state is ``(σ_out, last, H)``: the current output stack, the symbol whose
+    expansion emptied it (``-1`` while it is not empty), and ``H``, the *set* of input stacks
+    ``σ_in`` consumed by the paths that reach this ``(σ_out, last)``.  The future of a path
+    depends only on ``(σ_out, last)``, so paths are merged there and their histories united.
+    Histories are hash-consed tries over reversed ``σ_in`` (deepest symbol first), so equal
+    sets have equal ids, union is a memoised merge, and a backtrack that consumes ``Z`` is a
+    single new node ``{Z: H}``.  This keeps the search linear in the number of distinct
+    ``(σ_out, last)`` pairs even when a token (say ``")))"``) closes exponentially many
+    combinations of contexts.
 
     Parameters
     ----------
@@ -118,9 +183,10 @@ class DisplacementSearch:
         A trimmed grammar in Greibach normal form (every rule ``A -> a B1..Bn`` with ``a`` a
         terminal and ``Bi`` nonterminals; only the start may have an empty rule).
     max_states : int
-        Largest state set allowed for one (token prefix); exceeding it raises GrammarTooLarge.
+        Largest number of ``(σ_out, last)`` pairs for one token prefix; exceeding it raises
+        GrammarTooLarge.
     max_cells : int
-        Largest number of interned stack cells plus memo entries.
+        Largest number of interned stack cells, history nodes and memo entries.
     memory_budget : int or None
         Peak resident memory, in bytes, checked periodically; exceeding it raises GrammarTooLarge.
 
@@ -155,13 +221,11 @@ class DisplacementSearch:
         self.byte_class, self.num_byte_classes = compute_byte_classes(gnf.masks)
         n = len(gnf.names)
         ncls = self.num_byte_classes
-        # class representatives: smallest byte of each class
         rep = [-1] * ncls
         for b in range(256):
             c = self.byte_class[b]
             if rep[c] < 0:
                 rep[c] = b
-        # trans[c][A] = tuple of pushed tails (B1..Bn)
         trans: list[list[list[tuple[int, ...]]]] = [[[] for _ in range(n)] for _ in range(ncls)]
         for lhs, rhs in gnf.rules:
             if not rhs:
@@ -177,14 +241,19 @@ class DisplacementSearch:
                     trans[c][lhs].append(tail)
         self._trans: list[list[tuple[tuple[int, ...], ...]]] = [[tuple(x) for x in row] for row in trans]
         self._starters: list[tuple[int, ...]] = [tuple(a for a in range(n) if row[a]) for row in self._trans]
-        below = adjacency_below(gnf)
+        self._below = adjacency_below(gnf)
         self._below_c: dict[tuple[int, int], tuple[int, ...]] = {}
-        self._below = below
-        # stack cells: id -> (top, rest); id 0 is the empty stack
+        # output stacks: interned cons cells, id 0 is the empty stack
         self._top: list[int] = [-1]
         self._rest: list[int] = [0]
         self._cells: dict[tuple[int, int], int] = {}
-        # state sets
+        # histories: hash-consed tries over reversed σ_in; node = (final, ((symbol, child), ...))
+        self._h_final: list[bool] = [True]
+        self._h_edges: list[tuple[tuple[int, int], ...]] = [()]
+        self._h_ids: dict[tuple[bool, tuple[tuple[int, int], ...]], int] = {(True, ()): _EPS}
+        self._h_unions: dict[tuple[int, ...], int] = {}
+        self._h_digest: dict[int, bytes] = {}
+        # state sets: frozensets of (σ_out, last, history)
         self._sets: list[StateSet] = [frozenset(), frozenset([_SENTINEL])]
         self._set_ids: dict[StateSet, int] = {self._sets[0]: DEAD, self._sets[1]: START}
         self._memo: dict[tuple[int, int], int] = {}
@@ -192,7 +261,7 @@ class DisplacementSearch:
         self._key_of_set: dict[int, int] = {}
         self._checks = 0
 
-    # -- stacks ---------------------------------------------------------------------------
+    # -- output stacks --------------------------------------------------------------------
     def _cons(self, top: int, rest: int) -> int:
         k = (top, rest)
         i = self._cells.get(k)
@@ -210,16 +279,77 @@ class DisplacementSearch:
         return s
 
     def stack(self, sid: int) -> tuple[int, ...]:
-        """The nonterminal ids of an interned stack, top first."""
+        """The nonterminal ids of an interned output stack, top first."""
         out: list[int] = []
         while sid != EMPTY:
             out.append(self._top[sid])
             sid = self._rest[sid]
         return tuple(out)
 
-    def consumed(self, sid: int) -> tuple[int, ...]:
-        """The consumed input symbols ``σ_in`` of an interned (reversed) list, top first."""
-        return tuple(reversed(self.stack(sid)))
+    # -- histories ------------------------------------------------------------------------
+    def _h_node(self, final: bool, edges: tuple[tuple[int, int], ...]) -> int:
+        k = (final, edges)
+        i = self._h_ids.get(k)
+        if i is None:
+            i = len(self._h_final)
+            self._h_ids[k] = i
+            self._h_final.append(final)
+            self._h_edges.append(edges)
+        return i
+
+    def _h_append(self, h: int, z: int) -> int:
+        """History ``{σ·z : σ in h}``."""
+        return self._h_node(False, ((z, h),))
+
+    def _h_union(self, ids: list[int]) -> int:
+        """History ``∪ ids`` (memoised n-ary trie merge; equal sets give equal ids)."""
+        if len(ids) == 1:
+            return ids[0]
+        key = tuple(sorted(set(ids)))
+        if len(key) == 1:
+            return key[0]
+        r = self._h_unions.get(key)
+        if r is not None:
+            return r
+        final = False
+        children: dict[int, list[int]] = {}
+        for h in key:
+            if self._h_final[h]:
+                final = True
+            for sym, child in self._h_edges[h]:
+                lst = children.get(sym)
+                if lst is None:
+                    children[sym] = [child]
+                else:
+                    lst.append(child)
+        edges = tuple((sym, self._h_union(children[sym])) for sym in sorted(children))
+        r = self._h_node(final, edges)
+        self._h_unions[key] = r
+        return r
+
+    def history(self, h: int) -> frozenset[tuple[int, ...]]:
+        """The input stacks ``σ_in`` (top first) of a history; exponential size in the worst case."""
+        out: set[tuple[int, ...]] = set()
+        todo: list[tuple[int, tuple[int, ...]]] = [(h, ())]
+        while todo:
+            node, suffix = todo.pop()
+            if self._h_final[node]:
+                out.add(suffix)
+            for sym, child in self._h_edges[node]:
+                todo.append((child, (sym, *suffix)))
+        return frozenset(out)
+
+    def _h_canonical(self, h: int) -> bytes:
+        """A process-independent digest of a history (equal sets <=> equal digests)."""
+        d = self._h_digest.get(h)
+        if d is None:
+            m = hashlib.sha256(b"F" if self._h_final[h] else b"N")
+            for sym, child in self._h_edges[h]:
+                m.update(sym.to_bytes(4, "little"))
+                m.update(self._h_canonical(child))
+            d = m.digest()
+            self._h_digest[h] = d
+        return d
 
     # -- transitions ----------------------------------------------------------------------
     def _below_starting(self, y: int, c: int) -> tuple[int, ...]:
@@ -231,27 +361,36 @@ class DisplacementSearch:
             self._below_c[k] = r
         return r
 
-    def _step_state(self, st: State, c: int, out: set[State]) -> None:
-        si, so, last = st
+    @staticmethod
+    def _add(out: dict[tuple[int, int], list[int]], so: int, last: int, h: int) -> None:
+        k = (so, last)
+        lst = out.get(k)
+        if lst is None:
+            out[k] = [h]
+        else:
+            lst.append(h)
+
+    def _step_state(self, st: State, c: int, out: dict[tuple[int, int], list[int]]) -> None:
+        so, last, h = st
         row = self._trans[c]
-        if si < 0:  # nothing read yet: pop any symbol
+        if h < 0:  # nothing read yet: pop any symbol
             for a in self._starters[c]:
-                nsi = self._cons(a, EMPTY)
+                ha = self._h_append(_EPS, a)
                 for tail in row[a]:
                     nso = self._push(tail, EMPTY)
-                    out.add((nsi, nso, a if nso == EMPTY else -1))
+                    self._add(out, nso, a if nso == EMPTY else -1, ha)
         elif so != EMPTY:
             a = self._top[so]
             rest = self._rest[so]
             for tail in row[a]:
                 nso = self._push(tail, rest)
-                out.add((si, nso, a if nso == EMPTY else -1))
+                self._add(out, nso, a if nso == EMPTY else -1, h)
         else:  # backtrack below the consumed input
             for z in self._below_starting(last, c):
-                nsi = self._cons(z, si)
+                hz = self._h_append(h, z)
                 for tail in row[z]:
                     nso = self._push(tail, EMPTY)
-                    out.add((nsi, nso, z if nso == EMPTY else -1))
+                    self._add(out, nso, z if nso == EMPTY else -1, hz)
 
     def step(self, set_id: int, c: int) -> int:
         """The state set reached from ``set_id`` by reading one byte of class ``c``."""
@@ -262,16 +401,16 @@ class DisplacementSearch:
         if set_id == DEAD:
             r = DEAD
         else:
-            out: set[State] = set()
+            out: dict[tuple[int, int], list[int]] = {}
             for st in self._sets[set_id]:
                 self._step_state(st, c, out)
                 if len(out) > self.max_states:
                     raise GrammarTooLarge(
                         "displacement search",
                         self.max_states,
-                        "too many parser states for one token prefix; the grammar is highly ambiguous",
+                        "too many distinct parser stacks for one token prefix",
                     )
-            fs = frozenset(out)
+            fs = frozenset((so, last, self._h_union(hs)) for (so, last), hs in out.items())
             r = self._set_ids.get(fs)
             if r is None:
                 r = len(self._sets)
@@ -285,14 +424,16 @@ class DisplacementSearch:
         self._checks += 1
         if self._checks & 1023:
             return
-        cells = len(self._top) + len(self._memo)
+        cells = len(self._top) + len(self._memo) + len(self._h_final) + len(self._h_unions)
         if cells > self.max_cells:
-            raise GrammarTooLarge("displacement search", self.max_cells, "interned stacks and memo entries")
+            raise GrammarTooLarge(
+                "displacement search", self.max_cells, "interned stacks, histories and memo entries"
+            )
         if self.memory_budget is not None:
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             if rss > self.memory_budget:
                 raise GrammarTooLarge(
-                    "displacement search", self.memory_budget, f"peak memory {rss >> 20} MiB in bytes"
+                    "displacement search", self.memory_budget, f"peak memory reached {rss >> 20} MiB"
                 )
 
     def run_classes(self, classes: Iterable[int], set_id: int = START) -> int:
@@ -309,16 +450,27 @@ class DisplacementSearch:
         return self.run_classes([bc[b] for b in data])
 
     # -- displacement keys ---------------------------------------------------------------
+    def _pairs(self, set_id: int) -> dict[int, int]:
+        """σ_out -> united history, over all states of a set."""
+        by_out: dict[int, list[int]] = {}
+        for so, _last, h in self._sets[set_id]:
+            lst = by_out.get(so)
+            if lst is None:
+                by_out[so] = [h]
+            else:
+                lst.append(h)
+        return {so: self._h_union(hs) for so, hs in by_out.items()}
+
     def key_of(self, set_id: int) -> int:
-        """Interned id of the displacement ``{(σ_in, σ_out)}`` of a state set; 0 = empty displacement."""
+        """Interned id of the displacement of a state set (equal ids <=> equal displacements)."""
         r = self._key_of_set.get(set_id)
         if r is None:
-            if set_id in (DEAD, START):
-                pairs: frozenset[tuple[int, int]] = frozenset()
-                if set_id == START:
-                    pairs = frozenset([(-1, -1)])
+            if set_id == START:
+                pairs: frozenset[tuple[int, int]] = frozenset([(-1, -1)])
+            elif set_id == DEAD:
+                pairs = frozenset()
             else:
-                pairs = frozenset((si, so) for si, so, _ in self._sets[set_id])
+                pairs = frozenset(self._pairs(set_id).items())
             r = self._keys.get(pairs)
             if r is None:
                 r = len(self._keys)
@@ -327,23 +479,31 @@ class DisplacementSearch:
         return r
 
     def displacement(self, set_id: int) -> frozenset[tuple[tuple[int, ...], tuple[int, ...]]]:
-        """The displacement of a state set as explicit ``(σ_in, σ_out)`` id tuples (top first)."""
+        """The displacement as explicit ``(σ_in, σ_out)`` id tuples, top first (for tests; can be huge)."""
         if set_id in (DEAD, START):
             return frozenset()
-        return frozenset((self.consumed(si), self.stack(so)) for si, so, _ in self._sets[set_id])
+        out: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+        for so, h in self._pairs(set_id).items():
+            stack = self.stack(so)
+            for si in self.history(h):
+                out.add((si, stack))
+        return frozenset(out)
 
     def canonical(self, set_id: int) -> CanonicalKey:
-        """A process-independent, sorted form of :meth:`displacement`."""
-        return tuple(sorted(self.displacement(set_id)))
+        """A process-independent form of the displacement: sorted ``(σ_out, digest of σ_in set)``."""
+        if set_id in (DEAD, START):
+            return ()
+        return tuple(sorted((self.stack(so), self._h_canonical(h)) for so, h in self._pairs(set_id).items()))
 
     def state_count(self, set_id: int) -> int:
-        """Number of search states in a state set."""
+        """Number of ``(σ_out, last)`` search states in a state set."""
         return len(self._sets[set_id])
 
     def stats(self) -> dict[str, int]:
         """Sizes of the interned tables."""
         return {
             "stack_cells": len(self._top),
+            "history_nodes": len(self._h_final),
             "state_sets": len(self._sets),
             "memo_entries": len(self._memo),
             "byte_classes": self.num_byte_classes,

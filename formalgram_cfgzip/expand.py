@@ -38,13 +38,13 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    import torch
 
     from formalgram_cfgzip.classes import TokenClasses
 
 __all__ = [
     "MaskExpander",
     "TorchMaskExpander",
+    "apply_token_bitmask_inplace",
     "bitmask_shape",
     "expand_reference",
 ]
@@ -187,44 +187,42 @@ class MaskExpander:
         full[:width][valid] = tc[valid]
         self._gather_index = full
         sizes = np.bincount(tc[valid], minlength=num_classes)
-        order = np.argsort(-sizes, kind="stable")
-        # Choose K (number of dense classes) by the cost model's worst case.
+        order = np.argsort(-sizes, kind="stable").astype(np.intp)
+        self._order = order
         row_bytes = self.num_words * 4
-        k_cap = min(num_classes, max(0, memory_budget // max(row_bytes, 1)))
+        stored = min(num_classes, max(0, memory_budget // max(row_bytes, 1)))
         if max_dense is not None:
-            k_cap = min(k_cap, max(0, max_dense))
-        cum = np.concatenate([[0], np.cumsum(sizes[order][:k_cap])])
+            stored = min(stored, max(0, max_dense))
+        # K0 ("big" classes, always handled by vector ORs) minimises the cost of a step in
+        # which half of the big classes and some small class are allowed.
+        cum = np.concatenate([[0], np.cumsum(sizes[order][:stored])])
         n_valid = int(valid.sum())
         best_k, best_cost = 0, math.inf
-        for k in range(k_cap + 1):
-            small = n_valid - int(cum[k])
-            cost = self._split_cost(k // 2 + 1 if k else 0, small)
+        for k in range(stored + 1):
+            cost = self._ops_cost(k // 2 + 1 if k else 0) + self._small_cost(n_valid - int(cum[k]))
             if cost < best_cost:
                 best_k, best_cost = k, cost
         self._gather_cost = _NS_PER_GATHER_TOKEN * padded_bits + 2 * _NS_PER_CALL
-        if best_cost >= self._gather_cost:
-            best_k = 0
-        dense = order[:best_k]
-        self._dense_classes = dense.astype(np.intp)
-        self._is_dense = np.zeros(num_classes + 1, dtype=bool)
-        self._is_dense[dense] = True
-        in_dense = np.zeros(padded_bits, dtype=bool)
-        in_dense[:width] = valid & self._is_dense[np.where(valid, tc, num_classes)]
-        self._dense_bits = np.zeros((best_k, self.num_words), dtype=np.uint32)
-        if best_k:
-            rank = np.full(num_classes + 1, -1, dtype=np.intp)
-            rank[dense] = np.arange(best_k)
-            ids = np.flatnonzero(in_dense)
-            bools = np.zeros((best_k, padded_bits), dtype=np.uint8)
-            bools[rank[full[ids]], ids] = 1
-            self._dense_bits = np.packbits(bools, axis=1, bitorder="little").view(np.uint32).copy()
-        self._dense_union = np.zeros(self.num_words, dtype=np.uint32)
-        if best_k:
-            np.bitwise_or.reduce(self._dense_bits, axis=0, out=self._dense_union)
-        small_mask = ~in_dense & (full != self._zero_slot)
+        if best_cost >= self._gather_cost and stored < num_classes:
+            best_k, stored = 0, 0
+        self._k0 = best_k
+        self._stored = stored
+        rank = np.full(num_classes + 1, num_classes, dtype=np.intp)
+        rank[order] = np.arange(num_classes)
+        token_rank = rank[full]  # zero slot -> rank num_classes
+        ids = np.flatnonzero(token_rank < stored)
+        bools = np.zeros((stored, padded_bits), dtype=np.uint8)
+        bools[token_rank[ids], ids] = 1
+        self._bits = np.packbits(bools, axis=1, bitorder="little").view(np.uint32).copy()
+        del bools
+        self._union_big = np.zeros(self.num_words, dtype=np.uint32)
+        np.bitwise_or.reduce(self._bits[:best_k], axis=0, out=self._union_big)
+        self._union_small = np.zeros(self.num_words, dtype=np.uint32)
+        if stored == num_classes:
+            np.bitwise_or.reduce(self._bits[best_k:], axis=0, out=self._union_small)
+        small_mask = (token_rank >= best_k) & (token_rank < num_classes)
         self._small_ids = np.flatnonzero(small_mask).astype(np.intp)
         self._small_class = full[self._small_ids].astype(np.intp)
-        self._small_classes = np.flatnonzero(~self._is_dense[:num_classes]).astype(np.intp)
         # Per-step scratch (reused; a matcher fills rows one at a time).
         self._table = np.zeros(self.class_words * 32 + 1, dtype=np.uint8)
         self._byte_buf = np.zeros(padded_bits, dtype=np.uint8)
@@ -239,17 +237,23 @@ class MaskExpander:
         """Expander for a :class:`~formalgram_cfgzip.classes.TokenClasses` (all logit indices)."""
         return cls(classes.token_class, classes.num_classes, **kwargs)
 
-    def _split_cost(self, dense_ops: int, small: int) -> float:
-        return (
-            dense_ops * (self.num_words * _NS_PER_WORD_OR + _NS_PER_CALL)
-            + small * _NS_PER_SMALL_TOKEN
-            + (3 * _NS_PER_CALL + self.num_words * 8 * _NS_PER_WORD_OR if small else 0.0)
-        )
+    def _ops_cost(self, n_rows: int) -> float:
+        return n_rows * (self.num_words * _NS_PER_WORD_OR + _NS_PER_CALL)
+
+    def _small_cost(self, n_tokens: int) -> float:
+        if n_tokens == 0:
+            return 0.0
+        return n_tokens * _NS_PER_SMALL_TOKEN + 3 * _NS_PER_CALL + self.num_words * 8 * _NS_PER_WORD_OR
 
     @property
     def num_dense(self) -> int:
-        """Number of classes with a precomputed bitmask."""
-        return int(self._dense_classes.shape[0])
+        """Number of "big" classes, always expanded by vector ORs."""
+        return self._k0
+
+    @property
+    def num_stored(self) -> int:
+        """Number of classes with a precomputed bitmask (``num_classes`` when all fit)."""
+        return self._stored
 
     @property
     def num_small_tokens(self) -> int:
@@ -280,46 +284,73 @@ class MaskExpander:
         self._load_table(class_row)
         table = self._table
         out = out_row.view(np.uint32)
-        dense = self._dense_classes
-        k = dense.shape[0]
-        allowed_dense = table[dense]
-        a = int(np.count_nonzero(allowed_dense))
-        small_any = bool(table[self._small_classes].any()) if self._small_ids.shape[0] else False
+        k0, stored, c = self._k0, self._stored, self.num_classes
+        tr = table[self._order]
+        a_big = int(np.count_nonzero(tr[:k0]))
+        a_small = int(np.count_nonzero(tr[k0:]))
+        n_small = c - k0
+        big_rows = min(a_big, k0 - a_big + 1) if a_big else 0
+        small_plan = "none"
+        small_cost = 0.0
+        if a_small:
+            small_plan, small_cost = "gather", self._small_cost(self._small_ids.shape[0])
+            if stored == c:
+                for plan, rows in (("or", a_small), ("complement", n_small - a_small + 1)):
+                    cost = self._ops_cost(rows)
+                    if cost < small_cost:
+                        small_plan, small_cost = plan, cost
         if strategy == "auto":
-            split = self._split_cost(min(a, k - a + 1), self._small_ids.shape[0] if small_any else 0)
+            split = self._ops_cost(big_rows) + small_cost
             strategy = "gather" if split > self._gather_cost else "split"
-        self.last_strategy = strategy
+        self.last_strategy = strategy if strategy == "gather" else f"split/{small_plan}"
         if strategy == "gather":
             buf = self._byte_buf
             np.take(table, self._gather_index, out=buf)
             out[:] = np.packbits(buf, bitorder="little").view(np.uint32)
             return
-        # split path: dense classes by vector OR (or complement), small ones by gather.
-        bits = self._dense_bits
-        if a == 0:
+        bits = self._bits
+        tr_bool = tr.astype(bool)
+        # big classes
+        if a_big == 0:
             out[:] = 0
-        elif 2 * a <= k:
-            ranks = np.flatnonzero(allowed_dense)
-            np.copyto(out, bits[ranks[0]])
-            for r in ranks[1:]:
-                np.bitwise_or(out, bits[r], out=out)
+        elif 2 * a_big <= k0:
+            self._or_rows(np.flatnonzero(tr_bool[:k0]), out)
         else:
-            ranks = np.flatnonzero(allowed_dense == 0)
+            ranks = np.flatnonzero(~tr_bool[:k0])
             if ranks.shape[0] == 0:
-                np.copyto(out, self._dense_union)
+                np.copyto(out, self._union_big)
             else:
                 tmp = self._tmp_words
-                np.copyto(tmp, bits[ranks[0]])
-                for r in ranks[1:]:
-                    np.bitwise_or(tmp, bits[r], out=tmp)
+                self._or_rows(ranks, tmp)
                 np.invert(tmp, out=tmp)
-                np.bitwise_and(self._dense_union, tmp, out=out)
-        if small_any:
+                np.bitwise_and(self._union_big, tmp, out=out)
+        # small classes
+        if small_plan == "or":
+            ranks = np.flatnonzero(tr_bool[k0:]) + k0
+            for r in ranks:
+                np.bitwise_or(out, bits[r], out=out)
+        elif small_plan == "complement":
+            tmp = self._tmp_words
+            ranks = np.flatnonzero(~tr_bool[k0:]) + k0
+            if ranks.shape[0] == 0:
+                np.bitwise_or(out, self._union_small, out=out)
+            else:
+                self._or_rows(ranks, tmp)
+                np.invert(tmp, out=tmp)
+                np.bitwise_and(tmp, self._union_small, out=tmp)
+                np.bitwise_or(out, tmp, out=out)
+        elif small_plan == "gather":
             vals = self._small_vals
             np.take(table, self._small_class, out=vals)
             buf = self._small_buf
             buf[self._small_ids] = vals
             np.bitwise_or(out, np.packbits(buf, bitorder="little").view(np.uint32), out=out)
+
+    def _or_rows(self, ranks: npt.NDArray[np.intp], out: npt.NDArray[np.uint32]) -> None:
+        bits = self._bits
+        np.copyto(out, bits[ranks[0]])
+        for r in ranks[1:]:
+            np.bitwise_or(out, bits[r], out=out)
 
     # -- batches ------------------------------------------------------------------------
     def _check_class_bitmask(self, class_bitmask: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
@@ -328,8 +359,7 @@ class MaskExpander:
             cm = cm[None, :]
         if cm.ndim != 2 or cm.dtype != np.int32 or cm.shape[1] != self.class_words:
             raise ValueError(
-                f"class bitmask must be int32 of shape (batch, {self.class_words}), "
-                f"got {cm.dtype} {cm.shape}"
+                f"class bitmask must be int32 of shape (batch, {self.class_words}), got {cm.dtype} {cm.shape}"
             )
         return np.ascontiguousarray(cm)
 
@@ -388,7 +418,9 @@ class MaskExpander:
             self.expand_row(cm[src], out[dst], strategy)
         return out
 
-    def mask_logits(self, logits: npt.NDArray[np.floating[Any]], class_bitmask: npt.NDArray[np.int32]) -> None:
+    def mask_logits(
+        self, logits: npt.NDArray[np.floating[Any]], class_bitmask: npt.NDArray[np.int32]
+    ) -> None:
         """Set the logits of disallowed tokens to ``-inf`` in place (the direct logits path).
 
         Parameters
@@ -413,3 +445,203 @@ class MaskExpander:
             np.take(self._table, self._gather_index, out=self._byte_buf)
             np.putmask(lg[b, : self.logit_width], self._byte_buf[: self.logit_width] == 0, -np.inf)
             lg[b, self.logit_width :] = -np.inf
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("TorchMaskExpander needs PyTorch (pip install torch)") from exc
+    return torch
+
+
+class TorchMaskExpander:
+    """Class bitmask -> token bitmask / masked logits with torch tensors, on the CPU or a GPU.
+
+    On the CPU (``backend="auto"``) the numpy :class:`MaskExpander` runs on the tensors'
+    memory (no copy).  On CUDA (or with ``backend="torch"``) the expansion is a gather on
+    the device: unpack the class bits, ``index_select`` them by token class, pack 32 bits
+    per word; buffers are kept per batch size, so a step allocates nothing on the host.
+
+    Parameters
+    ----------
+    token_class : array of int
+        Class id per logit index (negative: never allowed).
+    num_classes : int
+        Width of the class bitmask.
+    device : str or torch.device, keyword-only
+        Where the class bitmasks, outputs and logits live.
+    backend : {"auto", "numpy", "torch"}, keyword-only
+        ``"auto"``: numpy on the CPU, torch elsewhere.
+
+    Raises
+    ------
+    ValueError
+        On a malformed ``token_class`` or a numpy backend on a non-CPU device.
+
+    Example
+    -------
+    >>> import numpy as np, torch
+    >>> ex = TorchMaskExpander(np.array([0, 1, 1, 2]), 3, backend="torch")
+    >>> ex.expand(torch.tensor([[0b101]], dtype=torch.int32)).tolist()
+    [[9]]
+    """
+
+    def __init__(
+        self,
+        token_class: npt.ArrayLike,
+        num_classes: int,
+        *,
+        device: Any = "cpu",
+        backend: Literal["auto", "numpy", "torch"] = "auto",
+    ) -> None:
+        torch = _torch()
+        tc = _check_token_class(token_class, num_classes)
+        self.device = torch.device(device)
+        self.logit_width = int(tc.shape[0])
+        self.num_classes = num_classes
+        self.num_words = (self.logit_width + 31) // 32
+        self.class_words = (num_classes + 31) // 32
+        if backend == "auto":
+            backend = "numpy" if self.device.type == "cpu" else "torch"
+        if backend == "numpy" and self.device.type != "cpu":
+            raise ValueError("the numpy backend runs on the CPU only")
+        self.backend = backend
+        self._numpy: MaskExpander | None = MaskExpander(tc, num_classes) if backend == "numpy" else None
+        zero_slot = self.class_words * 32  # an extra, always-zero column of the class table
+        idx = np.full(self.num_words * 32, zero_slot, dtype=np.int64)
+        idx[: self.logit_width] = np.where(tc >= 0, tc, zero_slot)
+        self._index = torch.from_numpy(idx).to(self.device)
+        self._shifts = torch.arange(32, dtype=torch.int32, device=self.device)
+        self._buffers: dict[int, tuple[Any, Any, Any]] = {}
+
+    def _buffers_for(self, batch: int) -> tuple[Any, Any, Any]:
+        buf = self._buffers.get(batch)
+        if buf is None:
+            torch = _torch()
+            table = torch.zeros((batch, self.class_words * 32 + 1), dtype=torch.int32, device=self.device)
+            gathered = torch.empty((batch, self.num_words * 32), dtype=torch.int32, device=self.device)
+            packed = torch.empty((batch, self.num_words), dtype=torch.int32, device=self.device)
+            buf = (table, gathered, packed)
+            self._buffers[batch] = buf
+        return buf
+
+    def _gather(self, class_bitmask: Any) -> Any:
+        """(batch, num_words * 32) int32 tensor of 0/1 per logit index (torch backend)."""
+        torch = _torch()
+        batch = int(class_bitmask.shape[0])
+        table, gathered, _ = self._buffers_for(batch)
+        cw = self.class_words
+        bits = table[:, : cw * 32].view(batch, cw, 32)
+        torch.bitwise_right_shift(class_bitmask.unsqueeze(-1), self._shifts, out=bits)
+        bits.bitwise_and_(1)
+        if self.num_classes < cw * 32:
+            table[:, self.num_classes : cw * 32] = 0
+        torch.index_select(table, 1, self._index, out=gathered)
+        return gathered
+
+    def _check(self, class_bitmask: Any) -> Any:
+        torch = _torch()
+        if not isinstance(class_bitmask, torch.Tensor):
+            class_bitmask = torch.as_tensor(np.asarray(class_bitmask), device=self.device)
+        if class_bitmask.dim() == 1:
+            class_bitmask = class_bitmask.unsqueeze(0)
+        if class_bitmask.dtype != torch.int32 or class_bitmask.shape[-1] != self.class_words:
+            raise ValueError(
+                f"class bitmask must be int32 of shape (batch, {self.class_words}), "
+                f"got {class_bitmask.dtype} {tuple(class_bitmask.shape)}"
+            )
+        if class_bitmask.device != self.device:
+            class_bitmask = class_bitmask.to(self.device, non_blocking=True)
+        return class_bitmask
+
+    def expand(self, class_bitmask: Any, out: Any = None) -> Any:
+        """Token bitmask ``(batch, ceil(logit_width / 32))`` int32 on :attr:`device`.
+
+        Parameters
+        ----------
+        class_bitmask : torch.Tensor
+            int32 ``(batch, ceil(num_classes / 32))`` (moved to the device if needed).
+        out : torch.Tensor or None
+            Written in place when given.
+
+        Returns
+        -------
+        torch.Tensor
+        """
+        torch = _torch()
+        cm = self._check(class_bitmask)
+        batch = int(cm.shape[0])
+        if out is None:
+            out = torch.empty((batch, self.num_words), dtype=torch.int32, device=self.device)
+        if self._numpy is not None:
+            self._numpy.expand(cm.contiguous().numpy(), out.numpy())
+            return out
+        gathered = self._gather(cm)
+        words = gathered.view(batch, self.num_words, 32)
+        words.bitwise_left_shift_(self._shifts)
+        # the 32 shifted bits are distinct, so their int32 sum is their OR (no carries)
+        torch.sum(words, dim=-1, dtype=torch.int32, out=out)
+        return out
+
+    def mask_logits(self, logits: Any, class_bitmask: Any) -> Any:
+        """Set disallowed logits to ``-inf`` in place (columns past ``logit_width`` too).
+
+        Parameters
+        ----------
+        logits : torch.Tensor
+            float ``(batch, n)`` with ``n >= logit_width``, on :attr:`device`.
+        class_bitmask : torch.Tensor
+            int32 ``(batch, ceil(num_classes / 32))``.
+
+        Returns
+        -------
+        torch.Tensor
+            ``logits``.
+        """
+        cm = self._check(class_bitmask)
+        if logits.dim() != 2 or logits.shape[0] != cm.shape[0] or logits.shape[1] < self.logit_width:
+            raise ValueError(
+                f"logits of shape {tuple(logits.shape)} do not fit a class bitmask of {tuple(cm.shape)}"
+            )
+        w = self.logit_width
+        if self._numpy is not None:
+            self._numpy.mask_logits(logits.detach().numpy(), cm.contiguous().numpy())
+            return logits
+        gathered = self._gather(cm)
+        logits[:, :w].masked_fill_(gathered[:, :w] == 0, float("-inf"))
+        if logits.shape[1] > w:
+            logits[:, w:] = float("-inf")
+        return logits
+
+
+def apply_token_bitmask_inplace(logits: Any, bitmask: Any) -> Any:
+    """Set logits whose bit is 0 in an XGrammar-layout bitmask to ``-inf`` (torch, any device).
+
+    Columns past ``32 * bitmask.shape[1]`` are set to ``-inf`` as well.  Equivalent to
+    ``xgrammar.apply_token_bitmask_inplace`` without the XGrammar dependency.
+
+    Parameters
+    ----------
+    logits : torch.Tensor
+        float ``(batch, n)``.
+    bitmask : torch.Tensor
+        int32 ``(batch, words)`` on the same device.
+
+    Returns
+    -------
+    torch.Tensor
+        ``logits``.
+    """
+    torch = _torch()
+    if logits.dim() == 1:
+        logits = logits.unsqueeze(0)
+    if bitmask.dim() == 1:
+        bitmask = bitmask.unsqueeze(0)
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    bits = ((bitmask.unsqueeze(-1) >> shifts) & 1).view(bitmask.shape[0], -1)
+    n = min(int(logits.shape[1]), int(bits.shape[1]))
+    logits[:, :n].masked_fill_(bits[:, :n] == 0, float("-inf"))
+    if logits.shape[1] > n:
+        logits[:, n:] = float("-inf")
+    return logits

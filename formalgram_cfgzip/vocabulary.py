@@ -18,6 +18,7 @@ import binascii
 import functools
 import hashlib
 import json
+import operator
 import os
 import re
 import struct
@@ -27,7 +28,7 @@ from typing import Any, final
 
 from formalgram_cfgzip.errors import VocabularyError
 
-__all__ = ["Vocabulary"]
+__all__ = ["BUILTIN_NAMES", "COMMON_STOP_TOKENS", "Vocabulary", "byte_level_decode"]
 
 _FINGERPRINT_TAG = b"formalgram-vocabulary-v1\x00"
 
@@ -35,9 +36,13 @@ _FINGERPRINT_TAG = b"formalgram-vocabulary-v1\x00"
 def _check_ids(ids: Iterable[int], what: str, tokens: tuple[bytes | None, ...]) -> frozenset[int]:
     out: set[int] = set()
     size = len(tokens)
-    for i in ids:
-        if isinstance(i, bool) or not isinstance(i, int):
-            raise VocabularyError(f"{what} must be integers, got {i!r}")
+    for raw in ids:
+        try:
+            if isinstance(raw, bool):
+                raise TypeError
+            i = operator.index(raw)  # accepts numpy integers too
+        except TypeError:
+            raise VocabularyError(f"{what} ids must be integers, got {raw!r}") from None
         if i < 0 or i >= size:
             raise VocabularyError(
                 f"{what} id {i} is out of range: the vocabulary has {size} tokens (ids 0-{size - 1})"
@@ -113,16 +118,18 @@ class Vocabulary:
         if all(t is None for t in converted):
             raise VocabularyError(f"vocabulary of {len(converted)} ids has no token (every id is a hole)")
         toks = tuple(converted)
-        if logit_width is None:
-            width = len(toks)
-        elif isinstance(logit_width, bool) or not isinstance(logit_width, int):
-            raise VocabularyError(f"logit_width must be an integer, got {logit_width!r}")
-        elif logit_width < len(toks):
-            raise VocabularyError(
-                f"logit_width {logit_width} is smaller than the number of token ids ({len(toks)})"
-            )
-        else:
-            width = logit_width
+        width = len(toks)
+        if logit_width is not None:
+            try:
+                if isinstance(logit_width, bool):
+                    raise TypeError
+                width = operator.index(logit_width)
+            except TypeError:
+                raise VocabularyError(f"logit_width must be an integer, got {logit_width!r}") from None
+            if width < len(toks):
+                raise VocabularyError(
+                    f"logit_width {width} is smaller than the number of token ids ({len(toks)})"
+                )
         self._tokens: tuple[bytes | None, ...] = toks
         self._special_ids: frozenset[int] = _check_ids(special_ids, "special", toks)
         self._stop_ids: frozenset[int] = _check_ids(stop_ids, "stop", toks)
@@ -143,6 +150,185 @@ class Vocabulary:
     ) -> Vocabulary:
         """Same as the constructor (a list of byte strings indexed by token id)."""
         return cls(tokens, special_ids=special_ids, stop_ids=stop_ids, logit_width=logit_width, name=name)
+
+    @classmethod
+    def from_tokenizer_json(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        stop_tokens: Iterable[str] | None = None,
+        stop_ids: Iterable[int] | None = None,
+        logit_width: int | None = None,
+        name: str | None = None,
+    ) -> Vocabulary:
+        """Load a Hugging Face ``tokenizer.json`` (byte-level BPE, or SentencePiece-style BPE/Unigram).
+
+        Parameters
+        ----------
+        path : path
+            The ``tokenizer.json`` file.
+        stop_tokens, stop_ids : optional
+            Stop tokens by text and/or id; when either is given it replaces detection.
+            Otherwise the stop ids are read from sibling ``generation_config.json`` /
+            ``config.json`` (``eos_token_id``) and ``tokenizer_config.json``
+            (``eos_token``), and failing those from :data:`COMMON_STOP_TOKENS` by name.
+        logit_width : int, optional
+            Default: ``vocab_size`` of a sibling ``config.json`` when present, else the size.
+        name : str, optional
+            Default: the name of the folder holding the file.
+
+        Returns
+        -------
+        Vocabulary
+            Byte-level tokens are decoded through the GPT-2 byte map; SentencePiece-style
+            tokens have the space marker (``▁`` or the ``Metaspace``/``Replace`` setting)
+            turned into a space and ``<0xNN>`` byte-fallback tokens into the byte ``NN``.
+            Added tokens marked ``special`` are special ids (their bytes are their text,
+            a label only), as is the model's unknown token.
+
+        Raises
+        ------
+        VocabularyError
+            If the file is missing, empty, not JSON, not a tokenizer, a WordPiece or
+            WordLevel tokenizer (no fixed bytes per token), or a stop token is unknown.
+
+        Notes
+        -----
+        Per-token bytes ignore decoder steps that act on the whole text (a ``Strip`` after
+        ``Fuse`` that removes the leading space of the first token).  O(vocabulary bytes).
+
+        Examples
+        --------
+        >>> Vocabulary.from_tokenizer_json("tokenizer.json")  # doctest: +SKIP
+        """
+        return _load_tokenizer_json(
+            path, stop_tokens=stop_tokens, stop_ids=stop_ids, logit_width=logit_width, name=name
+        )
+
+    @classmethod
+    def from_tiktoken(
+        cls,
+        path: str | os.PathLike[str],
+        special_tokens: Mapping[str, int] | None = None,
+        *,
+        stop_tokens: Iterable[str] | None = None,
+        stop_ids: Iterable[int] | None = None,
+        logit_width: int | None = None,
+        name: str | None = None,
+    ) -> Vocabulary:
+        """Load a ``.tiktoken`` file (one ``<base64 token> <rank>`` per line; rank = id).
+
+        Parameters
+        ----------
+        path : path
+            The ``.tiktoken`` file.
+        special_tokens : mapping of str to int, optional
+            Special tokens (text -> id); their ids must not be ranks of the file.
+        stop_tokens, stop_ids, logit_width, name : optional
+            As for :meth:`from_tokenizer_json`; by default the stop tokens are the special
+            tokens named in :data:`COMMON_STOP_TOKENS`.
+
+        Returns
+        -------
+        Vocabulary
+            Ids missing from the file and the special tokens are holes.
+
+        Raises
+        ------
+        VocabularyError
+            If the file is missing, empty, not ASCII, has a malformed line or a repeated
+            rank, or a special id collides with a rank.
+
+        Notes
+        -----
+        O(file size).
+        """
+        return _load_tiktoken(
+            path,
+            dict(special_tokens or {}),
+            stop_tokens=stop_tokens,
+            stop_ids=stop_ids,
+            logit_width=logit_width,
+            name=name,
+        )
+
+    @classmethod
+    def from_sentencepiece(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        stop_tokens: Iterable[str] | None = None,
+        stop_ids: Iterable[int] | None = None,
+        logit_width: int | None = None,
+        name: str | None = None,
+    ) -> Vocabulary:
+        """Load a SentencePiece ``.model`` file (read directly; the sentencepiece package is not needed).
+
+        Control and unknown pieces are special, unused pieces are holes, byte pieces
+        ``<0xNN>`` are the byte ``NN``, and ``▁`` in other pieces is a space.  The stop token
+        is ``</s>`` when it is a control piece.  Raises VocabularyError on a file that is
+        not a SentencePiece model.  O(file size).
+        """
+        return _load_sentencepiece(
+            path, stop_tokens=stop_tokens, stop_ids=stop_ids, logit_width=logit_width, name=name
+        )
+
+    @classmethod
+    def from_transformers(
+        cls,
+        tokenizer: object,
+        *,
+        stop_tokens: Iterable[str] | None = None,
+        stop_ids: Iterable[int] | None = None,
+        logit_width: int | None = None,
+        name: str | None = None,
+    ) -> Vocabulary:
+        """Build a vocabulary from a loaded ``transformers`` tokenizer.
+
+        A fast tokenizer is read through its ``tokenizer.json`` serialisation (same rules
+        as :meth:`from_tokenizer_json`); a slow byte-level or SentencePiece tokenizer
+        through ``get_vocab()``.  ``all_special_ids`` are special; the stop id defaults
+        to ``eos_token_id``.  The logit width defaults to ``len(tokenizer)`` (pass the
+        model config's ``vocab_size`` when it is larger).  Raises VocabularyError for an
+        object that is not a supported tokenizer.
+        """
+        return _load_transformers(
+            tokenizer, stop_tokens=stop_tokens, stop_ids=stop_ids, logit_width=logit_width, name=name
+        )
+
+    @classmethod
+    def builtin(cls, name: str) -> Vocabulary:
+        """One of the offline vocabularies (cached; see :data:`BUILTIN_NAMES`).
+
+        ``llama3``, ``qwen3``, ``o200k_harmony``, ``o200k_base`` and ``cl100k_base`` come
+        from the quicktok-v1 package, with the models' stop tokens and logit widths;
+        ``mistral`` (Mistral 7B v0.3, 32768 tokens) and ``mistral-v1`` (32000 tokens) are
+        SentencePiece byte-fallback vocabularies and ``mistral-tekken`` (Mistral NeMo,
+        131072 tokens) a byte-level one, all shipped by mistral-common.  Raises
+        VocabularyError for an unknown name or a missing package.
+        """
+        return _builtin(name)
+
+    @classmethod
+    def load(cls, spec: str | os.PathLike[str], **options: Any) -> Vocabulary:
+        """Load a vocabulary from a CLI-style spec.
+
+        ``spec`` is a path to a ``tokenizer.json`` (or a folder holding one), a
+        ``.tiktoken`` file, a SentencePiece ``.model`` file, or a built-in name.
+        ``options`` (``stop_tokens``, ``stop_ids``, ``logit_width``, ``name``) are passed to
+        the file loaders.  Raises VocabularyError for anything else.
+
+        >>> Vocabulary.load("no-such-tokenizer")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        formalgram_cfgzip.errors.VocabularyError: no tokenizer 'no-such-tokenizer': ...
+        """
+        allowed = {"stop_tokens", "stop_ids", "logit_width", "name"}
+        unknown = set(options) - allowed
+        if unknown:
+            raise TypeError(f"unexpected options: {', '.join(sorted(unknown))}")
+        kw = {key: options.get(key) for key in sorted(allowed)}
+        return _load_spec(spec, **kw)
 
     # -- attributes ---------------------------------------------------------------------
     @property
@@ -324,7 +510,9 @@ class _PieceDecoder:
 
     __slots__ = ("byte_fallback", "byte_level", "replacements")
 
-    def __init__(self, byte_level: bool, replacements: Sequence[tuple[str, str]], byte_fallback: bool) -> None:
+    def __init__(
+        self, byte_level: bool, replacements: Sequence[tuple[str, str]], byte_fallback: bool
+    ) -> None:
         self.byte_level = byte_level
         self.replacements = tuple(replacements)
         self.byte_fallback = byte_fallback
@@ -574,7 +762,12 @@ def _vocab_from_hf_data(
         tokens[idx] = decoder.decode(piece)
         by_content.setdefault(piece, idx)
     for idx, content in added.items():
-        if idx in special:
+        if decoder.byte_fallback and idx in pieces and _BYTE_PIECE.fullmatch(content) is not None:
+            # Some conversions list the <0xNN> byte tokens as special added tokens; they
+            # are text (one byte each), as the model's decoder treats them.
+            special.discard(idx)
+            tokens[idx] = decoder.decode(content)
+        elif idx in special:
             tokens[idx] = content.encode("utf-8", "surrogatepass")
         else:
             # Hugging Face runs added tokens through the decoder too (ByteLevel maps
@@ -633,6 +826,9 @@ def _load_tokenizer_json(
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise VocabularyError(f"{str(p)!r} is not a tokenizer.json: not valid UTF-8 JSON") from None
+    tekken = isinstance(data, dict) and "model" not in data and isinstance(data.get("vocab"), list)
+    if tekken and isinstance(data.get("config"), dict):
+        return _load_tekken(p, stop_tokens=stop_tokens, stop_ids=stop_ids, logit_width=logit_width, name=name)
     label = name if name is not None else (p.parent.name or p.stem)
     return _vocab_from_hf_data(
         data,
@@ -682,7 +878,9 @@ def _load_tiktoken(
     for text_tok, idx in special_tokens.items():
         idx = _check_id(idx, f"special token {text_tok!r}", str(p))
         if idx in ranks:
-            raise VocabularyError(f"{str(p)!r}: special token {text_tok!r} reuses the id {idx} of a normal token")
+            raise VocabularyError(
+                f"{str(p)!r}: special token {text_tok!r} reuses the id {idx} of a normal token"
+            )
         by_content[text_tok] = idx
         special.add(idx)
     all_ids = set(ranks) | special
@@ -824,10 +1022,12 @@ _QUICKTOK_BUILTINS: dict[str, tuple[str, tuple[str, ...], tuple[int, ...], int |
     "cl100k_base": ("cl100k_base", ("<|endoftext|>",), (), None),
 }
 
-# name -> file shipped in mistral-common's data folder (SentencePiece byte fallback).
+# name -> file shipped in mistral-common's data folder: SentencePiece byte-fallback
+# models, and a tekken (byte-level, tiktoken-style) file of Mistral NeMo.
 _MISTRAL_BUILTINS: dict[str, str] = {
     "mistral": "mistral_instruct_tokenizer_240323.model.v3",
     "mistral-v1": "tokenizer.model.v1",
+    "mistral-tekken": "tekken_240911.json",
 }
 
 BUILTIN_NAMES: tuple[str, ...] = (*_QUICKTOK_BUILTINS, *_MISTRAL_BUILTINS)
@@ -844,21 +1044,20 @@ def _builtin_quicktok(name: str) -> Vocabulary:
     enc = quicktok.get_encoding(encoding)
     n = int(enc.n_vocab)
     tokens: list[bytes | None] = []
-    special: list[int] = []
+    decode_one = enc.decode_single_token_bytes
     for i in range(n):
         try:
-            tok = bytes(enc.decode_single_token_bytes(i))
+            tokens.append(bytes(decode_one(i)))
         except KeyError:
             tokens.append(None)
-            continue
-        tokens.append(tok)
-        if enc.is_special_token(i):
-            special.append(i)
+    special = sorted({int(enc.encode_single_token(text)) for text in enc.special_tokens_set})
     stops = [int(enc.encode_single_token(s)) for s in stop_names]
     stops.extend(extra_stops)
     for i in stops:
         if i >= n or i not in special:
-            raise VocabularyError(f"built-in {name!r}: stop id {i} is not a special token of quicktok {encoding!r}")
+            raise VocabularyError(
+                f"built-in {name!r}: stop id {i} is not a special token of quicktok {encoding!r}"
+            )
     return Vocabulary(tokens, special_ids=special, stop_ids=stops, logit_width=width, name=name)
 
 
@@ -872,7 +1071,49 @@ def _builtin_mistral(name: str) -> Vocabulary:
     path = Path(str(mistral_common.__file__)).parent / "data" / _MISTRAL_BUILTINS[name]
     if not path.is_file():
         raise VocabularyError(f"built-in vocabulary {name!r}: {path} is missing from mistral-common")
+    if path.suffix == ".json":
+        return _load_tekken(path, stop_tokens=None, stop_ids=None, logit_width=None, name=name)
     return _load_sentencepiece(path, stop_tokens=None, stop_ids=None, logit_width=None, name=name)
+
+
+def _load_tekken(
+    path: Path,
+    *,
+    stop_tokens: Iterable[str] | None,
+    stop_ids: Iterable[int] | None,
+    logit_width: int | None,
+    name: str | None,
+) -> Vocabulary:
+    """A Mistral ``tekken.json``, read through mistral-common (which knows its special tokens)."""
+    try:
+        from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+    except ImportError:
+        raise VocabularyError(
+            f"{str(path)!r} is a Mistral tekken file; reading it needs mistral-common "
+            "(pip install 'formalgram[vocabs]')"
+        ) from None
+    try:
+        tk: Any = Tekkenizer.from_file(path)
+    except (ValueError, KeyError, TypeError, AssertionError) as exc:
+        raise VocabularyError(f"{str(path)!r} is not a valid tekken file: {exc}") from None
+    n = int(tk.n_words)
+    tokens: list[bytes | None] = []
+    special: list[int] = []
+    by_content: dict[str, int] = {}
+    for i in range(n):
+        if tk.is_special(i):
+            label = str(tk.id_to_piece(i))
+            tokens.append(label.encode("utf-8"))
+            special.append(i)
+            by_content[label] = i
+        else:
+            tokens.append(bytes(tk.id_to_byte_piece(i)))
+    eos = int(tk.eos_id)
+    stops = _resolve_stops(
+        by_content, tokens, stop_tokens=stop_tokens, stop_ids=stop_ids, configured=[eos], source=str(path)
+    )
+    label = name if name is not None else path.stem
+    return Vocabulary(tokens, special_ids=special, stop_ids=stops, logit_width=logit_width, name=label)
 
 
 @functools.lru_cache(maxsize=8)
@@ -898,7 +1139,7 @@ def _load_transformers(
     tok: Any = tokenizer
     label = name if name is not None else str(getattr(tok, "name_or_path", "") or "")
     try:
-        length = int(len(tok))
+        length = len(tok)
     except TypeError:
         raise VocabularyError(f"{type(tokenizer).__name__} is not a transformers tokenizer") from None
     special_ids = [int(i) for i in (getattr(tok, "all_special_ids", None) or [])]
@@ -1000,6 +1241,8 @@ def _load_spec(spec: str | os.PathLike[str], **kw: Any) -> Vocabulary:
             return _load_tokenizer_json(candidate, **kw)
         raise VocabularyError(f"directory {text!r} holds no tokenizer.json")
     if path.is_file():
+        if path.stat().st_size == 0:
+            raise VocabularyError(f"tokenizer file {text!r} is empty")
         kind = _sniff(path)
         if kind == "json":
             return _load_tokenizer_json(path, **kw)

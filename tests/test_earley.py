@@ -125,9 +125,7 @@ def test_nullable_chain_and_hidden_left_recursion() -> None:
 
 def test_unit_cycle_and_ambiguity() -> None:
     # S -> A | S S | x ; A -> S   (infinitely ambiguous)
-    g = Grammar(
-        [Production(S, [A]), Production(A, [S]), Production(S, [S, S]), Production(S, lit("x"))], "S"
-    )
+    g = Grammar([Production(S, [A]), Production(A, [S]), Production(S, [S, S]), Production(S, lit("x"))], "S")
     assert accepts(g, b"xxxx")
     assert not accepts(g, b"")
     assert is_prefix(g, b"")
@@ -141,6 +139,10 @@ def test_nonterminal_without_rules_makes_prefix_exact() -> None:
     r = EarleyRecognizer(g1)
     assert r.feed(ord("a"))
     assert r.allowed_bytes() == ByteSet.single(ord("c"))
+    # S -> a B | b: "a" starts only a dead rule.
+    g0 = Grammar([Production(S, [*lit("a"), B]), Production(S, lit("b"))], "S")
+    assert not is_prefix(g0, b"a")
+    assert EarleyRecognizer(g0).allowed_bytes() == ByteSet.single(ord("b"))
     # S -> a B only: nothing is viable, not even the empty prefix.
     g2 = Grammar([Production(S, [*lit("a"), B])], "S")
     assert not is_prefix(g2, b"")

@@ -268,7 +268,7 @@ def _close(t: EarleyTables, columns: list[_Column], pos: int, kernel: list[int])
                     if nxt not in seen:
                         seen.add(nxt)
                         todo.append(nxt)
-            if nullable[s] and False:
+            if nullable[s]:
                 nxt = item + 1
                 if nxt not in seen:
                     seen.add(nxt)
@@ -321,11 +321,16 @@ class EarleyRecognizer:
 
     __slots__ = ("_columns", "_grammar", "_tables")
 
-    def __init__(self, g: Grammar) -> None:
+    def __init__(self, g: Grammar, *, _columns: list[_Column] | None = None) -> None:
+        # ``_columns`` is private: :meth:`copy` passes the shared finished sets (mypyc classes
+        # cannot be created with ``__new__`` alone).
         self._grammar = g
         self._tables = earley_tables(g)
         self._columns: list[_Column] = []
-        self.reset()
+        if _columns is None:
+            self.reset()
+        else:
+            self._columns = _columns
 
     @property
     def grammar(self) -> Grammar:
@@ -341,19 +346,13 @@ class EarleyRecognizer:
         """Go back to the empty prefix."""
         t = self._tables
         self._columns = []
-        if t.generating[t.start]:
-            kernel = list(t.closure[t.start])  # origin 0: item == dotted rule
-        else:
-            kernel = []
+        # origin 0, so an item is just its dotted rule
+        kernel = list(t.closure[t.start]) if t.generating[t.start] else []
         self._columns.append(_close(t, self._columns, 0, kernel))
 
     def copy(self) -> EarleyRecognizer:
         """An independent recognizer in the same state (shares the immutable finished sets)."""
-        other = EarleyRecognizer.__new__(EarleyRecognizer)
-        other._grammar = self._grammar
-        other._tables = self._tables
-        other._columns = list(self._columns)
-        return other
+        return EarleyRecognizer(self._grammar, _columns=list(self._columns))
 
     def _advance(self, byte: int) -> _Column | None:
         t = self._tables

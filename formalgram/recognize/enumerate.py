@@ -155,7 +155,7 @@ def _min_lengths(g: Grammar) -> tuple[list[int], list[int]]:
         for lhs, rhs in g.rules:
             total = 0
             for s in rhs:
-                total += (minlen[s] if s >= 0 else (1 if masks[~s] else _INF))
+                total += minlen[s] if s >= 0 else (1 if masks[~s] else _INF)
                 if total >= _INF:
                     break
             if total < minlen[lhs]:
@@ -182,6 +182,21 @@ def _min_lengths(g: Grammar) -> tuple[list[int], list[int]]:
                 short_rule[lhs] = r
                 progress = True
     return minlen, short_rule
+
+
+def _pick(
+    rng: random.Random,
+    candidates: tuple[int, ...],
+    suffix: list[list[int]],
+    short: int,
+    budget: int,
+    free: bool,
+) -> int:
+    """A rule among ``candidates`` whose shortest yield fits ``budget`` (uniform), or ``short``."""
+    if not free:
+        return short
+    fits = [r for r in candidates if suffix[r][0] <= budget]
+    return fits[rng.randrange(len(fits))]
 
 
 def sample(g: Grammar, n: int, seed: int = 0, max_len: int = 64) -> list[bytes]:
@@ -257,21 +272,11 @@ def sample(g: Grammar, n: int, seed: int = 0, max_len: int = 64) -> list[bytes]:
     for _ in range(n):
         target = rng.randint(minlen[start], max_len)
         buf = bytearray()
-        expansions = 0
+        expansions = 1
         # frames: [rule index, next rhs position, output length at frame start, frame budget]
-        frames: list[list[int]] = []
-
-        def push(a: int, budget: int) -> None:
-            nonlocal expansions
-            expansions += 1
-            if expansions > expansion_cap:
-                r = short_rule[a]
-            else:
-                fits = [r for r in by_lhs[a] if suffix[r][0] <= budget]
-                r = fits[rng.randrange(len(fits))]
-            frames.append([r, 0, len(buf), budget])
-
-        push(start, target)
+        frames: list[list[int]] = [
+            [_pick(rng, by_lhs[start], suffix, short_rule[start], target, True), 0, 0, target]
+        ]
         while frames:
             fr = frames[-1]
             r, k, begin, budget = fr
@@ -286,7 +291,10 @@ def sample(g: Grammar, n: int, seed: int = 0, max_len: int = 64) -> list[bytes]:
                 buf.append(opts[rng.randrange(len(opts))])
             else:
                 # what this symbol may use: the frame budget minus what is already produced
-                # and the minimum the rest of the rule still needs
-                push(s, budget - (len(buf) - begin) - suffix[r][k + 1])
+                # and the minimum the rest of the rule still needs (never below minlen[s])
+                sub = budget - (len(buf) - begin) - suffix[r][k + 1]
+                expansions += 1
+                free = expansions <= expansion_cap
+                frames.append([_pick(rng, by_lhs[s], suffix, short_rule[s], sub, free), 0, len(buf), sub])
         out.append(bytes(buf))
     return out

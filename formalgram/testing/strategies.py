@@ -24,6 +24,8 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
+
 from hypothesis import strategies as st
 
 from formalgram.errors import GrammarError, GrammarTooLarge
@@ -86,9 +88,7 @@ def grammars(
 
     terminal_sets: st.SearchStrategy[int]
     if byte_classes:
-        terminal_sets = st.sets(st.sampled_from(letters), min_size=1).map(
-            lambda bs: sum(1 << b for b in bs)
-        )
+        terminal_sets = st.sets(st.sampled_from(letters), min_size=1).map(lambda bs: sum(1 << b for b in bs))
     else:
         terminal_sets = st.sampled_from(letters).map(lambda b: 1 << b)
     if allow_empty_terminal:
@@ -113,7 +113,8 @@ def grammars(
     min_rhs = 0 if allow_epsilon else 1
     rules: list[tuple[int, tuple[int, ...]]] = []
     for lhs in range(n):
-        count = draw(st.integers(0, max_rules_per_nt))
+        # the start symbol gets at least one rule (when allowed) so that most languages are non-empty
+        count = draw(st.integers(1 if lhs == 0 and max_rules_per_nt else 0, max_rules_per_nt))
         for _ in range(count):
             shape = draw(st.integers(0, 5)) if max_rhs >= 1 else 3
             rhs: list[int] = []
@@ -169,7 +170,8 @@ def grammar_and_strings(
 
     The strings mix members of L(g) (from :func:`~formalgram.recognize.enumerate.enumerate_strings`
     up to ``max_len`` over ``alphabet`` and from :func:`~formalgram.recognize.enumerate.sample`),
-    one-byte mutations of members (insert, delete, replace), and random strings over ``alphabet``
+    truncations of members (prefixes), one-byte mutations of members (insert, delete, replace),
+    and random strings over ``alphabet``
     of length ``<= max_len``.  With an empty language only random strings are produced.
 
     Parameters
@@ -201,15 +203,14 @@ def grammar_and_strings(
         members = enumerate_strings(g, max_len, bytes(letters), limit=2_000)
     except GrammarTooLarge:  # dense language: rely on sampling
         members = []
-    try:
+    with contextlib.suppress(GrammarError):  # empty language, or no member short enough
         members += sample(g, 4, seed=draw(st.integers(0, 2**16)), max_len=max_len)
-    except GrammarError:  # empty language, or no member short enough
-        pass
     junk = st.binary(max_size=max_len).map(lambda b: bytes(letters[x % len(letters)] for x in b))
     kinds: list[st.SearchStrategy[bytes]] = [junk]
     if members:
         member = st.sampled_from(members)
         kinds.append(member)
         kinds.append(member.flatmap(lambda m: _mutations(m, letters)))
+        kinds.append(member.flatmap(lambda m: st.integers(0, len(m)).map(lambda k: m[:k])))
     strings = draw(st.lists(st.one_of(kinds), min_size=1, max_size=max(1, max_strings)))
     return g, strings

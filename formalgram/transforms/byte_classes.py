@@ -54,8 +54,8 @@ def byte_classes(g: Grammar) -> tuple[ByteSet, ...]:
     >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
     >>> S = Nonterminal("S")
     >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"ab")])], "S")
-    >>> [c.describe() for c in byte_classes(g)][:2]
-    ['[\\\\x00-`c-\\\\xFF]', '[ab]']
+    >>> [len(c) for c in byte_classes(g)]
+    [254, 2]
     """
     return tuple(ByteSet(blk) for blk in _partition(g))
 

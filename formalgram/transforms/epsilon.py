@@ -99,7 +99,7 @@ def remove_epsilon(g: Grammar) -> Grammar:
     >>> a = ByteSet.single(97)
     >>> g = Grammar([Production(S, [a, S]), Production(S, [])], "S")
     >>> sorted(len(p.rhs) for p in remove_epsilon(g).productions)
-    [0, 1, 1, 2]
+    [0, 1, 1, 2, 2]
     """
     null = nullable(g)
     names = list(g.names)

@@ -7,22 +7,27 @@ than the start, except possibly the single rule ``S -> ε`` for the start ``S``.
 The conversion (see :func:`to_gnf`) is a pipeline of exact rewritings; what keeps
 the result small is
 
-* doing epsilon removal with a bounded expansion per rule (long rules are cut);
+* epsilon removal with a bounded expansion per rule (long rules are cut);
 * collapsing unit cycles instead of expanding them;
-* removing left recursion only inside cyclic components of the left-corner graph;
-* substituting only the *leftmost* symbol of each rule, on demand, in topological
-  order of the (now acyclic) left-corner graph, and only for nonterminals that the
-  result needs;
+* a left-corner construction straight into GNF (polynomial: one continuation
+  nonterminal per pair of a nonterminal and a left corner, one level of leftmost
+  substitution, so tails never accumulate), with an optional dominator split that
+  shares continuations between nonterminals;
+* as an alternative, Paull's left-recursion removal inside cyclic left-corner
+  components followed by on-demand leftmost substitution (better on shallow
+  grammars); the smaller result wins;
 * merging rules ``A -> a β`` and ``A -> b β`` into ``A -> (a|b) β`` (a byte-set union);
-* sharing one nonterminal ``T -> a`` per distinct byte set used after the first
+* one shared nonterminal ``T -> a`` per distinct byte set used after the first
   position;
 * finally merging nonterminals whose rule sets coincide up to that merging (the
   coarsest stable partition, computed by refinement like DFA minimisation).
+
+Correctness: ``proofs/normal_forms.md`` §6.
 """
 
 from __future__ import annotations
 
-from formalgram.analysis import nullable
+from formalgram.analysis import generating, nullable
 from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar, IdRule, fresh_name
 from formalgram.transforms.epsilon import remove_epsilon
@@ -200,6 +205,307 @@ def _expand(table: list[list[Body]], start: int, b: _Builder) -> dict[int, dict[
     return {a: gnf[a] for a in seen}
 
 
+class _LeftCorner:
+    """Left-corner construction straight into GNF (Rosenkrantz; Moore 2000).
+
+    For a nonterminal ``A`` let ``LC(A)`` be the nonterminals reachable from ``A`` through
+    leftmost symbols (``A`` included).  For a symbol ``X`` that starts a rule of some
+    ``B`` in ``LC(A)``, the nonterminal ``A/X`` derives what is left of a string of ``A``
+    once a leftmost ``X`` has been recognised::
+
+        A   -> t A/t          for each terminal t leading a rule of LC(A)
+        A/X -> β A/B          for each B in LC(A) and rule B -> X β
+        A/A -> ε
+
+    Here ``[A/X]`` stands for ``A/X`` without the empty string; ``A/X`` is nullable iff
+    ``X`` is reached from ``A`` by unit rules (``A`` included).  Unit rules ``B -> X``
+    give unit steps ``A/X -> A/B`` which are closed over (the input has no unit
+    cycles).  A body ``β`` starting with a nonterminal ``C`` is made GNF by
+    substituting ``C``'s own rules ``C -> t [C/t] | t``: one level only, so tails never
+    accumulate.  The input must be epsilon-free; left recursion is allowed.
+    """
+
+    def __init__(self, table: list[list[Body]], b: _Builder, factor: bool, distribute: bool) -> None:
+        self.factor = factor
+        self.distribute = distribute
+        self.ups: dict[tuple[int, int], list[int]] = {}
+        self.table = table
+        self.b = b
+        self.n_orig = len(table)
+        self.lc: dict[int, list[int]] = {}
+        self.firsts: dict[int, dict[int, list[tuple[int, Body]]]] = {}
+        self.raw: dict[tuple[int, int], list[tuple[Body, int]]] = {}
+        self.null: dict[tuple[int, int], bool] = {}
+        self.ids: dict[tuple[int, int], int] = {}
+        self.top: dict[int, list[tuple[int, Body]]] = {}
+        self.lifted: dict[int, int] = {}
+        self.lifted_mask: dict[int, int] = {}
+        self.cont_of: dict[int, tuple[int, int]] = {}
+
+    def lift(self, body: Body) -> Body:
+        out: list[int] = []
+        for s in body:
+            if s >= 0:
+                out.append(s)
+                continue
+            mask = self.b.masks[~s]
+            nt = self.lifted.get(mask)
+            if nt is None:
+                nt = self.b.fresh(_terminal_name(mask))
+                self.lifted[mask] = nt
+                self.lifted_mask[nt] = mask
+            out.append(nt)
+        return tuple(out)
+
+    def first_map(self, a: int) -> dict[int, list[tuple[int, Body]]]:
+        got = self.firsts.get(a)
+        if got is not None:
+            return got
+        seen = {a}
+        order = [a]
+        i = 0
+        while i < len(order):
+            for body in self.table[order[i]]:
+                x = body[0]
+                if x >= 0 and x not in seen:
+                    seen.add(x)
+                    order.append(x)
+            i += 1
+        fm: dict[int, list[tuple[int, Body]]] = {}
+        for bnt in order:
+            for body in self.table[bnt]:
+                fm.setdefault(body[0], []).append((bnt, body[1:]))
+        self.firsts[a] = fm
+        return fm
+
+    def nullable(self, a: int, x: int) -> bool:
+        """Whether A/X derives ε: X is reached from A by unit rules."""
+        if x == a:
+            return True
+        key = (a, x)
+        got = self.null.get(key)
+        if got is not None:
+            return got
+        self.null[key] = False  # no unit cycles: a provisional value is never read back
+        res = False
+        for bnt, beta in self.first_map(a).get(x, []):
+            if not beta and self.nullable(a, bnt):
+                res = True
+                break
+        self.null[key] = res
+        return res
+
+    def raw_rules(self, a: int, x: int) -> list[tuple[Body, int]]:
+        """Bodies ``(β, B)`` of ``[A/X]`` before GNF-ification, unit steps closed over."""
+        key = (a, x)
+        got = self.raw.get(key)
+        if got is not None:
+            return got
+        self.raw[key] = []
+        out: list[tuple[Body, int]] = []
+        seen: set[tuple[Body, int]] = set()
+        for bnt, beta in self.first_map(a).get(x, []):
+            if beta:
+                item = (beta, bnt)
+                if item not in seen:
+                    seen.add(item)
+                    out.append(item)
+            elif not self.distribute:
+                for item in self.raw_rules(a, bnt):
+                    if item not in seen:
+                        seen.add(item)
+                        out.append(item)
+        self.raw[key] = out
+        return out
+
+    def up(self, a: int, x: int) -> list[int]:
+        """``X`` and every ``Y`` in LC(a) from which ``X`` is reached by unit rules."""
+        key = (a, x)
+        got = self.ups.get(key)
+        if got is not None:
+            return got
+        out = [x]
+        seen = {x}
+        for bnt, beta in self.first_map(a).get(x, []):
+            if not beta:
+                for y in self.up(a, bnt):
+                    if y not in seen:
+                        seen.add(y)
+                        out.append(y)
+        self.ups[key] = out
+        return out
+
+    def conts(self, a: int, x: int) -> list[Body]:
+        """The tails that stand for ``[A/X]`` in a rule (without the empty tail).
+
+        Normally the single nonterminal ``[A/X]``.  In *distribute* mode ``[A/X]`` is
+        not closed over unit steps; instead the union ``[A/X] = ∪ own(A/Y)`` over the
+        ``Y`` above ``X`` by unit rules is spelled out at the place of use, which
+        avoids copying the rules of every unit ancestor into every descendant.
+        """
+        if not self.distribute:
+            c = self.cont_id(a, x)
+            return [(c,)] if c >= 0 else []
+        out: list[Body] = []
+        for y in self.up(a, x):
+            c = self.cont_id(a, y)
+            if c >= 0:
+                out.append((c,))
+        return out
+
+    def cont_id(self, a: int, x: int) -> int:
+        """The nonterminal ``[A/X]`` (created on first use), or -1 when it derives nothing."""
+        key = (a, x)
+        got = self.ids.get(key)
+        if got is not None:
+            return got
+        if not self.raw_rules(a, x):
+            self.ids[key] = -1
+            return -1
+        label = self.b.names[x] if x >= 0 else _terminal_name(self.b.masks[~x])
+        nt = self.b.fresh(f"{self.b.names[a]}__{label}")
+        self.ids[key] = nt
+        self.cont_of[nt] = key
+        return nt
+
+    def dominators(self, a: int) -> dict[int, int]:
+        """Immediate dominators in the left-corner graph of ``a`` (root ``a``).
+
+        Nodes are the members of LC(a) and the terminals leading their rules; the
+        iterative algorithm of Cooper, Harvey and Kennedy on reverse postorder.
+        """
+        succ: dict[int, list[int]] = {}
+        order: list[int] = []
+        seen = {a}
+        stack: list[tuple[int, int]] = [(a, 0)]
+        while stack:
+            v, i = stack[-1]
+            nxt = succ.get(v)
+            if nxt is None:
+                nxt = list(dict.fromkeys([body[0] for body in self.table[v]])) if v >= 0 else []
+                succ[v] = nxt
+            if i < len(nxt):
+                stack[-1] = (v, i + 1)
+                w = nxt[i]
+                if w not in seen:
+                    seen.add(w)
+                    stack.append((w, 0))
+                continue
+            stack.pop()
+            order.append(v)
+        order.reverse()
+        rpo = {v: i for i, v in enumerate(order)}
+        preds: dict[int, list[int]] = {v: [] for v in order}
+        for v in order:
+            for w in succ[v]:
+                preds[w].append(v)
+        idom: dict[int, int] = {a: a}
+        changed = True
+        while changed:
+            changed = False
+            for v in order[1:]:
+                new = -(1 << 62)
+                for p in preds[v]:
+                    if p not in idom:
+                        continue
+                    if new == -(1 << 62):
+                        new = p
+                        continue
+                    f1, f2 = p, new
+                    while f1 != f2:
+                        while rpo[f1] > rpo[f2]:
+                            f1 = idom[f1]
+                        while rpo[f2] > rpo[f1]:
+                            f2 = idom[f2]
+                    new = f1
+                if idom.get(v) != new:
+                    idom[v] = new
+                    changed = True
+        return idom
+
+    def top_rules(self, a: int) -> list[tuple[int, Body]]:
+        """GNF rules of an original nonterminal: ``A -> t [A/t]`` (and ``A -> t``).
+
+        When some nonterminal ``E != A`` lies on every left-corner path from ``A`` to
+        ``t`` (a strict dominator), ``A/t = E/t · A/E`` and the rule becomes
+        ``A -> t [E/t] [A/E]`` (with the nullable factors optional): ``[E/t]`` is then
+        shared by every ``A`` above ``E`` instead of being rebuilt for each.  The
+        highest such ``E`` (the child of ``A`` in the dominator tree) is used.
+        """
+        got = self.top.get(a)
+        if got is not None:
+            return got
+        out: list[tuple[int, Body]] = []
+        idom = self.dominators(a) if self.factor else {}
+        for x in self.first_map(a):
+            if x >= 0:
+                continue
+            e = x
+            while e in idom and idom[e] != a:
+                e = idom[e]
+            if e == x or e not in idom:
+                for c in self.conts(a, x):
+                    out.append((x, c))
+                if self.nullable(a, x):
+                    out.append((x, ()))
+                continue
+            lower = self.conts(e, x)
+            if self.nullable(e, x):
+                lower.append(())
+            upper = self.conts(a, e)
+            if self.nullable(a, e):
+                upper.append(())
+            for p1 in lower:
+                for p2 in upper:
+                    out.append((x, p1 + p2))
+        self.top[a] = out
+        return out
+
+    def cont_rules(self, a: int, x: int) -> list[tuple[int, Body]]:
+        out: list[tuple[int, Body]] = []
+        for beta, bnt in self.raw_rules(a, x):
+            lifted = self.lift(beta[1:])
+            rests: list[Body] = [lifted + c for c in self.conts(a, bnt)]
+            if self.nullable(a, bnt):
+                rests.append(lifted)
+            head = beta[0]
+            for rest in rests:
+                if head < 0:
+                    out.append((head, rest))
+                else:
+                    for t, tail in self.top_rules(head):
+                        out.append((t, tail + rest))
+        return out
+
+    def run(self, start: int) -> dict[int, dict[Body, int]]:
+        """GNF rules (tail -> mask) of every nonterminal needed from ``start``."""
+        result: dict[int, dict[Body, int]] = {}
+        masks = self.b.masks
+        needed = [start]
+        seen = {start}
+        while needed:
+            nt = needed.pop()
+            rules: list[tuple[int, Body]]
+            if nt < self.n_orig:
+                rules = self.top_rules(nt)
+            elif nt in self.lifted_mask:
+                rules = [(self.b.terminal(self.lifted_mask[nt]), ())]
+            else:
+                a, x = self.cont_of[nt]
+                rules = self.cont_rules(a, x)
+            out: dict[Body, int] = {}
+            for t, tail in rules:
+                out[tail] = out.get(tail, 0) | masks[~t]
+            self.b.charge(len(out), repr(self.b.names[nt]))
+            result[nt] = out
+            for tail in out:
+                for sym in tail:
+                    if sym not in seen:
+                        seen.add(sym)
+                        needed.append(sym)
+        return result
+
+
 def _minimise(
     rules: dict[int, dict[Body, int]], start: int
 ) -> tuple[dict[int, dict[Body, int]], int, list[int]]:
@@ -241,7 +547,7 @@ def _minimise(
     for a in ids:
         rep[a] = rep_of_cls[cls[a]]
     out: dict[int, dict[Body, int]] = {}
-    for c, a in rep_of_cls.items():
+    for a in rep_of_cls.values():
         merged2: dict[Body, int] = {}
         for tail, m in rules[a].items():
             k2 = tuple(rep[s] for s in tail)
@@ -250,17 +556,27 @@ def _minimise(
     return out, rep[start], rep
 
 
-def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET) -> Grammar:
+def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") -> Grammar:
     """Convert ``g`` to Greibach normal form, keeping ``L`` exactly and the result small.
 
     Pipeline: :func:`remove_useless`; :func:`remove_epsilon` (the empty string is set
-    aside and restored at the end); collapse unit cycles; remove left recursion in
-    the cyclic components of the left-corner graph (Paull's substitution, best of a
-    few member orders); replace terminals after the first position by shared
-    nonterminals ``T -> a``; substitute the leftmost symbol of each rule on demand in
-    topological order, merging rules that differ only in their first byte set;
-    merge nonterminals with identical rule sets to a fixpoint; add a fresh start
-    when the start occurs on a right-hand side, and ``S -> ε`` when ``ε ∈ L(g)``.
+    aside and restored at the end); collapse unit cycles; then build GNF with
+
+    * the *left-corner* construction (``A -> t [A/t]``, where ``[A/X]`` derives what
+      follows a leftmost ``X`` inside ``A``), which handles left recursion directly,
+      substitutes only one level at the leftmost position and never accumulates
+      tails; tried with and without a dominator split that shares continuations
+      between nonterminals, and with unit steps closed or spelled out;
+    * the classic *substitution* route (left recursion removed inside the cyclic
+      left-corner components, then leftmost substitution in topological order),
+      which is often smaller on shallow grammars and is capped at twice the best
+      left-corner size;
+
+    keeping the smallest.  In every case terminals after the first position become
+    shared nonterminals ``T -> a``, rules differing only in their first byte set are
+    merged (``A -> (a|b) β``), and nonterminals with identical rule sets are merged to
+    a fixpoint.  A fresh start is added when the start occurs on a right-hand side,
+    and ``S -> ε`` when ``ε ∈ L(g)``.  Proof: ``proofs/normal_forms.md`` §6.
 
     Parameters
     ----------
@@ -269,7 +585,11 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET) -> Grammar:
     budget : int
         Maximum number of rules created by any stage of the conversion (default
         200,000).  Every shared grammar of the project needs far less (see
-        ``bench/results/gnf_sizes.md``).
+        ``bench/results/gnf_sizes.md``; the largest, go_syncode, needs about
+        20,000 rules).
+    strategy : str
+        ``"auto"`` (default, smallest of all), ``"left-corner"`` (smallest left-corner
+        variant) or ``"substitution"`` (Paull + leftmost substitution only; may blow up).
 
     Returns
     -------
@@ -283,12 +603,17 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET) -> Grammar:
     GrammarTooLarge
         When a stage would exceed ``budget`` rules (raised as soon as the count passes
         the budget, so memory stays bounded).
+    ValueError
+        For an unknown ``strategy``.
 
     Complexity
     ----------
-    Linear for the cleaning stages; the substitution stages are output-sensitive
-    (each created rule costs O(its length)) and bounded by ``budget``.  Worst case
-    exponential in |G|, which the budget cuts off.
+    Linear for the cleaning stages.  The left-corner construction creates at most
+    one continuation per pair (nonterminal, left corner) and is polynomial:
+    O(|V| * |G| * k) rules with k the largest number of leading byte sets of a
+    nonterminal.  The substitution route is output-sensitive and exponential in the
+    worst case, which its cap and ``budget`` cut off.  Every stage stops with
+    GrammarTooLarge as soon as it passes ``budget`` rules.
 
     Example
     -------
@@ -299,6 +624,8 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET) -> Grammar:
     >>> is_gnf(to_gnf(g))
     True
     """
+    if strategy not in ("auto", "left-corner", "substitution"):
+        raise ValueError(f"unknown GNF strategy {strategy!r}")
     g = remove_useless(g)
     has_eps = g.start_id in nullable(g)
     start_name = g.names[g.start_id]
@@ -306,23 +633,57 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET) -> Grammar:
     # work on the epsilon-free rules of the original start (a fresh epsilon start made
     # by remove_epsilon is dropped; the empty string is restored at the end)
     proper = [r for r in g.rules if r[1]]
-    old_start = g.id_of(start_name)
-    if not any(lhs == old_start for lhs, _ in proper):
+    g = Grammar.from_ids(g.names, g.masks, g.id_of(start_name), proper)
+    if g.start_id not in generating(g):
         # L(g) == {ε}
         return Grammar.from_ids([start_name], [], 0, [(0, ())])
-    g = remove_useless(Grammar.from_ids(g.names, g.masks, old_start, proper))
+    g = remove_useless(g)
     g = merge_unit_cycles(g)
     if len(g.rules) > budget:
         raise GrammarTooLarge("GNF conversion", budget, f"{len(g.rules)} rules after epsilon removal")
-    names = list(g.names)
-    table: list[list[Body]] = [[] for _ in names]
+    base: list[list[Body]] = [[] for _ in g.names]
     for lhs, rhs in g.rules:
-        table[lhs].append(rhs)
-    table = remove_left_recursion_table(names, g.start_id, table, budget)
-    b = _Builder(names, list(g.masks), budget)
-    _lift_terminals(table, b)
-    expanded = _expand(table, g.start_id, b)
-    quotient, start, _ = _minimise(expanded, g.start_id)
+        base[lhs].append(rhs)
+    best: tuple[dict[int, dict[Body, int]], int, _Builder] | None = None
+    for factor, distribute in ((True, False), (False, False), (True, True)):
+        if strategy not in ("auto", "left-corner"):
+            break
+        # left-corner construction (polynomial, never accumulates tails), with and
+        # without the dominator split of the start rules
+        b = _Builder(list(g.names), list(g.masks), budget)
+        lc = _LeftCorner([list(x) for x in base], b, factor, distribute).run(g.start_id)
+        quotient, start, _ = _minimise(lc, g.start_id)
+        if best is None or _count(quotient) < _count(best[0]):
+            best = (quotient, start, b)
+    if strategy in ("auto", "substitution"):
+        # Paull + leftmost substitution: often smaller on shallow grammars, but tails
+        # accumulate on deep ones, so in "auto" mode it may not grow past the best
+        # left-corner result.
+        cap = budget if best is None else min(budget, 2 * _count(best[0]) + 64)
+        try:
+            names = list(g.names)
+            table = remove_left_recursion_table(names, g.start_id, [list(x) for x in base], cap)
+            b2 = _Builder(names, list(g.masks), cap)
+            _lift_terminals(table, b2)
+            expanded = _expand(table, g.start_id, b2)
+            q2, s2, _ = _minimise(expanded, g.start_id)
+            if best is None or _count(q2) < _count(best[0]):
+                best = (q2, s2, b2)
+        except GrammarTooLarge:
+            if best is None:
+                raise
+    assert best is not None
+    quotient, start, b = best
+    return _finish(quotient, start, b, start_name, has_eps)
+
+
+def _count(rules: dict[int, dict[Body, int]]) -> int:
+    return sum(len(x) for x in rules.values())
+
+
+def _finish(
+    quotient: dict[int, dict[Body, int]], start: int, b: _Builder, start_name: str, has_eps: bool
+) -> Grammar:
     masks = b.masks
     rules: list[IdRule] = []
     start_on_rhs = False

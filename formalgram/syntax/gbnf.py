@@ -1,0 +1,919 @@
+"""GBNF / XGrammar-EBNF front end: grammar text -> :class:`~formalgram.grammar.Grammar`.
+
+The accepted syntax is the union of what llama.cpp documents for GBNF and what
+``xgrammar.Grammar.from_ebnf`` (0.2.9) accepts; ``docs/syntax.md`` has the table, the
+XGrammar behaviours found by experiment and what is refused.  Characters are Unicode code
+points; the produced grammar is over bytes and accepts exactly their UTF-8 encodings
+(see :mod:`formalgram.utf8`).
+
+Pipeline: a tokenizer (positions for every token), a depth-limited recursive-descent
+parser to a small AST, name resolution, and lowering to productions (repetition is
+desugared with fresh nonterminals that keep nullability exact).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Final
+
+from formalgram.byteset import ByteSet
+from formalgram.errors import GrammarSyntaxError, UnsupportedConstruct
+from formalgram.grammar import Grammar, IdRule, fresh_name
+from formalgram.utf8 import (
+    MAX_CODE_POINT,
+    complement_ranges,
+    encode_code_point,
+    normalize_ranges,
+    utf8_sequences,
+)
+
+DEFAULT_MAX_BYTES: Final = 2_000_000
+DEFAULT_MAX_DEPTH: Final = 100
+DEFAULT_MAX_REPEAT: Final = 100_000
+
+# a raw byte b (formalgram extension \x{HH}) is stored as RAW_BASE + b among code points
+RAW_BASE: Final = 0x200000
+
+# token kinds
+T_IDENT: Final = 1
+T_ASSIGN: Final = 2
+T_STRING: Final = 3
+T_CLASS: Final = 4
+T_DOT: Final = 5
+T_LPAREN: Final = 6
+T_LOOK: Final = 7
+T_RPAREN: Final = 8
+T_BAR: Final = 9
+T_STAR: Final = 10
+T_PLUS: Final = 11
+T_QMARK: Final = 12
+T_REPEAT: Final = 13
+T_EOF: Final = 14
+
+_TOKEN_NAMES: Final = {
+    T_IDENT: "a rule name",
+    T_ASSIGN: "'::='",
+    T_STRING: "a string literal",
+    T_CLASS: "a character class",
+    T_DOT: "'.'",
+    T_LPAREN: "'('",
+    T_LOOK: "'(='",
+    T_RPAREN: "')'",
+    T_BAR: "'|'",
+    T_STAR: "'*'",
+    T_PLUS: "'+'",
+    T_QMARK: "'?'",
+    T_REPEAT: "a repetition range",
+    T_EOF: "end of input",
+}
+
+# escapes with a fixed meaning (union of llama.cpp and XGrammar; see docs/syntax.md)
+_SIMPLE_ESCAPES: Final = {
+    "n": 0x0A,
+    "t": 0x09,
+    "r": 0x0D,
+    "\\": 0x5C,
+    '"': 0x22,
+    "'": 0x27,
+    "/": 0x2F,
+    "?": 0x3F,
+    "a": 0x07,
+    "b": 0x08,
+    "e": 0x1B,
+    "f": 0x0C,
+    "v": 0x0B,
+    "0": 0x00,
+    "[": 0x5B,
+    "]": 0x5D,
+    "-": 0x2D,
+    "$": 0x24,
+    "(": 0x28,
+    ")": 0x29,
+    "*": 0x2A,
+    "+": 0x2B,
+    ".": 0x2E,
+    "^": 0x5E,
+    "{": 0x7B,
+    "|": 0x7C,
+    "}": 0x7D,
+}
+
+_HEX: Final = frozenset("0123456789abcdefABCDEF")
+_NAME_START: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+_MACRO_NAMES: Final = frozenset({"Regex", "TagDispatch", "Substring", "TokenTagDispatch"})
+
+
+class _Token:
+    __slots__ = ("chars", "col", "end", "first", "hi", "kind", "line", "lo", "negated", "ranges", "text")
+
+    def __init__(self, kind: int, line: int, col: int, first: bool) -> None:
+        self.kind = kind
+        self.line = line
+        self.col = col
+        self.first = first  # first token on its line
+        self.text = ""
+        self.chars: list[int] = []
+        self.ranges: list[tuple[int, int]] = []
+        self.negated = False
+        self.lo = 0
+        self.hi = 0
+
+
+# AST node kinds
+N_ALT: Final = 1  # children: N_SEQ nodes
+N_SEQ: Final = 2  # children: elements
+N_STRING: Final = 3  # chars
+N_CLASS: Final = 4  # ranges (already complemented when negated), raw flag
+N_REF: Final = 5  # name
+N_REPEAT: Final = 6  # children[0], lo, hi (-1 = unbounded)
+
+
+class _Node:
+    __slots__ = ("chars", "children", "col", "hi", "kind", "line", "lo", "name", "ranges", "raw")
+
+    def __init__(self, kind: int, line: int, col: int) -> None:
+        self.kind = kind
+        self.line = line
+        self.col = col
+        self.children: list[_Node] = []
+        self.name = ""
+        self.chars: list[int] = []
+        self.ranges: tuple[tuple[int, int], ...] = ()
+        self.raw = False
+        self.lo = 0
+        self.hi = 0
+
+
+def _source_line(text: str, line: int) -> str:
+    start = 0
+    for _ in range(line - 1):
+        nl = text.find("\n", start)
+        if nl < 0:
+            return ""
+        start = nl + 1
+    end = text.find("\n", start)
+    return text[start:] if end < 0 else text[start:end]
+
+
+class _Lexer:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+        self.line = 1
+        self.line_start = 0
+        self.tokens: list[_Token] = []
+
+    def error(self, message: str, pos: int = -1) -> GrammarSyntaxError:
+        p = self.pos if pos < 0 else pos
+        return GrammarSyntaxError(
+            message, self.line, p - self.line_start + 1, _source_line(self.text, self.line)
+        )
+
+    def unsupported(self, construct: str, message: str, pos: int) -> UnsupportedConstruct:
+        return UnsupportedConstruct(
+            construct, message, self.line, pos - self.line_start + 1, _source_line(self.text, self.line)
+        )
+
+    def run(self) -> list[_Token]:
+        text = self.text
+        n = len(text)
+        first = True
+        while True:
+            # skip blanks and comments
+            while self.pos < n:
+                c = text[self.pos]
+                if c == " " or c == "\t" or c == "\r":
+                    self.pos += 1
+                elif c == "\n":
+                    self.pos += 1
+                    self.line += 1
+                    self.line_start = self.pos
+                    first = True
+                elif c == "#":
+                    nl = text.find("\n", self.pos)
+                    self.pos = n if nl < 0 else nl
+                else:
+                    break
+            if self.pos >= n:
+                self.tokens.append(_Token(T_EOF, self.line, self.pos - self.line_start + 1, first))
+                return self.tokens
+            tok = self.next_token(first)
+            first = False
+            self.tokens.append(tok)
+
+    def next_token(self, first: bool) -> _Token:
+        text = self.text
+        start = self.pos
+        c = text[start]
+        tok = _Token(0, self.line, start - self.line_start + 1, first)
+        if c in _NAME_START:
+            end = start
+            n = len(text)
+            while end < n and text[end] in _NAME_START:
+                end += 1
+            if text[start] == "." and text.count(".", start, end) == end - start:
+                # "." is llama.cpp's any-character; a run of dots is several of them
+                tok.kind = T_DOT
+                self.pos = start + 1
+                return tok
+            tok.kind = T_IDENT
+            tok.text = text[start:end]
+            self.pos = end
+        elif text.startswith("::=", start):
+            tok.kind = T_ASSIGN
+            self.pos = start + 3
+        elif c == '"':
+            tok.kind = T_STRING
+            self.read_string(tok)
+        elif c == "[":
+            tok.kind = T_CLASS
+            self.read_class(tok)
+        elif c == ".":
+            tok.kind = T_DOT
+            self.pos += 1
+        elif c == "(":
+            if start + 1 < len(text) and text[start + 1] == "=":
+                tok.kind = T_LOOK
+                self.pos += 2
+            else:
+                tok.kind = T_LPAREN
+                self.pos += 1
+        elif c == ")":
+            tok.kind = T_RPAREN
+            self.pos += 1
+        elif c == "|":
+            tok.kind = T_BAR
+            self.pos += 1
+        elif c == "*":
+            tok.kind = T_STAR
+            self.pos += 1
+        elif c == "+":
+            tok.kind = T_PLUS
+            self.pos += 1
+        elif c == "?":
+            tok.kind = T_QMARK
+            self.pos += 1
+        elif c == "{":
+            tok.kind = T_REPEAT
+            self.read_repeat(tok)
+        else:
+            if c == "'":
+                raise self.error('strings must use double quotes ("...")')
+            if c == ":":
+                raise self.error("expected '::='")
+            raise self.error(f"unexpected character {c!r}")
+        return tok
+
+    def read_escape(self) -> int:
+        # self.pos is at the backslash; returns the code point (or RAW_BASE + byte)
+        text = self.text
+        n = len(text)
+        start = self.pos
+        if start + 1 >= n or text[start + 1] == "\n":
+            raise self.error("unterminated escape sequence", start)
+        e = text[start + 1]
+        simple = _SIMPLE_ESCAPES.get(e, -1)
+        if simple >= 0:
+            self.pos = start + 2
+            return simple
+        if e == "x":
+            if start + 2 < n and text[start + 2] == "{":
+                # formalgram extension: \x{HH} is one raw byte (XGrammar and llama.cpp reject it)
+                close = text.find("}", start + 3, start + 6)
+                digits = text[start + 3 : close] if close > 0 else ""
+                if not digits or len(digits) > 2 or any(d not in _HEX for d in digits):
+                    raise self.error("raw byte escape must be \\x{H} or \\x{HH}", start)
+                self.pos = close + 1
+                return RAW_BASE + int(digits, 16)
+            end = start + 2
+            while end < n and text[end] in _HEX:
+                end += 1
+            count = end - start - 2
+            if count == 0:
+                raise self.error("\\x escape needs hex digits", start)
+            if count > 2:
+                raise self.unsupported(
+                    "\\x escape with more than two hex digits",
+                    f"{text[start:end]!s} is read as one code point by XGrammar but as \\x"
+                    f"{text[start + 2 : start + 4]} followed by text by llama.cpp; "
+                    "write \\uHHHH or split the string",
+                    start,
+                )
+            self.pos = end
+            return int(text[start + 2 : end], 16)
+        if e == "u" or e == "U":
+            width = 4 if e == "u" else 8
+            digits = text[start + 2 : start + 2 + width]
+            if len(digits) != width or any(d not in _HEX for d in digits):
+                raise self.error(f"\\{e} escape needs exactly {width} hex digits", start)
+            cp = int(digits, 16)
+            if cp > MAX_CODE_POINT:
+                raise self.unsupported(
+                    "code point above U+10FFFF",
+                    f"{text[start : start + 2 + width]} is not a Unicode code point",
+                    start,
+                )
+            self.pos = start + 2 + width
+            return cp
+        raise self.error(f"unknown escape '\\{e}'", start)
+
+    def read_char(self) -> int:
+        text = self.text
+        c = text[self.pos]
+        if c == "\\":
+            return self.read_escape()
+        o = ord(c)
+        if 0xD800 <= o <= 0xDFFF:
+            raise self.error(f"invalid character U+{o:04X} (lone surrogate in the text)")
+        self.pos += 1
+        return o
+
+    def read_string(self, tok: _Token) -> None:
+        text = self.text
+        n = len(text)
+        open_pos = self.pos
+        self.pos += 1
+        while True:
+            if self.pos >= n or text[self.pos] == "\n" or text[self.pos] == "\r":
+                raise self.error("unterminated string literal", open_pos)
+            c = text[self.pos]
+            if c == '"':
+                self.pos += 1
+                return
+            tok.chars.append(self.read_char())
+
+    def read_class(self, tok: _Token) -> None:
+        text = self.text
+        n = len(text)
+        open_pos = self.pos
+        self.pos += 1
+        if self.pos < n and text[self.pos] == "^":
+            tok.negated = True
+            self.pos += 1
+        while True:
+            if self.pos >= n or text[self.pos] == "\n" or text[self.pos] == "\r":
+                raise self.error("unterminated character class", open_pos)
+            if text[self.pos] == "]":
+                self.pos += 1
+                return
+            item_pos = self.pos
+            lo = self.read_char()
+            hi = lo
+            if (
+                self.pos + 1 < n
+                and text[self.pos] == "-"
+                and text[self.pos + 1] != "]"
+                and text[self.pos + 1] != "\n"
+            ):
+                self.pos += 1
+                hi = self.read_char()
+                lo_raw = lo >= RAW_BASE
+                hi_raw = hi >= RAW_BASE
+                lo_v = lo - RAW_BASE if lo_raw else lo
+                hi_v = hi - RAW_BASE if hi_raw else hi
+                if lo_raw != hi_raw and (lo_v if hi_raw else hi_v) >= 0x80:
+                    raise self.error("a range cannot mix a raw byte and a non-ASCII character", item_pos)
+                if lo_v > hi_v:
+                    raise self.error("character range lower bound is larger than upper bound", item_pos)
+                if lo_raw or hi_raw:
+                    lo, hi = RAW_BASE + lo_v, RAW_BASE + hi_v
+            tok.ranges.append((lo, hi))
+
+    def read_repeat(self, tok: _Token) -> None:
+        text = self.text
+        n = len(text)
+        open_pos = self.pos
+        self.pos += 1
+
+        def skip() -> None:
+            while self.pos < n and text[self.pos] in " \t":
+                self.pos += 1
+
+        def number() -> int:
+            skip()
+            s = self.pos
+            while self.pos < n and text[self.pos].isascii() and text[self.pos].isdigit():
+                self.pos += 1
+            if s == self.pos:
+                raise self.error("expected an integer in repetition range")
+            if self.pos - s > 9:
+                raise self.error("repetition count is too large", s)
+            return int(text[s : self.pos])
+
+        tok.lo = number()
+        skip()
+        if self.pos < n and text[self.pos] == ",":
+            self.pos += 1
+            skip()
+            if self.pos < n and text[self.pos] == "}":
+                tok.hi = -1
+            else:
+                tok.hi = number()
+                skip()
+        else:
+            tok.hi = tok.lo
+        if self.pos >= n or text[self.pos] != "}":
+            raise self.error("expected '}' to close the repetition range")
+        self.pos += 1
+        if tok.hi >= 0 and tok.lo > tok.hi:
+            raise self.error(f"repetition lower bound {tok.lo} is larger than upper bound {tok.hi}", open_pos)
+
+
+class _Parser:
+    def __init__(self, text: str, tokens: list[_Token], lookahead: str, max_depth: int) -> None:
+        self.text = text
+        self.tokens = tokens
+        self.i = 0
+        self.lookahead = lookahead
+        self.max_depth = max_depth
+        self.refs: list[_Node] = []
+
+    def error_at(self, tok: _Token, message: str) -> GrammarSyntaxError:
+        return GrammarSyntaxError(message, tok.line, tok.col, _source_line(self.text, tok.line))
+
+    def peek(self, k: int = 0) -> _Token:
+        j = self.i + k
+        if j >= len(self.tokens):
+            return self.tokens[-1]
+        return self.tokens[j]
+
+    def at_rule_start(self) -> bool:
+        tok = self.peek()
+        if tok.kind == T_IDENT and self.peek(1).kind == T_ASSIGN:
+            if not tok.first:
+                raise self.error_at(tok, f"rule '{tok.text}' must start at the beginning of a line")
+            return True
+        return False
+
+    def parse_rules(self) -> list[tuple[_Token, _Node]]:
+        rules: list[tuple[_Token, _Node]] = []
+        while True:
+            tok = self.peek()
+            if tok.kind == T_EOF:
+                return rules
+            if tok.kind != T_IDENT:
+                raise self.error_at(tok, f"expected a rule name, got {_TOKEN_NAMES[tok.kind]}")
+            if self.peek(1).kind != T_ASSIGN:
+                raise self.error_at(self.peek(1), f"expected '::=' after rule name '{tok.text}'")
+            if not tok.first:
+                raise self.error_at(tok, f"rule '{tok.text}' must start at the beginning of a line")
+            self.i += 2
+            body = self.parse_alternatives(0)
+            nxt = self.peek()
+            if nxt.kind == T_LOOK:
+                self.parse_lookahead()
+                nxt = self.peek()
+            if nxt.kind == T_RPAREN:
+                raise self.error_at(nxt, "unbalanced ')'")
+            if nxt.kind != T_EOF and not self.at_rule_start():
+                raise self.error_at(nxt, f"unexpected {_TOKEN_NAMES[nxt.kind]}")
+            rules.append((tok, body))
+
+    def parse_lookahead(self) -> None:
+        tok = self.peek()
+        if self.lookahead != "drop":
+            raise UnsupportedConstruct(
+                "lookahead",
+                "XGrammar uses (= ...) to mask tokens that cross the end of this rule, so it is not "
+                "a pure hint; parse with lookahead='drop' to ignore it (see docs/syntax.md)",
+                tok.line,
+                tok.col,
+                _source_line(self.text, tok.line),
+            )
+        self.i += 1
+        self.parse_alternatives(1)
+        close = self.peek()
+        if close.kind != T_RPAREN:
+            raise self.error_at(
+                close,
+                f"expected ')' to close the lookahead assertion opened at line {tok.line}, column {tok.col}",
+            )
+        self.i += 1
+
+    def parse_alternatives(self, depth: int) -> _Node:
+        first = self.peek()
+        if depth > self.max_depth:
+            raise self.error_at(first, f"parentheses nested deeper than {self.max_depth}")
+        alt = _Node(N_ALT, first.line, first.col)
+        alt.children.append(self.parse_sequence(depth))
+        while self.peek().kind == T_BAR:
+            self.i += 1
+            alt.children.append(self.parse_sequence(depth))
+        return alt
+
+    def parse_sequence(self, depth: int) -> _Node:
+        first = self.peek()
+        seq = _Node(N_SEQ, first.line, first.col)
+        while True:
+            tok = self.peek()
+            kind = tok.kind
+            if kind == T_IDENT:
+                if self.at_rule_start():
+                    return seq
+                nxt = self.peek(1)
+                if (
+                    nxt.kind == T_LPAREN
+                    and nxt.line == tok.line
+                    and nxt.col == tok.col + len(tok.text)
+                    and tok.text in _MACRO_NAMES
+                ):
+                    raise UnsupportedConstruct(
+                        "macro",
+                        f"XGrammar macro {tok.text}(...) is not supported",
+                        tok.line,
+                        tok.col,
+                        _source_line(self.text, tok.line),
+                    )
+                node = _Node(N_REF, tok.line, tok.col)
+                node.name = tok.text
+                self.refs.append(node)
+                self.i += 1
+            elif kind == T_STRING:
+                node = _Node(N_STRING, tok.line, tok.col)
+                node.chars = tok.chars
+                self.i += 1
+            elif kind in (T_CLASS, T_DOT):
+                node = self.class_node(tok)
+                self.i += 1
+            elif kind == T_LPAREN:
+                self.i += 1
+                node = self.parse_alternatives(depth + 1)
+                close = self.peek()
+                if close.kind != T_RPAREN:
+                    raise self.error_at(
+                        close,
+                        f"expected ')' to close the '(' at line {tok.line}, column {tok.col}, "
+                        f"got {_TOKEN_NAMES[close.kind]}",
+                    )
+                self.i += 1
+            elif kind in (T_STAR, T_PLUS, T_QMARK, T_REPEAT):
+                raise self.error_at(tok, f"{_TOKEN_NAMES[kind]} must follow an element")
+            elif kind == T_LOOK and depth > 0:
+                raise self.error_at(tok, "a lookahead assertion (= ...) may only end a rule body")
+            else:
+                return seq
+            # postfix operators
+            stacked = 0
+            while True:
+                op = self.peek()
+                if stacked >= 8 and op.kind in (T_STAR, T_PLUS, T_QMARK, T_REPEAT):
+                    raise self.error_at(op, "too many repetition operators on one element")
+                if op.kind == T_STAR:
+                    node = _repeat(node, 0, -1, op)
+                elif op.kind == T_PLUS:
+                    node = _repeat(node, 1, -1, op)
+                elif op.kind == T_QMARK:
+                    node = _repeat(node, 0, 1, op)
+                elif op.kind == T_REPEAT:
+                    node = _repeat(node, op.lo, op.hi, op)
+                else:
+                    break
+                self.i += 1
+                stacked += 1
+            seq.children.append(node)
+
+    def class_node(self, tok: _Token) -> _Node:
+        node = _Node(N_CLASS, tok.line, tok.col)
+        if tok.kind == T_DOT:
+            node.ranges = ((0, MAX_CODE_POINT),)
+            return node
+        raw = any(hi >= RAW_BASE for _, hi in tok.ranges)
+        if raw:
+            if tok.negated:
+                raise self.error_at(tok, "a negated class cannot contain raw bytes \\x{HH}")
+            out: list[tuple[int, int]] = []
+            for lo, hi in tok.ranges:
+                if hi < RAW_BASE:
+                    if hi >= 0x80:
+                        raise self.error_at(
+                            tok, "a class with raw bytes \\x{HH} cannot contain non-ASCII characters"
+                        )
+                    out.append((lo, hi))
+                else:
+                    out.append((lo - RAW_BASE, hi - RAW_BASE))
+            node.raw = True
+            node.ranges = tuple(out)
+            return node
+        node.ranges = complement_ranges(tok.ranges) if tok.negated else normalize_ranges(tok.ranges)
+        return node
+
+
+def _repeat(child: _Node, lo: int, hi: int, op: _Token) -> _Node:
+    node = _Node(N_REPEAT, op.line, op.col)
+    node.children.append(child)
+    node.lo = lo
+    node.hi = hi
+    return node
+
+
+class _Lowering:
+    """Turns the AST into the integer view of a Grammar."""
+
+    def __init__(self, text: str, rule_names: list[str], max_repeat: int) -> None:
+        self.text = text
+        self.names: list[str] = list(rule_names)
+        self.index: dict[str, int] = {name: i for i, name in enumerate(rule_names)}
+        self.taken: set[str] = set(rule_names)
+        self.masks: list[int] = []
+        self.mask_index: dict[int, int] = {}
+        self.rules: list[IdRule] = []
+        self.class_memo: dict[tuple[tuple[int, int], ...], int] = {}
+        self.rep_memo: dict[tuple[tuple[int, ...], int, int], int] = {}
+        self.max_repeat = max_repeat
+        self.repeat_used = 0
+
+    def add(self, lhs: int, rhs: tuple[int, ...]) -> None:
+        self.rules.append((lhs, rhs))
+
+    def terminal(self, mask: int) -> int:
+        t = self.mask_index.get(mask)
+        if t is None:
+            t = len(self.masks)
+            self.mask_index[mask] = t
+            self.masks.append(mask)
+        return ~t
+
+    def new_nonterminal(self, base: str) -> int:
+        name = fresh_name(base, self.taken)
+        self.taken.add(name)
+        self.index[name] = len(self.names)
+        self.names.append(name)
+        return len(self.names) - 1
+
+    def class_alternatives(self, ranges: tuple[tuple[int, int], ...]) -> list[list[int]]:
+        return [[self.terminal(b.mask) for b in seq] for seq in utf8_sequences(ranges)]
+
+    def lower_rule(self, lhs: int, body: _Node) -> None:
+        rule = self.names[lhs]
+        # a body that is one element: class, or repetition, gets the rule itself
+        if len(body.children) == 1 and len(body.children[0].children) == 1:
+            elem = _unwrap(body.children[0].children[0])
+            if elem.kind == N_CLASS and not elem.ranges:
+                # ``x ::= []``: a rule without any production (how the printer writes one)
+                return
+            if elem.kind == N_CLASS and not elem.raw and _is_multibyte(elem.ranges):
+                for alt in self.class_alternatives(elem.ranges):
+                    self.add(lhs, tuple(alt))
+                return
+            if elem.kind == N_REPEAT and elem.hi == -1 and elem.lo <= 1:
+                x = self.lower_element(elem.children[0], rule)
+                self.add(lhs, (*x, lhs))
+                self.add(lhs, tuple(x) if elem.lo == 1 else ())
+                return
+        for seq in body.children:
+            self.add(lhs, tuple(self.lower_sequence(seq, rule)))
+
+    def lower_sequence(self, seq: _Node, rule: str) -> list[int]:
+        out: list[int] = []
+        for elem in seq.children:
+            out.extend(self.lower_element(elem, rule))
+        return out
+
+    def lower_element(self, elem: _Node, rule: str) -> list[int]:
+        kind = elem.kind
+        if kind == N_REF:
+            return [self.index[elem.name]]
+        if kind == N_STRING:
+            out: list[int] = []
+            for c in elem.chars:
+                if c >= RAW_BASE:
+                    out.append(self.terminal(1 << (c - RAW_BASE)))
+                else:
+                    for b in encode_code_point(c):
+                        out.append(self.terminal(1 << b))
+            return out
+        if kind == N_CLASS:
+            if elem.raw or not _is_multibyte(elem.ranges):
+                mask = 0
+                for lo, hi in elem.ranges:
+                    mask |= ByteSet.from_range(lo, hi).mask
+                return [self.terminal(mask)]
+            nt = self.class_memo.get(elem.ranges, -1)
+            if nt < 0:
+                nt = self.new_nonterminal(f"{rule}-chars")
+                self.class_memo[elem.ranges] = nt
+                for alt in self.class_alternatives(elem.ranges):
+                    self.add(nt, tuple(alt))
+            return [nt]
+        if kind == N_ALT:
+            if len(elem.children) == 1:
+                return self.lower_sequence(elem.children[0], rule)
+            nt = self.new_nonterminal(f"{rule}-group")
+            for seq in elem.children:
+                self.add(nt, tuple(self.lower_sequence(seq, rule)))
+            return [nt]
+        if kind == N_SEQ:
+            return self.lower_sequence(elem, rule)
+        # N_REPEAT: unwind stacked operators iteratively (x*+?) to keep recursion shallow
+        ops: list[_Node] = []
+        while elem.kind == N_REPEAT:
+            ops.append(elem)
+            elem = elem.children[0]
+        x = self.lower_element(elem, rule)
+        for op in reversed(ops):
+            x = self.lower_repeat(x, op, rule)
+        return x
+
+    def lower_repeat(self, x: list[int], elem: _Node, rule: str) -> list[int]:
+        lo = elem.lo
+        hi = elem.hi
+        width = len(x)
+        cost = lo * width + (0 if hi < 0 else (hi - lo) * (width + 1))
+        self.repeat_used += cost
+        if cost > self.max_repeat or self.repeat_used > self.max_repeat:
+            bound = f"{{{lo},}}" if hi < 0 else f"{{{lo},{hi}}}"
+            raise GrammarSyntaxError(
+                f"repetition {bound} expands to too many symbols (limit max_repeat={self.max_repeat})",
+                elem.line,
+                elem.col,
+                _source_line(self.text, elem.line),
+            )
+        if width == 0:
+            return []
+        out: list[int] = []
+        for _ in range(lo):
+            out.extend(x)
+        if hi < 0:
+            out.append(self.star(x, rule))
+        elif hi > lo:
+            out.append(self.optional_chain(x, hi - lo, rule))
+        return out
+
+    def star(self, x: list[int], rule: str) -> int:
+        key = (tuple(x), -1, 0)
+        nt = self.rep_memo.get(key, -1)
+        if nt < 0:
+            nt = self.new_nonterminal(f"{rule}-star")
+            self.rep_memo[key] = nt
+            self.add(nt, (*x, nt))
+            self.add(nt, ())
+        return nt
+
+    def optional_chain(self, x: list[int], k: int, rule: str) -> int:
+        # O_1 -> x | eps ; O_j -> x O_{j-1} | eps  (accepts 0..k copies, each once)
+        tx = tuple(x)
+        prev = -1
+        for j in range(1, k + 1):
+            key = (tx, -2, j)
+            nt = self.rep_memo.get(key, -1)
+            if nt < 0:
+                nt = self.new_nonterminal(f"{rule}-opt" if j == 1 else f"{rule}-rep")
+                self.rep_memo[key] = nt
+                self.add(nt, tx if prev < 0 else (*tx, prev))
+                self.add(nt, ())
+            prev = nt
+        return prev
+
+
+def _unwrap(elem: _Node) -> _Node:
+    # strip redundant parentheses: ((x)) -> x
+    while elem.kind == N_ALT and len(elem.children) == 1 and len(elem.children[0].children) == 1:
+        elem = elem.children[0].children[0]
+    return elem
+
+
+def _is_multibyte(ranges: tuple[tuple[int, int], ...]) -> bool:
+    return bool(ranges) and ranges[-1][1] >= 0x80
+
+
+def parse_gbnf(
+    text: str,
+    start: str = "root",
+    *,
+    lookahead: str = "error",
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_repeat: int = DEFAULT_MAX_REPEAT,
+) -> Grammar:
+    """Parse GBNF / XGrammar EBNF text into a byte-level :class:`Grammar`.
+
+    Parameters
+    ----------
+    text : str
+        The grammar source.
+    start : str
+        Name of the start rule (XGrammar's ``root_rule_name``); it must be defined.
+    lookahead : {"error", "drop"}
+        What to do with XGrammar lookahead assertions ``(= ...)`` after a rule body.
+        ``"error"`` raises :class:`UnsupportedConstruct`; ``"drop"`` parses and ignores
+        them (exact for the byte language, but XGrammar's token masks may differ; see
+        ``docs/syntax.md``).
+    max_bytes : int
+        Refuse texts longer than this many UTF-8 bytes.
+    max_depth : int
+        Refuse parentheses nested deeper than this.
+    max_repeat : int
+        Budget for symbols created by ``{m,n}`` expansion, in total.
+
+    Returns
+    -------
+    Grammar
+        Unused rules are kept.  Generated helper nonterminals are named after the rule
+        that needed them (``<rule>-star``, ``<rule>-chars``, ...), made unique.
+
+    Raises
+    ------
+    GrammarSyntaxError
+        With 1-based line, column and source line, for every malformed input (undefined
+        rule, duplicate rule, missing start rule, empty grammar, limits exceeded, ...).
+    UnsupportedConstruct
+        For valid syntax that is refused (lookahead by default, XGrammar macros, code
+        points above U+10FFFF, ambiguous ``\\x`` escapes).
+
+    Complexity
+    ----------
+    O(n) in the text length plus the size of the produced grammar.
+
+    Example
+    -------
+    >>> g = parse_gbnf('root ::= "a" ws "b"\\nws ::= [ \\\\t]*')
+    >>> len(g.rules_for("ws"))
+    2
+    """
+    if lookahead not in ("error", "drop"):
+        raise ValueError(f"lookahead must be 'error' or 'drop', got {lookahead!r}")
+    if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise GrammarSyntaxError(f"grammar text is larger than max_bytes={max_bytes} bytes", 1, 1, "")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    tokens = _Lexer(text).run()
+    parser = _Parser(text, tokens, lookahead, max_depth)
+    rules = parser.parse_rules()
+    if not rules:
+        raise GrammarSyntaxError("empty grammar: no rule is defined", 1, 1, _source_line(text, 1))
+    names: list[str] = []
+    defined: dict[str, _Token] = {}
+    for tok, _ in rules:
+        prev = defined.get(tok.text)
+        if prev is not None:
+            raise GrammarSyntaxError(
+                f"rule '{tok.text}' is defined more than once (first at line {prev.line})",
+                tok.line,
+                tok.col,
+                _source_line(text, tok.line),
+            )
+        defined[tok.text] = tok
+        names.append(tok.text)
+    for ref in parser.refs:
+        if ref.name not in defined:
+            hint = " ('.' is part of rule names; write ' . ' for any character)" if "." in ref.name else ""
+            raise GrammarSyntaxError(
+                f"rule '{ref.name}' is not defined{hint}", ref.line, ref.col, _source_line(text, ref.line)
+            )
+    if start not in defined:
+        raise GrammarSyntaxError(f"start rule '{start}' is not defined", 1, 1, _source_line(text, 1))
+    low = _Lowering(text, names, max_repeat)
+    for lhs, (_, body) in enumerate(rules):
+        low.lower_rule(lhs, body)
+    return Grammar.from_ids(low.names, low.masks, low.index[start], low.rules)
+
+
+def load(path: str | os.PathLike[str], start: str = "root", **kw: object) -> Grammar:
+    """Read a ``.gbnf`` / ``.ebnf`` file (UTF-8) and parse it with :func:`parse_gbnf`.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The file.
+    start : str
+        Name of the start rule.
+    **kw
+        ``lookahead``, ``max_bytes``, ``max_depth``, ``max_repeat`` as for :func:`parse_gbnf`.
+
+    Raises
+    ------
+    GrammarSyntaxError
+        For invalid UTF-8 (with the position of the bad byte), files over ``max_bytes`` and
+        every error of :func:`parse_gbnf`.
+    OSError
+        If the file cannot be read.
+
+    Example
+    -------
+    >>> # g = load("grammars/json.gbnf")
+    """
+    lookahead = kw.pop("lookahead", "error")
+    max_bytes = kw.pop("max_bytes", DEFAULT_MAX_BYTES)
+    max_depth = kw.pop("max_depth", DEFAULT_MAX_DEPTH)
+    max_repeat = kw.pop("max_repeat", DEFAULT_MAX_REPEAT)
+    if kw:
+        raise TypeError(f"unexpected keyword arguments: {sorted(kw)}")
+    if not isinstance(lookahead, str) or not isinstance(max_bytes, int):
+        raise TypeError("lookahead must be a str and max_bytes an int")
+    if not isinstance(max_depth, int) or not isinstance(max_repeat, int):
+        raise TypeError("max_depth and max_repeat must be ints")
+    size = os.path.getsize(path)
+    if size > max_bytes:
+        raise GrammarSyntaxError(f"grammar file is {size} bytes, over max_bytes={max_bytes}", 1, 1, "")
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = data[: exc.start]
+        line = before.count(b"\n") + 1
+        col = len(before) - (before.rfind(b"\n") + 1) + 1
+        raise GrammarSyntaxError(f"invalid UTF-8 byte 0x{data[exc.start]:02X}", line, col, "") from None
+    return parse_gbnf(
+        text, start, lookahead=lookahead, max_bytes=max_bytes, max_depth=max_depth, max_repeat=max_repeat
+    )

@@ -1,0 +1,252 @@
+"""llguidance backend: the same protocol as :mod:`formalgram_cfgzip.engines.xgrammar`.
+
+The engine tokenizer is an ``llguidance.LLTokenizer`` over a token list: class
+representatives' bytes (compressed) or every token's bytes (full reference), with the
+special-token policy of :mod:`formalgram_cfgzip.engines.base` (special tokens, holes and
+stop tokens get empty bytes; empty-bytes tokens are never allowed by llguidance; the
+stop tokens are its EOS tokens, allowed when the grammar is accepting).  When the
+vocabulary has no stop token a dummy EOS engine token (empty bytes, no real token maps to
+it) is appended, because llguidance always has one.
+
+llguidance facts this relies on (1.9.1): ``grammar_from("gbnf" | "lark", text)`` gives a
+grammar string for ``LLMatcher(tokenizer, grammar)``; the matcher never raises for
+grammar errors but enters an error state (``is_error()``/``get_error()``); consuming a
+forbidden token puts it into the error state, so :meth:`accept_token` checks with
+``validate_tokens`` first; ``llguidance.numpy.fill_next_token_bitmask`` writes XGrammar's
+int32 layout; ``fill_next_token_bitmask_par`` with an ``LLExecutor`` fills a batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from formalgram_cfgzip.engines.base import (
+    CompiledGrammar,
+    EngineError,
+    EngineMatcher,
+    check_classes,
+    class_vocabulary,
+    engine_vocabulary,
+)
+
+if TYPE_CHECKING:
+    from formalgram_cfgzip.classes import TokenClasses
+    from formalgram_cfgzip.vocabulary import Vocabulary
+
+__all__ = ["LLGuidanceCompiled", "LLGuidanceMatcher", "compile", "compile_full"]
+
+Syntax = Literal["gbnf", "lark"]
+
+
+def _llg() -> Any:
+    try:
+        import llguidance
+        import llguidance.numpy
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise EngineError(
+            "the llguidance backend needs the 'llguidance' package (pip install llguidance)"
+        ) from exc
+    return llguidance
+
+
+class _TokenList:
+    """The minimal tokenizer object ``llguidance.TokenizerWrapper`` reads.
+
+    llguidance tokenizes the bytes a grammar forces (e.g. the ``)`` that must follow), so
+    ``__call__`` must really tokenize: it is a greedy longest-match over the engine tokens.
+    A tokenizer that returns nothing there makes llguidance stop with "no extension".
+    """
+
+    def __init__(self, tokens: list[bytes], eos: int) -> None:
+        self.tokens = tokens
+        self.eos_token_id = eos
+        self.bos_token_id = None
+        self.special_token_ids: list[int] = []
+        self._ids: dict[bytes, int] = {}
+        for i, t in enumerate(tokens):
+            if t and t not in self._ids:
+                self._ids[t] = i
+        self._max_len = max((len(t) for t in self._ids), default=1)
+
+    def __call__(self, data: bytes | str) -> list[int]:
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        out: list[int] = []
+        i, n = 0, len(raw)
+        ids = self._ids
+        while i < n:
+            for length in range(min(self._max_len, n - i), 0, -1):
+                tid = ids.get(raw[i : i + length])
+                if tid is not None:
+                    out.append(tid)
+                    i += length
+                    break
+            else:
+                i += 1  # a byte no token spells: skipped (it cannot be generated anyway)
+        return out
+
+
+class LLGuidanceMatcher(EngineMatcher):
+    """Matcher over real token ids backed by an ``llguidance.LLMatcher``."""
+
+    def __init__(self, compiled: LLGuidanceCompiled) -> None:
+        super().__init__(compiled)
+        self._m = compiled.pristine.deep_copy()
+        self._eos = compiled.eos_ids
+        self._history: list[int] = []
+
+    def _engine_accept(self, engine_id: int) -> bool:
+        if self.is_terminated():
+            return False
+        m = self._m
+        # validate_tokens does not count EOS, and is_accepting() is not always what the
+        # mask says (e.g. in llguidance's stopped states): read the EOS bit of the mask.
+        if engine_id in self._eos:
+            scratch = self._scratch
+            self._engine_fill(scratch, 0)
+            if not (int(scratch[0, engine_id >> 5]) >> (engine_id & 31)) & 1:
+                return False
+        elif m.is_error() or m.validate_tokens([engine_id]) != 1:
+            return False
+        if not m.consume_token(engine_id):  # pragma: no cover - validated above
+            raise EngineError(f"llguidance failed after validating a token: {m.get_error()[:300]}")
+        self._history.append(engine_id)
+        return True
+
+    def _engine_fill(self, bitmask: npt.NDArray[np.int32], index: int) -> None:
+        _llg().numpy.fill_next_token_bitmask(self._m, bitmask, index)
+
+    def rollback(self, num_tokens: int = 1) -> None:
+        """Undo the last ``num_tokens`` accepted tokens."""
+        if not 0 <= num_tokens <= len(self._history):
+            raise EngineError(f"cannot roll back {num_tokens} tokens after {len(self._history)}")
+        if num_tokens:
+            self._m.rollback(num_tokens)
+            del self._history[-num_tokens:]
+
+    def reset(self) -> None:
+        """Back to the initial state."""
+        self._m.reset()
+        self._history.clear()
+
+    def is_terminated(self) -> bool:
+        """Whether a stop token was accepted."""
+        return bool(self._history) and self._history[-1] in self._eos
+
+
+class LLGuidanceCompiled(CompiledGrammar):
+    """A grammar compiled by llguidance over classes or the full vocabulary."""
+
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        classes: TokenClasses | None,
+        engine_tokens: list[bytes],
+        eos_ids: list[int],
+        grammar: str,
+    ) -> None:
+        super().__init__(vocab, classes, engine_tokens, eos_ids)
+        llg = _llg()
+        self.eos_ids = frozenset(eos_ids)
+        wrapper = llg.TokenizerWrapper(_TokenList(engine_tokens, eos_ids[0]))
+        self.tokenizer = llg.LLTokenizer(wrapper, eos_token=list(eos_ids))
+        if int(self.tokenizer.vocab_size) != len(engine_tokens):
+            raise EngineError(
+                f"llguidance built a tokenizer of {self.tokenizer.vocab_size} tokens for {len(engine_tokens)}"
+            )
+        self.pristine = llg.LLMatcher(self.tokenizer, grammar, log_level=0)
+        if self.pristine.is_error():
+            raise EngineError(f"llguidance cannot compile the grammar: {self.pristine.get_error()[:500]}")
+        self._executor: Any = None
+
+    def matcher(self) -> LLGuidanceMatcher:
+        """A fresh matcher in the initial state."""
+        return LLGuidanceMatcher(self)
+
+    def _batch_engine_fill(
+        self, matchers: Sequence[EngineMatcher], engine_bitmask: npt.NDArray[np.int32]
+    ) -> None:
+        llg = _llg()
+        if self._executor is None:
+            self._executor = llg.LLExecutor()
+        pairs = [(m._m, i) for i, m in enumerate(matchers) if isinstance(m, LLGuidanceMatcher)]
+        if len(pairs) != len(matchers):
+            raise EngineError("matchers of another engine were passed to an llguidance batch")
+        llg.numpy.fill_next_token_bitmask_par(self._executor, pairs, engine_bitmask)
+
+
+def _grammar(grammar_text: str, syntax: Syntax, root: str) -> str:
+    llg = _llg()
+    if root != "root":
+        raise EngineError(
+            "the llguidance backend only supports the start rule 'root' (GBNF) / 'start' (Lark)"
+        )
+    try:
+        return str(llg.grammar_from(syntax, grammar_text))
+    except ValueError as exc:
+        raise EngineError(f"llguidance cannot read the grammar: {exc}") from exc
+
+
+def compile(
+    classes: TokenClasses,
+    grammar_text: str,
+    *,
+    root: str = "root",
+    syntax: Syntax = "gbnf",
+    vocab: Vocabulary | None = None,
+    check: bool = True,
+) -> LLGuidanceCompiled:
+    """Compile ``grammar_text`` with llguidance over the representatives of ``classes``.
+
+    Parameters
+    ----------
+    classes : TokenClasses
+        Classes computed for this grammar.
+    grammar_text : str
+        GBNF (or Lark with ``syntax="lark"``) text.
+    root : str, keyword-only
+        Must be ``"root"`` (llguidance's GBNF start rule).
+    syntax : {"gbnf", "lark"}, keyword-only
+    vocab : Vocabulary or None, keyword-only
+        The caller's vocabulary, checked against ``classes.vocab``.
+    check : bool, keyword-only
+        Validate fingerprints (GBNF only) and the special-token policy.
+
+    Returns
+    -------
+    LLGuidanceCompiled
+
+    Raises
+    ------
+    ClassesMismatchError, EngineError
+    """
+    if check:
+        check_classes(classes, grammar_text if syntax == "gbnf" else None, vocab)
+    tokens = class_vocabulary(classes)
+    if classes.stop_class >= 0:
+        eos = [classes.stop_class]
+    else:
+        eos = [len(tokens)]
+        tokens.append(b"")
+    return LLGuidanceCompiled(classes.vocab, classes, tokens, eos, _grammar(grammar_text, syntax, root))
+
+
+def compile_full(
+    vocab: Vocabulary, grammar_text: str, *, root: str = "root", syntax: Syntax = "gbnf"
+) -> LLGuidanceCompiled:
+    """The uncompressed reference: llguidance over every logit index of ``vocab``.
+
+    Raises
+    ------
+    EngineError
+    """
+    tokens = engine_vocabulary(vocab)
+    tokens.extend([b""] * (vocab.logit_width - len(tokens)))
+    eos = sorted(vocab.stop_ids)
+    if not eos:
+        eos = [len(tokens)]
+        tokens.append(b"")
+    return LLGuidanceCompiled(vocab, None, tokens, eos, _grammar(grammar_text, syntax, root))

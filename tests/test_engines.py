@@ -1,0 +1,359 @@
+"""Differential lossless tests of the engine adapters (proof: proofs/engine_adapter.md).
+
+The oracle is the engine itself run over the *full* vocabulary (``compile_full``): at every
+step of seeded random walks the compressed adapter's expanded token bitmask must equal the
+full engine's bitmask bit for bit, and both must accept / reject the same tokens.  The
+classes come from (i) identity classes (every text token its own class), (ii) ``compress()``,
+and (iii) deliberately *wrong* classes, which must be caught (the test can fail).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from formalgram_cfgzip.classes import TokenClasses
+from formalgram_cfgzip.engines.base import (
+    BatchIndexError,
+    ClassesMismatchError,
+    CompiledGrammar,
+    EngineError,
+    TokenIdError,
+)
+from formalgram_cfgzip.vocabulary import Vocabulary
+
+xgr_engine = pytest.importorskip("formalgram_cfgzip.engines.xgrammar")
+llg_engine = pytest.importorskip("formalgram_cfgzip.engines.llguidance")
+
+GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
+ENGINES: dict[str, Any] = {"xgrammar": xgr_engine, "llguidance": llg_engine}
+
+
+# -- class builders ---------------------------------------------------------------------
+def identity_classes(vocab: Vocabulary, grammar_text: str) -> TokenClasses:
+    """Every non-empty text token its own class; stop tokens one class; the rest invalid."""
+    tc = np.full(vocab.logit_width, -1, dtype=np.int32)
+    reps: list[int] = []
+    for i, t in enumerate(vocab.tokens):
+        if t and i not in vocab.special_ids and i not in vocab.stop_ids:
+            tc[i] = len(reps)
+            reps.append(i)
+    stop_class = -1
+    if vocab.stop_ids:
+        stop_class = len(reps)
+        tc[sorted(vocab.stop_ids)] = stop_class
+        reps.append(min(vocab.stop_ids))
+    invalid_class = -1
+    if (tc < 0).any():
+        invalid_class = len(reps)
+        tc[tc < 0] = invalid_class
+        reps.append(-1)
+    sha = hashlib.sha256(grammar_text.encode("utf-8")).hexdigest()
+    return TokenClasses(tc, np.asarray(reps, dtype=np.int32), invalid_class, stop_class, vocab, sha)
+
+
+def merge_classes(classes: TokenClasses, a: int, b: int) -> TokenClasses:
+    """Wrong classes: class ``b`` merged into class ``a`` (ids renumbered)."""
+    tc = classes.token_class.copy()
+    tc[tc == b] = a
+    tc[tc > b] -= 1
+    reps = np.delete(classes.representatives, b)
+
+    def fix(c: int) -> int:
+        return a if c == b else (c - 1 if c > b else c)
+
+    return TokenClasses(
+        tc, reps, fix(classes.invalid_class), fix(classes.stop_class), classes.vocab, classes.grammar_sha256
+    )
+
+
+# -- the differential walk --------------------------------------------------------------
+def allowed_ids(row: npt.NDArray[np.int32], width: int) -> npt.NDArray[np.int64]:
+    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:width]
+    return np.flatnonzero(bits)
+
+
+def differential_walk(
+    compressed: CompiledGrammar,
+    full: CompiledGrammar,
+    *,
+    steps: int,
+    seed: int,
+    batch: int = 1,
+    bias: str = "uniform",
+    max_len: int = 40,
+) -> list[str]:
+    """Run ``batch`` random walks in lockstep; return a description of every mismatch."""
+    rng = np.random.default_rng(seed)
+    vocab = full.vocab
+    width = vocab.logit_width
+    lengths = np.array([len(t) if t else 0 for t in vocab.tokens] + [0] * (width - vocab.size))
+    stops = np.asarray(sorted(vocab.stop_ids), dtype=np.int64)
+    mc = [compressed.matcher() for _ in range(batch)]
+    mf = [full.matcher() for _ in range(batch)]
+    depth = [0] * batch
+    bc = compressed.allocate_token_bitmask(batch)
+    bf = full.allocate_token_bitmask(batch)
+    problems: list[str] = []
+    for step in range(steps):
+        if batch == 1:
+            mc[0].fill_next_token_bitmask(bc, 0)
+            mf[0].fill_next_token_bitmask(bf, 0)
+        else:
+            order = [int(i) for i in rng.permutation(batch)]  # exercise the indices argument
+            compressed.fill_next_token_bitmask_batch([mc[i] for i in order], bc, indices=order)
+            full.fill_next_token_bitmask_batch(mf, bf)
+        for b in range(batch):
+            if not np.array_equal(bc[b], bf[b]):
+                diff = np.flatnonzero(np.unpackbits((bc[b] ^ bf[b]).view(np.uint8), bitorder="little"))
+                problems.append(f"step {step} row {b}: {diff.size} tokens differ, e.g. {diff[:8].tolist()}")
+                continue
+            allowed = allowed_ids(bf[b], width)
+            if allowed.size == 0 or mf[b].is_terminated() or depth[b] >= max_len:
+                mc[b].reset()
+                mf[b].reset()
+                depth[b] = 0
+                continue
+            if bias == "stop" and stops.size and rng.random() < 0.5 and np.isin(stops, allowed).any():
+                tok = int(rng.choice(stops[np.isin(stops, allowed)]))
+            elif bias == "long" and rng.random() < 0.7:
+                longest = allowed[lengths[allowed] >= lengths[allowed].max() - 1]
+                tok = int(rng.choice(longest))
+            else:
+                tok = int(rng.choice(allowed))
+            # a token outside the mask: both adapters decide alike (engines may accept more
+            # than their mask shows: XGrammar 0.2.9 does for tokens that close a recursive
+            # rule), and an accepted one is undone
+            other = int(rng.integers(width))
+            if not (bf[b, other >> 5] >> (other & 31)) & 1:
+                acc_c, acc_f = mc[b].accept_token(other), mf[b].accept_token(other)
+                if acc_c != acc_f:
+                    problems.append(
+                        f"step {step} row {b}: token {other} outside the mask accepted {acc_c}/{acc_f}"
+                    )
+                for m, acc in ((mc[b], acc_c), (mf[b], acc_f)):
+                    if acc:
+                        m.rollback(1)
+            ok_c, ok_f = mc[b].accept_token(tok), mf[b].accept_token(tok)
+            if not (ok_c and ok_f):
+                problems.append(f"step {step} row {b}: allowed token {tok} accepted {ok_c}/{ok_f}")
+            depth[b] += 1
+            if depth[b] % 7 == 3 and not mf[b].is_terminated():  # exercise rollback
+                for m in (mc[b], mf[b]):
+                    m.rollback(1)
+                    m.accept_token(tok)
+    return problems
+
+
+# -- tiny hand-made cases ---------------------------------------------------------------
+TINY_GRAMMAR = 'root ::= "(" root ")" | "x" | "[" [a-c]* "]" ws\nws ::= [ \\n]*'
+
+
+def tiny_vocab(logit_width: int = 45) -> Vocabulary:
+    toks: list[bytes | None] = [
+        b"(", b"((", b")", b"x", b"y", b"[", b"a", b"ab", b"]", None, b"<s>", b"</s>",
+        b"bc]", b"", b" ", b"] ", b"))", b"x)", b"<|eot|>", b"(x",
+    ]  # fmt: skip
+    return Vocabulary(toks, special_ids=[10, 11, 18], stop_ids=[11, 18], logit_width=logit_width, name="tiny")
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("width", [20, 32, 45, 64, 70])
+def test_identity_classes_lossless(engine: str, width: int) -> None:
+    """Identity classes (plus stop/invalid) reproduce the full engine bit for bit (proof step 3)."""
+    vocab = tiny_vocab(width)
+    mod = ENGINES[engine]
+    compressed = mod.compile(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR)
+    full = mod.compile_full(vocab, TINY_GRAMMAR)
+    for batch, bias in [(1, "uniform"), (1, "stop"), (4, "long")]:
+        assert differential_walk(compressed, full, steps=60, seed=width, batch=batch, bias=bias) == []
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_compress_classes_lossless_tiny(engine: str) -> None:
+    from formalgram_cfgzip.classes import compress
+
+    vocab = tiny_vocab()
+    classes = compress(TINY_GRAMMAR, vocab, progress=False)
+    mod = ENGINES[engine]
+    compressed = mod.compile(classes, TINY_GRAMMAR)
+    full = mod.compile_full(vocab, TINY_GRAMMAR)
+    for seed, bias in [(0, "uniform"), (1, "long"), (2, "stop")]:
+        assert differential_walk(compressed, full, steps=80, seed=seed, batch=3, bias=bias) == []
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_wrong_classes_are_caught(engine: str) -> None:
+    """Merging "(" with ")" (or "x" with "y") must produce mismatches: the test can fail."""
+    vocab = tiny_vocab()
+    ident = identity_classes(vocab, TINY_GRAMMAR)
+    mod = ENGINES[engine]
+    full = mod.compile_full(vocab, TINY_GRAMMAR)
+    for a, b in [(0, 2), (3, 4)]:  # classes of tokens "(" / ")" and "x" / "y"
+        wrong = merge_classes(ident, int(ident.token_class[a]), int(ident.token_class[b]))
+        compressed = mod.compile(wrong, TINY_GRAMMAR)
+        assert differential_walk(compressed, full, steps=40, seed=0, batch=2) != []
+
+
+def test_special_token_policy_xgrammar() -> None:
+    """Special/hole/padding/empty tokens never allowed; stop tokens only when the grammar may end."""
+    vocab = tiny_vocab()
+    for compiled in (
+        xgr_engine.compile_full(vocab, TINY_GRAMMAR),
+        llg_engine.compile_full(vocab, TINY_GRAMMAR),
+        xgr_engine.compile(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR),
+        llg_engine.compile(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR),
+    ):
+        m = compiled.matcher()
+        bm = compiled.allocate_token_bitmask(1)
+        m.fill_next_token_bitmask(bm)
+        start = set(allowed_ids(bm[0], vocab.logit_width).tolist())
+        assert start == {0, 1, 3, 5, 19}, compiled  # "(", "((", "x", "[", "(x"
+        assert m.accept_token(3)
+        m.fill_next_token_bitmask(bm)
+        after = set(allowed_ids(bm[0], vocab.logit_width).tolist())
+        assert after == {11, 18}  # only the stop tokens: root is complete
+        assert not m.accept_token(10) and not m.accept_token(13) and not m.accept_token(40)
+        assert m.accept_token(18) and m.is_terminated()
+        m.fill_next_token_bitmask(bm)
+        assert not bm.any()  # nothing after a stop token
+        m.rollback(1)
+        assert not m.is_terminated()
+        m.reset()
+        m.fill_next_token_bitmask(bm)
+        assert set(allowed_ids(bm[0], vocab.logit_width).tolist()) == start
+
+
+# -- bad input --------------------------------------------------------------------------
+def test_bad_input_errors() -> None:
+    vocab = tiny_vocab()
+    classes = identity_classes(vocab, TINY_GRAMMAR)
+    with pytest.raises(ClassesMismatchError, match="another grammar"):
+        xgr_engine.compile(classes, 'root ::= "x"')
+    with pytest.raises(ClassesMismatchError, match="another grammar"):
+        llg_engine.compile(classes, 'root ::= "x"')
+    other = Vocabulary([b"a", b"b"], name="other")
+    with pytest.raises(ClassesMismatchError, match="vocabulary"):
+        xgr_engine.compile(classes, TINY_GRAMMAR, vocab=other)
+    bad = TokenClasses(
+        classes.token_class.copy(), classes.representatives, classes.invalid_class, classes.stop_class,
+        vocab, classes.grammar_sha256,
+    )  # fmt: skip
+    bad.token_class[10] = 0  # a special token outside the invalid class
+    with pytest.raises(ClassesMismatchError, match="invalid class"):
+        xgr_engine.compile(bad, TINY_GRAMMAR)
+    with pytest.raises(EngineError, match="cannot"):
+        xgr_engine.compile_full(vocab, "root ::= (")
+    with pytest.raises(EngineError):
+        llg_engine.compile_full(vocab, "root ::= (")
+    compiled = xgr_engine.compile(classes, TINY_GRAMMAR)
+    m = compiled.matcher()
+    for tok in (-1, vocab.logit_width, 10**9):
+        with pytest.raises(TokenIdError, match="outside the vocabulary"):
+            m.accept_token(tok)
+    with pytest.raises(TokenIdError):
+        m.accept_token("3")  # type: ignore[arg-type]
+    bm = compiled.allocate_token_bitmask(2)
+    with pytest.raises(BatchIndexError, match="out of range"):
+        m.fill_next_token_bitmask(bm, 2)
+    with pytest.raises(BatchIndexError):
+        compiled.fill_next_token_bitmask_batch([m], bm, indices=[5])
+    with pytest.raises(EngineError, match="words per row"):
+        m.fill_next_token_bitmask(np.zeros((1, 1), dtype=np.int32))
+    with pytest.raises(EngineError, match="int32"):
+        m.fill_next_token_bitmask(np.zeros((1, 2), dtype=np.int64))
+    other_compiled = xgr_engine.compile_full(vocab, TINY_GRAMMAR)
+    with pytest.raises(EngineError, match="another compiled grammar"):
+        compiled.fill_next_token_bitmask_batch([other_compiled.matcher()], bm)
+
+
+def test_torch_cpu_bitmask_and_lazy_engines() -> None:
+    torch = pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    vocab = tiny_vocab()
+    compiled = xgr_engine.compile(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR)
+    t = torch.zeros((1, compiled.token_words), dtype=torch.int32)
+    compiled.matcher().fill_next_token_bitmask(t)
+    assert set(allowed_ids(t.numpy()[0], vocab.logit_width).tolist()) == {0, 1, 3, 5, 19}
+    code = "import sys, formalgram_cfgzip, formalgram_cfgzip.engines; print('xgrammar' in sys.modules, 'llguidance' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+# -- real grammars and vocabularies -----------------------------------------------------
+def _grammar_files() -> list[Path]:
+    if not GRAMMARS.is_dir():
+        return []
+    return sorted(p for p in GRAMMARS.rglob("*") if p.suffix in (".gbnf", ".ebnf"))
+
+
+_classes_cache: dict[tuple[str, str], Any] = {}
+_full_cache: dict[tuple[str, str, str], CompiledGrammar] = {}
+
+
+def _setup(path: Path, vocab_name: str, engine: str) -> tuple[CompiledGrammar, CompiledGrammar]:
+    from formalgram_cfgzip.classes import compress
+
+    vocab = Vocabulary.builtin(vocab_name)
+    text = path.read_text(encoding="utf-8")
+    key = (str(path), vocab_name)
+    if key not in _classes_cache:
+        try:
+            xgr_engine.compile_full(Vocabulary([b"a"]), text)  # cheap: does XGrammar read it?
+            _classes_cache[key] = compress(text, vocab, progress=False)
+        except Exception as exc:  # skipped with the reason
+            _classes_cache[key] = exc
+    classes = _classes_cache[key]
+    if isinstance(classes, Exception):
+        pytest.skip(f"{path.name}: {type(classes).__name__}: {str(classes)[:120]}")
+    mod = ENGINES[engine]
+    fkey = (str(path), vocab_name, engine)
+    try:
+        if fkey not in _full_cache:
+            _full_cache[fkey] = mod.compile_full(vocab, text)
+        compressed = mod.compile(classes, text)
+    except EngineError as exc:
+        pytest.skip(f"{engine} cannot compile {path.name}: {str(exc)[:120]}")
+    return compressed, _full_cache[fkey]
+
+
+FAST_CASES = [
+    ("llama_cpp/arithmetic.gbnf", "llama3"),
+    ("transformers_cfg/balanced_parentheses.ebnf", "qwen3"),
+]
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize(("rel", "vocab_name"), FAST_CASES)
+def test_real_grammar_lossless_fast(engine: str, rel: str, vocab_name: str) -> None:
+    path = GRAMMARS / rel
+    if not path.exists():
+        pytest.skip(f"shared grammar {rel} is absent")
+    compressed, full = _setup(path, vocab_name, engine)
+    assert differential_walk(compressed, full, steps=40, seed=1, batch=1, bias="long") == []
+    assert differential_walk(compressed, full, steps=15, seed=2, batch=8, bias="stop") == []
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("vocab_name", ["llama3", "qwen3", "o200k_harmony"])
+@pytest.mark.parametrize("path", _grammar_files(), ids=lambda p: str(p.relative_to(GRAMMARS)))
+def test_real_grammar_lossless_sweep(engine: str, vocab_name: str, path: Path) -> None:
+    compressed, full = _setup(path, vocab_name, engine)
+    problems: list[str] = []
+    for seed, bias, batch in [
+        (0, "uniform", 1),
+        (1, "long", 1),
+        (2, "stop", 1),
+        (3, "uniform", 8),
+        (4, "long", 8),
+    ]:
+        problems += differential_walk(compressed, full, steps=60, seed=seed, batch=batch, bias=bias)
+    assert problems == []

@@ -1,0 +1,196 @@
+"""Differential test against XGrammar 0.2.x (issue 2 acceptance).
+
+For every ``.gbnf`` / ``.ebnf`` file of the shared corpus that both formalgram and XGrammar
+parse:
+
+1. strings sampled from our grammar (:func:`formalgram.sample`) must be accepted by XGrammar;
+2. random byte mutations and truncations of them must get the same verdicts from both sides,
+   for membership (``accepts``) and for viability (``is_prefix``).
+
+For the json-mode-eval instances, the dataset's valid JSON documents (serialised in several
+whitespace styles) must get the same membership verdict from formalgram and XGrammar on the
+derived grammar ``derived/json_mode_eval_xgrammar/JME_k.gbnf``, and be accepted (except the
+documented JME_39, which XGrammar's own schema grammar rejects too).
+
+XGrammar side: a :class:`xgrammar.GrammarMatcher` with an empty vocabulary, fed with
+``accept_string(bytes)`` (byte-level, so non-UTF-8 input is fine).  ``accept_string`` returning
+True means "the bytes form a viable prefix"; ``is_terminated()`` afterwards means "member".
+A refused string leaves the matcher unchanged, so the matcher is reset before every string.
+
+The default run checks every file with a few strings (except grammars whose members are all
+very long); ``pytest -m heavy`` sweeps every file with more strings, longer ones and three seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import formalgram
+from formalgram import Grammar, accepts, is_prefix, sample
+from formalgram.errors import FormalgramError
+from formalgram.recognize.enumerate import _min_lengths, default_alphabet
+
+xgr = pytest.importorskip("xgrammar")
+xgr_testing = pytest.importorskip("xgrammar.testing")
+
+pytestmark = pytest.mark.xgrammar
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
+JME_SCHEMAS = CORPUS / "json_schemas" / "json_mode_eval"
+JME_GRAMMARS = CORPUS / "derived" / "json_mode_eval_xgrammar"
+
+# Files whose shortest member is very long (nested {200} repeats: ~20 KB): heavy run only.
+HEAVY_ONLY = {"xgrammar/test_fixtures/repeat_ref_complex_nested.ebnf"}
+
+
+def _corpus_files() -> list[str]:
+    if not CORPUS.is_dir():
+        return []
+    found = sorted(
+        str(p.relative_to(CORPUS))
+        for p in CORPUS.rglob("*")
+        if p.suffix in (".gbnf", ".ebnf") and p.is_file()
+    )
+    return found
+
+
+def _jme_ids() -> list[int]:
+    if not JME_SCHEMAS.is_dir():
+        return []
+    return sorted(int(p.stem.split("_")[1]) for p in JME_SCHEMAS.glob("JME_*.json"))
+
+
+def _need_corpus() -> None:
+    if not CORPUS.is_dir():
+        pytest.skip(f"grammar corpus not found at {CORPUS}")
+    if not hasattr(formalgram, "load"):
+        pytest.skip("formalgram.load (GBNF parser) not available yet")
+
+
+class XGrammarOracle:
+    """Verdicts of XGrammar on byte strings for one grammar text."""
+
+    def __init__(self, text: str) -> None:
+        grammar = xgr.Grammar.from_ebnf(text, root_rule_name="root")
+        self._matcher = xgr_testing._get_matcher_from_grammar(grammar)
+
+    def verdict(self, data: bytes) -> tuple[bool, bool]:
+        """``(is member, is viable prefix)`` according to XGrammar."""
+        m = self._matcher
+        m.reset()
+        if not m.accept_string(data):
+            return False, False
+        return bool(m.is_terminated()), True
+
+
+def _load_both(rel: str) -> tuple[Grammar, XGrammarOracle]:
+    path = CORPUS / rel
+    text = path.read_text(encoding="utf-8")
+    try:
+        oracle = XGrammarOracle(text)
+    except Exception as exc:  # XGrammar refuses the file: nothing to compare
+        pytest.skip(f"xgrammar does not parse {rel}: {str(exc).splitlines()[0][:120]}")
+    try:
+        g = formalgram.load(path)
+    except FormalgramError as exc:  # refusals are pinned by the parser's own tests
+        pytest.skip(f"formalgram refuses {rel}: {str(exc).splitlines()[0][:120]}")
+    return g, oracle
+
+
+def _mutants(rng: random.Random, members: list[bytes], letters: bytes, count: int) -> Iterator[bytes]:
+    """Random one- to three-byte mutations and truncations of ``members``."""
+    pool = letters or bytes(range(32, 127))
+    for _ in range(count):
+        s = bytearray(rng.choice(members))
+        kind = rng.randrange(5)
+        if kind == 0 and s:  # truncation: exercises is_prefix
+            del s[rng.randrange(len(s) + 1) :]
+        else:
+            for _ in range(rng.randint(1, 3)):
+                op = rng.randrange(3)
+                b = rng.choice(pool) if rng.random() < 0.8 else rng.randrange(256)
+                if op == 0 or not s:
+                    s.insert(rng.randrange(len(s) + 1), b)
+                elif op == 1:
+                    del s[rng.randrange(len(s))]
+                else:
+                    s[rng.randrange(len(s))] = b
+        yield bytes(s)
+
+
+def _diff_one(rel: str, n_samples: int, n_mutants: int, max_len: int, seed: int) -> None:
+    _need_corpus()
+    g, oracle = _load_both(rel)
+    try:
+        members = sample(g, n_samples, seed=seed, max_len=max_len)
+    except formalgram.EmptyLanguageError:
+        pytest.skip(f"{rel}: empty language")
+    except formalgram.GrammarError:
+        # every member is longer than max_len (e.g. nested {200} repeats): allow the shortest plus slack
+        shortest = _min_lengths(g)[0][g.start_id]
+        members = sample(g, n_samples, seed=seed, max_len=shortest + max_len)
+    problems: list[str] = []
+    for s in members:
+        ours = accepts(g, s)
+        theirs = oracle.verdict(s)
+        if not (ours and theirs[0]):
+            problems.append(f"sampled {s!r}: formalgram accepts={ours}, xgrammar member/prefix={theirs}")
+    rng = random.Random(f"{rel}:{seed}")
+    for s in _mutants(rng, members, default_alphabet(g), n_mutants):
+        ours_v = (accepts(g, s), is_prefix(g, s))
+        theirs = oracle.verdict(s)
+        if ours_v != theirs:
+            problems.append(f"mutant {s!r}: formalgram (member, prefix)={ours_v}, xgrammar={theirs}")
+    assert not problems, f"{rel}: {len(problems)} disagreement(s):\n" + "\n".join(problems[:10])
+
+
+@pytest.mark.parametrize("rel", [r for r in _corpus_files() if r not in HEAVY_ONLY])
+def test_diff_default(rel: str) -> None:
+    _diff_one(rel, n_samples=12, n_mutants=50, max_len=64, seed=0)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("rel", _corpus_files())
+def test_diff_full(rel: str, seed: int) -> None:
+    _diff_one(rel, n_samples=60, n_mutants=300, max_len=200, seed=seed)
+
+
+# -- json-mode-eval instances -------------------------------------------------------------
+
+
+def _renderings(doc: Any) -> list[bytes]:
+    return [
+        json.dumps(doc).encode(),
+        json.dumps(doc, separators=(",", ":")).encode(),
+        json.dumps(doc, indent=2).encode(),
+        json.dumps(doc, ensure_ascii=False).encode(),
+    ]
+
+
+def _jme_check(k: int) -> None:
+    _need_corpus()
+    rel = f"derived/json_mode_eval_xgrammar/JME_{k}.gbnf"
+    g, oracle = _load_both(rel)
+    spec = json.loads((JME_SCHEMAS / f"JME_{k}.json").read_text(encoding="utf-8"))
+    problems: list[str] = []
+    for case in spec.get("tests", []):
+        for doc in _renderings(case["data"]):
+            ours = (accepts(g, doc), is_prefix(g, doc))
+            theirs = oracle.verdict(doc)
+            if ours != theirs:
+                problems.append(f"{doc[:80]!r}...: formalgram={ours}, xgrammar={theirs}")
+            elif case.get("valid", True) and k != 39 and not ours[0]:
+                problems.append(f"valid instance rejected by both: {doc[:80]!r}...")
+    assert not problems, f"JME_{k}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("k", _jme_ids())
+def test_jme_instances(k: int) -> None:
+    _jme_check(k)
