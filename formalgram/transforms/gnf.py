@@ -225,7 +225,10 @@ class _LeftCorner:
     accumulate.  The input must be epsilon-free; left recursion is allowed.
     """
 
-    def __init__(self, table: list[list[Body]], b: _Builder, factor: bool, distribute: bool) -> None:
+    def __init__(
+        self, table: list[list[Body]], b: _Builder, factor: bool, distribute: bool, cut: bool = False
+    ) -> None:
+        self.cut = cut
         self.factor = factor
         self.distribute = distribute
         self.ups: dict[tuple[int, int], list[int]] = {}
@@ -436,6 +439,9 @@ class _LeftCorner:
         if got is not None:
             return got
         out: list[tuple[int, Body]] = []
+        if self.cut:
+            self.top[a] = out = self.cut_rules(a)
+            return out
         idom = self.dominators(a) if self.factor else {}
         for x in self.first_map(a):
             if x >= 0:
@@ -459,6 +465,41 @@ class _LeftCorner:
                 for p2 in upper:
                     out.append((x, p1 + p2))
         self.top[a] = out
+        return out
+
+    def cut_rules(self, a: int) -> list[tuple[int, Body]]:
+        """Top rules through the children of ``A`` in the left-corner graph.
+
+        Cut every spine from ``A`` to ``t`` after its last ``A``: the next node is
+        ``t`` itself (a rule ``A -> t γ``, leaving ``γ`` then ``A/A``) or a child
+        ``B != A``, so ``A/t = ∪ γ·A/A ∪ ∪_B B/t · A/B``.  The continuations ``[B/t]``
+        are shared by every parent of ``B``.
+        """
+        out: list[tuple[int, Body]] = []
+        self_tails = self.conts(a, a)
+        self_tails.append(())
+        children: list[int] = []
+        for body in self.table[a]:
+            head = body[0]
+            if head < 0:
+                lifted = self.lift(body[1:])
+                for q in self_tails:
+                    out.append((head, lifted + q))
+            elif head != a and head not in children:
+                children.append(head)
+        for child in children:
+            upper = self.conts(a, child)
+            if self.nullable(a, child):
+                upper.append(())
+            for x in self.first_map(child):
+                if x >= 0:
+                    continue
+                lower = self.conts(child, x)
+                if self.nullable(child, x):
+                    lower.append(())
+                for p1 in lower:
+                    for p2 in upper:
+                        out.append((x, p1 + p2))
         return out
 
     def cont_rules(self, a: int, x: int) -> list[tuple[int, Body]]:
@@ -565,8 +606,9 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") 
     * the *left-corner* construction (``A -> t [A/t]``, where ``[A/X]`` derives what
       follows a leftmost ``X`` inside ``A``), which handles left recursion directly,
       substitutes only one level at the leftmost position and never accumulates
-      tails; tried with and without a dominator split that shares continuations
-      between nonterminals, and with unit steps closed or spelled out;
+      tails; tried plain, with a dominator split or a cut at the children of each
+      nonterminal (both share continuations between nonterminals), and with unit
+      steps spelled out instead of closed;
     * the classic *substitution* route (left recursion removed inside the cyclic
       left-corner components, then leftmost substitution in topological order),
       which is often smaller on shallow grammars and is capped at twice the best
@@ -645,13 +687,21 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") 
     for lhs, rhs in g.rules:
         base[lhs].append(rhs)
     best: tuple[dict[int, dict[Body, int]], int, _Builder] | None = None
-    for factor, distribute in ((True, False), (False, False), (True, True)):
+    variants = ((True, False, False), (False, False, False), (False, False, True), (True, True, False))
+    for factor, distribute, cut in variants:
         if strategy not in ("auto", "left-corner"):
             break
-        # left-corner construction (polynomial, never accumulates tails), with and
-        # without the dominator split of the start rules
-        b = _Builder(list(g.names), list(g.masks), budget)
-        lc = _LeftCorner([list(x) for x in base], b, factor, distribute).run(g.start_id)
+        # left-corner construction (polynomial, never accumulates tails); variants of
+        # the start rules: dominator split, unit steps spelled out, cut at children
+        # a later variant gives up once clearly larger than the best so far
+        cap = budget if best is None else min(budget, 2 * _count(best[0]) + 64)
+        b = _Builder(list(g.names), list(g.masks), cap)
+        try:
+            lc = _LeftCorner([list(x) for x in base], b, factor, distribute, cut).run(g.start_id)
+        except GrammarTooLarge:
+            if best is None:
+                raise
+            continue
         quotient, start, _ = _minimise(lc, g.start_id)
         if best is None or _count(quotient) < _count(best[0]):
             best = (quotient, start, b)
