@@ -124,6 +124,27 @@ class ChildResult:
     killed: str | None  # "timeout" or "memory" when we killed it
 
 
+# A tiny launcher between the benchmark and the measured command: a child forked from a
+# big process starts with that process's resident-set high-water mark (Linux copies it at
+# fork and keeps it across exec), so forking from this small interpreter keeps ru_maxrss
+# honest.  It reports the command's ru_maxrss (KiB) as the last line of stderr.
+_MARK = "@@formalgram-bench-maxrss-kib"
+_LAUNCHER = f"""
+import os, sys
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[1], sys.argv[1:])
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+sys.stderr.write("\\n{_MARK} %d\\n" % usage.ru_maxrss)
+sys.stderr.flush()
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
 def _proc_group_rss_mib(pgid: int) -> float:
     """Resident memory (MiB) of all processes in process group ``pgid`` (Linux /proc)."""
     page = os.sysconf("SC_PAGE_SIZE")
@@ -159,9 +180,8 @@ def run_child(
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(
-            list(cmd), stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True
-        )
+        launch = [sys.executable, "-S", "-c", _LAUNCHER, *cmd]
+        proc = subprocess.Popen(launch, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
         killed: str | None = None
         tree_peak = 0.0
         status = 0
@@ -192,10 +212,17 @@ def run_child(
                 pass
         out.seek(0)
         err.seek(0)
+        stderr = err.read().decode("utf-8", "replace")
+        m = re.search(r"\n?" + _MARK + r" (\d+)\n?$", stderr)
+        if m is not None:
+            maxrss_kib = int(m.group(1))
+            stderr = stderr[: m.start()]
+        else:  # killed: only the sampled peak is known
+            maxrss_kib = int(tree_peak * 1024)
         return ChildResult(
             None if killed else proc.returncode,
             out.read().decode("utf-8", "replace"),
-            err.read().decode("utf-8", "replace"),
+            stderr,
             wall,
             maxrss_kib / 1024.0,
             max(tree_peak, maxrss_kib / 1024.0),
@@ -502,8 +529,8 @@ def run_published(
         if res.returncode != 0:
             lines = [ln for ln in (res.stderr + res.stdout).strip().splitlines() if ln.strip()]
             msg = next((ln for ln in reversed(lines) if "rror" in ln), lines[-1] if lines else "")
-            if res.returncode is not None and res.returncode < 0:
-                msg = f"signal {-res.returncode}; {msg}"
+            if res.returncode is not None and res.returncode > 128:
+                msg = f"killed by signal {res.returncode - 128}; {msg}"
             run.status = f"failed (rc={res.returncode}): {_one_line(msg)}"
             return run
         timings = dict(
@@ -711,7 +738,7 @@ def markdown_tables(runs: Sequence[Run]) -> str:
                         str(r1.classes) if r1 is not None and r1.ok else "-",
                         str(r1.invalid) if r1 is not None and r1.ok else "-",
                         _fmt_s(p),
-                        _fmt_mib(p, tree=True) if p.ok or p.status.startswith("over") else _fmt_mib(p),
+                        _fmt_mib(p, tree=True) if p.ok or p.status.startswith("over") else "-",
                         str(p.classes) if p.ok else "-",
                         str(p.invalid) if p.ok else "-",
                         speed,

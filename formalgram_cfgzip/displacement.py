@@ -252,6 +252,7 @@ class DisplacementSearch:
         self._h_edges: list[tuple[tuple[int, int], ...]] = [()]
         self._h_ids: dict[tuple[bool, tuple[tuple[int, int], ...]], int] = {(True, ()): _EPS}
         self._h_unions: dict[tuple[int, ...], int] = {}
+        self._h_ext: dict[tuple[int, int], int] = {}
         self._h_digest: dict[int, bytes] = {}
         # state sets: frozensets of (σ_out, last, history)
         self._sets: list[StateSet] = [frozenset(), frozenset([_SENTINEL])]
@@ -300,6 +301,26 @@ class DisplacementSearch:
     def _h_append(self, h: int, z: int) -> int:
         """History ``{σ·z : σ in h}``."""
         return self._h_node(False, ((z, h),))
+
+    def _h_extend(self, h: int, z: int) -> int:
+        """History ``{σ·z : σ in h, z can lie directly below the last symbol of σ}``; -1 if empty.
+
+        The root edges of a history trie are the deepest consumed symbols, so keeping only
+        those that ``z`` can lie below is one filter of the root; on top of the backtrack
+        test on ``last`` it keeps every consecutive pair of ``σ_in`` adjacency-consistent.
+        """
+        k = (h, z)
+        r = self._h_ext.get(k)
+        if r is None:
+            edges = self._h_edges[h]
+            keep = tuple(e for e in edges if z in self._below[e[0]])
+            if not keep:
+                r = -1
+            else:
+                base = h if len(keep) == len(edges) else self._h_node(False, keep)
+                r = self._h_node(False, ((z, base),))
+            self._h_ext[k] = r
+        return r
 
     def _h_union(self, ids: list[int]) -> int:
         """History ``∪ ids`` (memoised n-ary trie merge; equal sets give equal ids)."""
@@ -387,7 +408,9 @@ class DisplacementSearch:
                 self._add(out, nso, a if nso == EMPTY else -1, h)
         else:  # backtrack below the consumed input
             for z in self._below_starting(last, c):
-                hz = self._h_append(h, z)
+                hz = self._h_extend(h, z)
+                if hz < 0:
+                    continue
                 for tail in row[z]:
                     nso = self._push(tail, EMPTY)
                     self._add(out, nso, z if nso == EMPTY else -1, hz)

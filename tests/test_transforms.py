@@ -30,6 +30,7 @@ from formalgram import (
     unreachable,
 )
 from formalgram.recognize import accepts, enumerate_strings
+from formalgram.transforms.gnf import STRATEGIES
 from formalgram.recognize.enumerate import default_alphabet
 from formalgram.testing import grammar_and_strings, grammars
 
@@ -182,6 +183,17 @@ def test_to_gnf_enumeration(g: Grammar) -> None:
             to_gnf(g)
         return
     h = to_gnf(g)
+    assert is_gnf(h)
+    _same_language(g, h)
+
+
+@SETTINGS
+@given(grammars(max_nonterminals=5), st.sampled_from(STRATEGIES[1:]))
+def test_every_gnf_strategy(g: Grammar, strategy: str) -> None:
+    """proofs/normal_forms.md §6: each construction alone is exact (auto only picks the smallest)."""
+    if g.start_id not in generating(g):
+        return
+    h = to_gnf(g, strategy=strategy)
     assert is_gnf(h)
     _same_language(g, h)
 
@@ -361,6 +373,11 @@ def _nested_left_recursion(n: int) -> Grammar:
         prods.append(Production(names[i], [nxt, b]))
         prods.append(Production(names[i], [plus]))
     return Grammar(prods, "A0")
+
+
+def test_unknown_strategy() -> None:
+    with pytest.raises(ValueError, match="unknown GNF strategy"):
+        to_gnf(Grammar([Production(S, [a])], "S"), strategy="nope")
 
 
 def test_budget_small_family_ok() -> None:

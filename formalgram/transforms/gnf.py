@@ -39,6 +39,15 @@ Body = tuple[int, ...]
 
 DEFAULT_BUDGET = 200_000
 
+# left-corner variants: (dominator split, unit steps spelled out, cut at children)
+_LC_VARIANTS: dict[str, tuple[bool, bool, bool]] = {
+    "left-corner:dominator": (True, False, False),
+    "left-corner:plain": (False, False, False),
+    "left-corner:cut": (False, False, True),
+    "left-corner:dominator-distribute": (True, True, False),
+}
+STRATEGIES: tuple[str, ...] = ("auto", "left-corner", "substitution", *_LC_VARIANTS)
+
 
 def is_gnf(g: Grammar) -> bool:
     """True when ``g`` is in Greibach normal form.
@@ -631,7 +640,10 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") 
         20,000 rules).
     strategy : str
         ``"auto"`` (default, smallest of all), ``"left-corner"`` (smallest left-corner
-        variant) or ``"substitution"`` (Paull + leftmost substitution only; may blow up).
+        variant), ``"substitution"`` (Paull + leftmost substitution only; may blow up)
+        or one left-corner variant: ``"left-corner:plain"``,
+        ``"left-corner:dominator"``, ``"left-corner:cut"``,
+        ``"left-corner:dominator-distribute"`` (see :data:`STRATEGIES`).
 
     Returns
     -------
@@ -666,8 +678,8 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") 
     >>> is_gnf(to_gnf(g))
     True
     """
-    if strategy not in ("auto", "left-corner", "substitution"):
-        raise ValueError(f"unknown GNF strategy {strategy!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown GNF strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     g = remove_useless(g)
     has_eps = g.start_id in nullable(g)
     start_name = g.names[g.start_id]
@@ -687,10 +699,9 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") 
     for lhs, rhs in g.rules:
         base[lhs].append(rhs)
     best: tuple[dict[int, dict[Body, int]], int, _Builder] | None = None
-    variants = ((True, False, False), (False, False, False), (False, False, True), (True, True, False))
-    for factor, distribute, cut in variants:
-        if strategy not in ("auto", "left-corner"):
-            break
+    for name, (factor, distribute, cut) in _LC_VARIANTS.items():
+        if strategy not in ("auto", "left-corner", name):
+            continue
         # left-corner construction (polynomial, never accumulates tails); variants of
         # the start rules: dominator split, unit steps spelled out, cut at children
         # a later variant gives up once clearly larger than the best so far
