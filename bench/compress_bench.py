@@ -11,10 +11,12 @@ For every grammar (of increasing size) and vocabulary, run in a fresh subprocess
   downloaded.
 
 Each run gets a wall-clock timeout and a memory limit (the process tree's resident memory
-is sampled every 50 ms and the tree is killed above the limit); a run that fails
+is sampled every 100 ms and the tree is killed above the limit); a run that fails
 (``GrammarTooLarge``, a parse error, a timeout, the memory limit) is a row with that status,
-not a crash.  Peak memory is the ``ru_maxrss`` of the child (from ``wait4``), and for
-runs with workers also the sampled peak of the whole process tree.
+not a crash.  Peak memory is the ``ru_maxrss`` of the child (from ``wait4``, through a
+small launcher so that the benchmark's own size does not leak into it), and for runs with
+workers also the sampled peak of the whole process tree's proportional set size (PSS:
+copy-on-write pages shared by the forked workers are counted once).
 
 Times: for ``compress`` the ``seconds`` statistic of the call (grammar normalisation +
 search + classes, without interpreter start and vocabulary loading); for the published tool
@@ -31,6 +33,7 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -45,6 +48,10 @@ import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from formalgram_cfgzip.vocabulary import Vocabulary
 
 REPO = Path(__file__).resolve().parents[1]
 GRAMMARS_DIR = Path(os.environ.get("FORMALGRAM_GRAMMARS", str(REPO.parent / "shared" / "grammars")))
@@ -86,6 +93,7 @@ class Run:
     seconds: float | None = None
     seconds_all: list[float] = field(default_factory=list)
     wall_seconds: float | None = None
+    cpu_seconds: float | None = None
     peak_mib: float | None = None
     tree_peak_mib: float | None = None
     tokens: int | None = None
@@ -122,6 +130,7 @@ class ChildResult:
     maxrss_mib: float
     tree_peak_mib: float
     killed: str | None  # "timeout" or "memory" when we killed it
+    cpu_seconds: float | None = None  # user + system CPU of the command and its waited-for children
 
 
 # A tiny launcher between the benchmark and the measured command: a child forked from a
@@ -138,17 +147,17 @@ if pid == 0:
     finally:
         os._exit(127)
 _, status, usage = os.wait4(pid, 0)
-sys.stderr.write("\\n{_MARK} %d\\n" % usage.ru_maxrss)
+sys.stderr.write("\\n{_MARK} %d %.3f\\n" % (usage.ru_maxrss, usage.ru_utime + usage.ru_stime))
 sys.stderr.flush()
 code = os.waitstatus_to_exitcode(status)
 sys.exit(code if code >= 0 else 128 - code)
 """
 
 
-def _proc_group_rss_mib(pgid: int) -> float:
-    """Resident memory (MiB) of all processes in process group ``pgid`` (Linux /proc)."""
+def _proc_group(pgid: int) -> dict[int, float]:
+    """pid -> resident memory (MiB) of every process in process group ``pgid`` (Linux /proc)."""
     page = os.sysconf("SC_PAGE_SIZE")
-    total = 0
+    out: dict[int, float] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -160,8 +169,23 @@ def _proc_group_rss_mib(pgid: int) -> float:
         rest = raw[raw.rfind(b")") + 2 :].split()
         # rest[0] = state, rest[2] = pgrp, rest[21] = rss (pages)
         if len(rest) > 21 and int(rest[2]) == pgid:
-            total += int(rest[21]) * page
-    return total / (1 << 20)
+            out[int(entry.name)] = int(rest[21]) * page / (1 << 20)
+    return out
+
+
+def _pss_mib(pids: Iterable[int]) -> float | None:
+    """Sum of proportional set sizes (shared pages split between sharers), or ``None``."""
+    total = 0
+    try:
+        for pid in pids:
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+                m = re.search(rb"^Pss:\s+(\d+) kB", fh.read(), re.MULTILINE)
+            if m is None:
+                return None
+            total += int(m.group(1))
+    except OSError:
+        return None
+    return total / 1024.0
 
 
 def run_child(
@@ -171,7 +195,7 @@ def run_child(
     memory_mib: float | None,
     env: dict[str, str] | None = None,
     cwd: str | None = None,
-    poll: float = 0.05,
+    poll: float = 0.1,
 ) -> ChildResult:
     """Run ``cmd`` in its own session; kill its tree on timeout or above ``memory_mib``.
 
@@ -183,7 +207,8 @@ def run_child(
         launch = [sys.executable, "-S", "-c", _LAUNCHER, *cmd]
         proc = subprocess.Popen(launch, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=True)
         killed: str | None = None
-        tree_peak = 0.0
+        rss_peak = pss_peak = 0.0
+        polls = 0
         status = 0
         maxrss_kib = 0
         while True:
@@ -191,34 +216,38 @@ def run_child(
             if pid == proc.pid:
                 maxrss_kib = usage.ru_maxrss
                 break
-            rss = _proc_group_rss_mib(proc.pid)
-            tree_peak = max(tree_peak, rss)
+            group = _proc_group(proc.pid)
+            rss = sum(group.values())
+            polls += 1
+            if len(group) > 2 and polls % 2 == 0:
+                # workers: count copy-on-write pages shared with the parent once (PSS)
+                pss = _pss_mib(group)
+                if pss is not None:
+                    pss_peak = max(pss_peak, pss)
+            rss_peak = max(rss_peak, rss)
             elapsed = time.perf_counter() - t0
-            if killed is None and (
-                elapsed > timeout or (memory_mib is not None and rss > memory_mib)
-            ):
+            if killed is None and (elapsed > timeout or (memory_mib is not None and rss > memory_mib)):
                 killed = "timeout" if elapsed > timeout else "memory"
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             time.sleep(poll)
         wall = time.perf_counter() - t0
+        tree_peak = pss_peak if pss_peak > 0 else rss_peak
         proc.returncode = os.waitstatus_to_exitcode(status)  # keep Popen from waiting again
         if killed is not None:
-            try:  # leftover workers of a killed tree
+            with contextlib.suppress(ProcessLookupError):  # leftover workers of a killed tree
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         out.seek(0)
         err.seek(0)
         stderr = err.read().decode("utf-8", "replace")
-        m = re.search(r"\n?" + _MARK + r" (\d+)\n?$", stderr)
+        m = re.search(r"\n?" + _MARK + r" (\d+) ([0-9.]+)\n?$", stderr)
+        cpu: float | None = None
         if m is not None:
             maxrss_kib = int(m.group(1))
+            cpu = float(m.group(2))
             stderr = stderr[: m.start()]
         else:  # killed: only the sampled peak is known
-            maxrss_kib = int(tree_peak * 1024)
+            maxrss_kib = int(rss_peak * 1024)
         return ChildResult(
             None if killed else proc.returncode,
             out.read().decode("utf-8", "replace"),
@@ -227,6 +256,7 @@ def run_child(
             maxrss_kib / 1024.0,
             max(tree_peak, maxrss_kib / 1024.0),
             killed,
+            cpu,
         )
 
 
@@ -246,7 +276,6 @@ def _child_main(argv: Sequence[str]) -> int:
 
     from formalgram.errors import FormalgramError, GrammarTooLarge
     from formalgram.syntax.gbnf import load
-
     from formalgram_cfgzip.classes import compress
     from formalgram_cfgzip.vocabulary import Vocabulary
 
@@ -326,6 +355,7 @@ def run_ours(
         cmd += ["--memory-mib", str(int(memory_mib))]
     res = run_child(cmd, timeout=timeout, memory_mib=memory_mib, env=_child_env(), cwd=str(REPO))
     run.wall_seconds = res.wall
+    run.cpu_seconds = res.cpu_seconds
     run.peak_mib = res.maxrss_mib
     run.tree_peak_mib = res.tree_peak_mib
     if res.killed:
@@ -374,7 +404,7 @@ def _gpt2_byte_to_char() -> dict[int, str]:
     return {b: c for c, b in _gpt2_char_to_byte().items()}
 
 
-def build_hf_cache(vocab_name: str, cache_root: Path) -> str:
+def build_hf_cache(vocab_spec: str | Vocabulary, cache_root: Path) -> str:
     """Write a local Hugging Face cache entry for a vocabulary; return its model id.
 
     Layout: ``cache_root/models--local--<name>/snapshots/<rev>/{tokenizer.json,
@@ -387,8 +417,8 @@ def build_hf_cache(vocab_name: str, cache_root: Path) -> str:
     """
     from formalgram_cfgzip.vocabulary import Vocabulary
 
-    vocab = Vocabulary.load(vocab_name)
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", vocab.name or Path(vocab_name).stem)
+    vocab = vocab_spec if isinstance(vocab_spec, Vocabulary) else Vocabulary.load(vocab_spec)
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", vocab.name or "vocab") + "-" + vocab.fingerprint()[:8]
     model_id = f"local/{safe}"
     repo = cache_root / f"models--local--{safe}"
     rev = vocab.fingerprint()[:40].ljust(40, "0")
@@ -499,7 +529,7 @@ def run_published(
     run = Run(label, str(grammar), vocab, PUBLISHED, 1)
     v = Vocabulary.load(vocab)
     run.tokens = v.size
-    model_id = build_hf_cache(vocab, cache_root)
+    model_id = build_hf_cache(v, cache_root)
     with tempfile.TemporaryDirectory(prefix="cfgzip-out-") as outdir:
         cmd = [
             tool,
@@ -521,6 +551,7 @@ def run_published(
         env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache_root))
         res = run_child(cmd, timeout=timeout, memory_mib=memory_mib, env=env)
         run.wall_seconds = res.wall
+        run.cpu_seconds = res.cpu_seconds
         run.peak_mib = res.maxrss_mib
         run.tree_peak_mib = res.tree_peak_mib
         if res.killed:
@@ -552,9 +583,7 @@ def run_published(
 # ---------------------------------------------------------------- the benchmark
 
 
-def grammar_paths(
-    grammars: Iterable[tuple[str, str]], root: Path = GRAMMARS_DIR
-) -> list[tuple[str, Path]]:
+def grammar_paths(grammars: Iterable[tuple[str, str]], root: Path = GRAMMARS_DIR) -> list[tuple[str, Path]]:
     """Resolve (label, relative path) pairs; missing files are dropped with a note on stderr."""
     out: list[tuple[str, Path]] = []
     for label, rel in grammars:
@@ -568,9 +597,7 @@ def grammar_paths(
     return out
 
 
-def _repeat(
-    first: Run, again: Callable[[], Run], repeats: int, repeat_below_s: float
-) -> Run:
+def _repeat(first: Run, again: Callable[[], Run], repeats: int, repeat_below_s: float) -> Run:
     """Median of ``repeats`` runs when the first one was short; keeps the first run's data."""
     if not first.ok or first.seconds is None or repeats <= 1 or first.seconds > repeat_below_s:
         return first
@@ -600,50 +627,122 @@ def run_bench(
     published_timeout: float | None = None,
     cache_root: Path | None = None,
     log: Callable[[str], None] | None = None,
+    skip_hopeless: bool = True,
+    budget_s: float | None = None,
+    multi_worker_vocabs: Sequence[str] | None = None,
 ) -> list[Run]:
     """Run the offline benchmark; return one :class:`Run` per (grammar, vocabulary, tool, workers).
 
+    Grammars are taken in the given order (small first), each with every vocabulary.
     ``published`` runs ``cfgzip-preprocess`` too when it is found.  ``timeout`` (seconds)
     and ``memory_mib`` apply to every run (the published tool gets ``published_timeout``
     when given).  ``log`` receives one line per finished run.
+
+    To keep the benchmark's own time bounded, with ``skip_hopeless`` (default) runs that
+    cannot finish are not started: more workers after one worker failed on the same grammar
+    and vocabulary; a tool on a grammar where it already hit the time or memory limit (or
+    failed after more than a minute) with an earlier vocabulary; the published tool on a
+    grammar it cannot parse.  Once ``budget_s`` seconds have passed, the remaining runs are
+    not started either.  Such rows say ``not run (...)``.  ``multi_worker_vocabs`` limits
+    the runs with more than one worker to these vocabularies (``None``: all).
     """
     tool = find_published_tool() if published else None
     if cache_root is None:
         cache_root = Path(tempfile.gettempdir()) / "formalgram-bench-hf"
+    t_start = time.perf_counter()
     runs: list[Run] = []
-    for vocab in vocabs:
-        for label, path in grammar_paths(grammars):
-            for w in workers:
 
-                def once(w: int = w, label: str = label, path: Path = path) -> Run:
+    def hopeless(r: Run) -> bool:
+        return (
+            r.status.startswith(("timeout", "over memory", "failed"))
+            or (r.wall_seconds or 0.0) > 60.0
+            or r.status.startswith("not run (with")
+        )
+
+    def emit(r: Run) -> None:
+        runs.append(r)
+        if log:
+            log(_describe(r))
+
+    def skipped(label: str, path: Path, vocab: str, tool_name: str, w: int, why: str) -> Run:
+        r = Run(label, str(path), vocab, tool_name, w)
+        r.status = f"not run ({why})"
+        return r
+
+    for label, path in grammar_paths(grammars):
+        ours_failed: Run | None = None
+        pub_failed: Run | None = None
+        for vocab in vocabs:
+            first_failure: Run | None = None
+            for w in workers:
+                if w > 1 and multi_worker_vocabs is not None and vocab not in multi_worker_vocabs:
+                    continue
+                if budget_s is not None and time.perf_counter() - t_start > budget_s:
+                    emit(
+                        skipped(
+                            label, path, vocab, OURS, w, f"benchmark time budget of {budget_s:.0f} s spent"
+                        )
+                    )
+                    continue
+                if skip_hopeless and first_failure is not None:
+                    why = f"{first_failure.workers} worker(s): {first_failure.status}"
+                    emit(skipped(label, path, vocab, OURS, w, why))
+                    continue
+                if skip_hopeless and ours_failed is not None:
+                    emit(
+                        skipped(
+                            label, path, vocab, OURS, w, f"with {ours_failed.vocab}: {ours_failed.status}"
+                        )
+                    )
+                    continue
+
+                def once(w: int = w, vocab: str = vocab, label: str = label, path: Path = path) -> Run:
                     return run_ours(label, path, vocab, w, timeout=timeout, memory_mib=memory_mib)
 
-                runs.append(_repeat(once(), once, repeats, repeat_below_s))
-                if log:
-                    log(_describe(runs[-1]))
-            if tool is not None:
-
-                def pub(label: str = label, path: Path = path) -> Run:
-                    return run_published(
-                        label,
-                        path,
-                        vocab,
-                        tool=tool,
-                        cache_root=cache_root,
-                        timeout=published_timeout or timeout,
-                        memory_mib=memory_mib,
+                r = _repeat(once(), once, repeats, repeat_below_s)
+                if not r.ok:
+                    first_failure = first_failure or r
+                    if hopeless(r):
+                        ours_failed = ours_failed or r
+                emit(r)
+            if tool is None:
+                continue
+            if budget_s is not None and time.perf_counter() - t_start > budget_s:
+                emit(
+                    skipped(
+                        label, path, vocab, PUBLISHED, 1, f"benchmark time budget of {budget_s:.0f} s spent"
                     )
+                )
+                continue
+            if skip_hopeless and pub_failed is not None:
+                emit(
+                    skipped(label, path, vocab, PUBLISHED, 1, f"with {pub_failed.vocab}: {pub_failed.status}")
+                )
+                continue
 
-                runs.append(_repeat(pub(), pub, repeats, repeat_below_s))
-                if log:
-                    log(_describe(runs[-1]))
+            def pub(vocab: str = vocab, label: str = label, path: Path = path) -> Run:
+                return run_published(
+                    label,
+                    path,
+                    vocab,
+                    tool=tool,
+                    cache_root=cache_root,
+                    timeout=published_timeout or timeout,
+                    memory_mib=memory_mib,
+                )
+
+            r = _repeat(pub(), pub, repeats, repeat_below_s)
+            if not r.ok and hopeless(r):
+                pub_failed = r
+            emit(r)
     return runs
 
 
 def _describe(r: Run) -> str:
     what = f"{r.grammar} / {r.vocab} / {r.tool} w={r.workers}"
     if not r.ok:
-        return f"{what}: {r.status}"
+        wall = f" after {r.wall_seconds:.1f} s" if r.wall_seconds is not None else ""
+        return f"{what}: {r.status}{wall}"
     return (
         f"{what}: {r.seconds:.2f} s, peak {r.peak_mib:.0f} MiB (tree {r.tree_peak_mib:.0f}), "
         f"{r.classes} classes, {r.invalid} invalid"
@@ -662,6 +761,12 @@ def _fmt_s(r: Run | None) -> str:
     if len(r.seconds_all) > 1:
         s += f" (n={len(r.seconds_all)})"
     return s
+
+
+def _fmt_cpu(r: Run | None) -> str:
+    if r is None or not r.ok or r.cpu_seconds is None:
+        return "-"
+    return f"{r.cpu_seconds:.2f}"
 
 
 def _fmt_mib(r: Run | None, tree: bool = False) -> str:
@@ -714,10 +819,11 @@ def markdown_tables(runs: Sequence[Run]) -> str:
         lines = [
             "",
             "",
-            "| grammar | vocabulary | ours: time 1 worker (s) | ours: peak (MiB) | ours: classes | "
-            "ours: invalid | cfgzip-preprocess: time 1 thread (s) | cfgzip-preprocess: peak (MiB) | "
-            "cfgzip-preprocess: classes | cfgzip-preprocess: invalid | speed-up |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| grammar | vocabulary | ours: time 1 worker (s) | ours: process CPU (s) | ours: peak (MiB) | "
+            "ours: classes | ours: invalid | cfgzip-preprocess: time 1 thread (s) | "
+            "cfgzip-preprocess: process CPU (s) | cfgzip-preprocess: peak (MiB) | "
+            "cfgzip-preprocess: classes | cfgzip-preprocess: invalid | time ratio (theirs / ours) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for g, v in keys:
             r1 = by.get((g, v, OURS, 1))
@@ -734,10 +840,12 @@ def markdown_tables(runs: Sequence[Run]) -> str:
                         g,
                         v,
                         _fmt_s(r1),
+                        _fmt_cpu(r1),
                         _fmt_mib(r1),
                         str(r1.classes) if r1 is not None and r1.ok else "-",
                         str(r1.invalid) if r1 is not None and r1.ok else "-",
                         _fmt_s(p),
+                        _fmt_cpu(p),
                         _fmt_mib(p, tree=True) if p.ok or p.status.startswith("over") else "-",
                         str(p.classes) if p.ok else "-",
                         str(p.invalid) if p.ok else "-",
@@ -757,14 +865,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.compress_bench", description=__doc__.split("\n\n")[0] if __doc__ else None
     )
-    ap.add_argument("-g", "--grammar", action="append", help="grammar path (relative to shared/grammars or absolute); repeatable")
-    ap.add_argument("-v", "--vocab", action="append", help="vocabulary (built-in name or tokenizer file); repeatable")
+    ap.add_argument(
+        "-g",
+        "--grammar",
+        action="append",
+        help="grammar path (relative to shared/grammars or absolute); repeatable",
+    )
+    ap.add_argument(
+        "-v", "--vocab", action="append", help="vocabulary (built-in name or tokenizer file); repeatable"
+    )
     ap.add_argument("--quick", action="store_true", help="3 small grammars, llama3 only")
     ap.add_argument("--workers", default="1,2", help="worker counts, comma separated (default 1,2)")
     ap.add_argument("--repeats", type=int, default=1, help="median of N runs for runs under --repeat-below")
     ap.add_argument("--repeat-below", type=float, default=10.0, help="seconds (default 10)")
     ap.add_argument("--timeout", type=float, default=300.0, help="per-run timeout in seconds (default 300)")
-    ap.add_argument("--memory-mib", type=float, default=4096.0, help="per-run memory limit (default 4096; 0: none)")
+    ap.add_argument(
+        "--memory-mib", type=float, default=4096.0, help="per-run memory limit (default 4096; 0: none)"
+    )
     ap.add_argument("--no-published", action="store_true", help="do not run cfgzip-preprocess")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
@@ -774,7 +891,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         grammars = QUICK_GRAMMARS if args.quick else DEFAULT_GRAMMARS
     vocabs = args.vocab or (QUICK_VOCABS if args.quick else DEFAULT_VOCABS)
     tool = None if args.no_published else find_published_tool()
-    print(f"published tool: {tool or 'not found (pip install cfgzip in a venv; see bench/compress_bench.py)'}")
+    print(
+        f"published tool: {tool or 'not found (pip install cfgzip in a venv; see bench/compress_bench.py)'}"
+    )
     runs = run_bench(
         grammars,
         vocabs,

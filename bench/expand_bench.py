@@ -120,6 +120,22 @@ def real_cases() -> list[tuple[str, int, int, npt.NDArray[np.int64]]]:
     return out
 
 
+def gather_fn(ex: MaskExpander) -> Callable[[Array, Array], None]:
+    def run(cm: Array, out: Array) -> None:
+        ex.expand(cm, out)
+
+    return run
+
+
+def torch_fn(ex: TorchMaskExpander) -> Callable[[Array, Array], None]:
+    import torch
+
+    def run(cm: Array, out: Array) -> None:
+        ex.expand(torch.from_numpy(cm), torch.from_numpy(out))
+
+    return run
+
+
 def median_us(fn: Callable[[Array, Array], None], masks: list[Array], out: Array) -> float:
     fn(masks[0], out)
     times = []
@@ -127,7 +143,7 @@ def median_us(fn: Callable[[Array, Array], None], masks: list[Array], out: Array
         t = time.perf_counter()
         fn(cm, out)
         times.append(time.perf_counter() - t)
-    return float(np.median(times)) * 1e6 / out.shape[0]
+    return float(np.median(times)) * 1e6 / int(out.shape[0])
 
 
 def main() -> None:
@@ -165,7 +181,6 @@ def main() -> None:
         for batch in batches:
             masks = class_masks(rng, steps, batch, classes)
             out = np.zeros((batch, (width + 31) // 32), dtype=np.int32)
-            tout = torch.from_numpy(out)
             paths: set[str] = set()
 
             def auto(cm: Array, o: Array, ex: MaskExpander = ex, paths: set[str] = paths) -> None:
@@ -174,12 +189,10 @@ def main() -> None:
 
             res = {
                 "auto": median_us(auto, masks, out),
-                "gather": median_us(lambda cm, o, ga=ga: ga.expand(cm, o), masks, out),
+                "gather": median_us(gather_fn(ga), masks, out),
                 "naive": median_us(naive(tc, classes), masks, out) if batch == 1 else float("nan"),
                 "or-all": median_us(orall.expand, masks, out) if orall and batch == 1 else float("nan"),
-                "torch": median_us(
-                    lambda cm, o, tex=tex, tout=tout: tex.expand(torch.from_numpy(cm), tout), masks, out
-                ),
+                "torch": median_us(torch_fn(tex), masks, out),
             }
             others = [v for k, v in res.items() if k != "auto" and not np.isnan(v)]
             ratio = min(others) / res["auto"]

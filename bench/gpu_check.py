@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                 out = torch.empty((batch, (width + 31) // 32), dtype=torch.int32, device=dev)
                 for _ in range(3):
                     gpu.expand(cm_dev, out)
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
                 t_exp = []
                 for _ in range(reps):
                     start.record()

@@ -64,7 +64,8 @@ def main() -> int:
         num_key_value_heads=4,
         max_position_embeddings=256,
     )
-    model = LlamaForCausalLM(config).eval()
+    model = LlamaForCausalLM(config)
+    model.train(False)
     stops = sorted(vocab.stop_ids)
     prompt = torch.full((args.batch, 1), min(vocab.special_ids, default=0), dtype=torch.long)
 

@@ -213,7 +213,7 @@ class Grammar:
         ----------
         O(total rule length).
         """
-        g = Grammar.__new__(Grammar)
+        g = Grammar((), names[start_id] if 0 <= start_id < len(names) else "?")
         n = len(names)
         if len(set(names)) != n:
             raise GrammarError("duplicate nonterminal names")

@@ -8,15 +8,25 @@ from formalgram_cfgzip.cache import fingerprint_text, read_cache, write_cache
 # lead: displacements and classes
 from formalgram_cfgzip.classes import TokenClasses, compress, grammar_fingerprint
 from formalgram_cfgzip.displacement import DisplacementSearch
+
+# engines helper: mask expansion and engine adapters (engines themselves load lazily)
+from formalgram_cfgzip.engines.base import BatchIndexError, ClassesMismatchError, EngineError, TokenIdError
 from formalgram_cfgzip.errors import CacheError, CfgzipError, VocabularyError
+from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __version__ = "0.1.0"
 __all__ = [
+    "BatchIndexError",
     "CacheError",
     "CfgzipError",
+    "ClassesMismatchError",
     "DisplacementSearch",
+    "EngineError",
+    "MaskExpander",
     "TokenClasses",
+    "TokenIdError",
+    "TorchMaskExpander",
     "Vocabulary",
     "VocabularyError",
     "__version__",

@@ -7,20 +7,24 @@ set of pairs ``(σ_in, σ_out)`` such that ``P``, started on any stack ``σ_in·
 by popping exactly the symbols of ``σ_in`` from the original stack (top first) and end with
 ``σ_out·γ``.  Equal displacements imply syntactic congruence (``proofs/congruence.md``).
 
-The search follows one *state* ``(σ_in, σ_out, last)`` per path:
+The search follows every path of Algorithm 1 at once:
 
 * the first byte pops an arbitrary symbol ``A`` (``σ_in = A``) and pushes the tail of a rule;
 * later bytes pop the top of ``σ_out``;
 * when ``σ_out`` is empty the next byte must pop the symbol ``Z`` that lay below the
   original ``σ_in`` (a *backtrack*): ``Z`` is appended to ``σ_in``, restricted to symbols that
-  can lie directly below ``last``, the symbol whose expansion emptied ``σ_out``
-  (the stack-adjacency relation; ``proofs/stack_adjacency.md``).
+  can lie directly below ``last``, the symbol whose expansion emptied ``σ_out``, and below the
+  previous consumed symbol (the stack-adjacency relation; ``proofs/stack_adjacency.md``).
 
-Stacks are interned cons lists, states are int triples, and *sets* of states are interned as
-well.  The transition ``(state set, byte class) -> state set`` is memoised, so the search is a
-lazily built deterministic automaton over byte classes: every vocabulary token is run through
-it, and every distinct (state set, byte class) pair is expanded exactly once, however many
-tokens share it (a strict generalisation of sharing work along a vocabulary trie).
+All paths are kept in one structure: the set of strings ``σ_out · # · reverse(σ_in)`` as a
+hash-consed trie (a DAG with shared subtries).  A step only rewrites the root of the trie
+(pop the top symbol, push a rule tail in front of the shared rest), so its cost depends on
+the number of distinct *top* symbols, not on the number of stacks, which can be exponential
+(a token such as ``"))))"`` closes many combinations of contexts).  When ``σ_out`` becomes
+empty the separator is labelled with ``last``.  Equal sets are equal node ids, so the
+transition ``(trie, byte class) -> trie`` is memoised: the search is a lazily built
+deterministic automaton over byte classes, and every distinct (trie, byte class) pair is
+expanded once however many tokens share it.
 """
 
 from __future__ import annotations
@@ -32,15 +36,18 @@ from collections.abc import Iterable, Sequence
 from formalgram.errors import GrammarError, GrammarTooLarge
 from formalgram.grammar import Grammar, fresh_name
 
-State = tuple[int, int, int]  # (σ_out stack id, last popped symbol or -1, history id)
-StateSet = frozenset[State]
-CanonicalKey = tuple[tuple[tuple[int, ...], bytes], ...]
+Edge = tuple[int, int]  # (symbol, child node)
+CanonicalKey = bytes
 
-EMPTY = 0  # id of the empty stack
-DEAD = 0  # id of the empty state set
-START = 1  # id of the initial state set (nothing read yet)
-_EPS = 0  # history holding only the empty σ_in
-_SENTINEL: State = (-1, -1, -1)
+DEAD = 0  # the empty set of strings: no path survives
+START = 1  # the initial set (nothing read yet)
+_EPS = 2  # the set holding only the empty string
+_SEP = -1  # separator between σ_out and reverse(σ_in) while σ_out is not empty
+
+
+def _sep(last: int) -> int:
+    """Separator symbol recording that ``σ_out`` was emptied by popping ``last``."""
+    return -(last + 2)
 
 
 def compute_byte_classes(masks: Sequence[int]) -> tuple[bytes, int]:
@@ -167,15 +174,9 @@ def specialize_terminal_symbols(gnf: Grammar) -> Grammar:
 class DisplacementSearch:
     """Lazily determinised displacement automaton of a GNF grammar over its byte classes.
 
-    A search state is ``(σ_out, last, H)``: the current output stack, the symbol whose
-    expansion emptied it (``-1`` while it is not empty), and ``H``, the *set* of input stacks
-    ``σ_in`` consumed by the paths that reach this ``(σ_out, last)``.  The future of a path
-    depends only on ``(σ_out, last)``, so paths are merged there and their histories united.
-    Histories are hash-consed tries over reversed ``σ_in`` (deepest symbol first), so equal
-    sets have equal ids, union is a memoised merge, and a backtrack that consumes ``Z`` is a
-    single new node ``{Z: H}``.  This keeps the search linear in the number of distinct
-    ``(σ_out, last)`` pairs even when a token (say ``")))"``) closes exponentially many
-    combinations of contexts.
+    A state of the automaton is a set of strings ``σ_out · # · reverse(σ_in)`` stored as a
+    canonical hash-consed trie (node ids; equal sets have equal ids).  See the module
+    docstring for the search itself.
 
     Parameters
     ----------
@@ -183,10 +184,9 @@ class DisplacementSearch:
         A trimmed grammar in Greibach normal form (every rule ``A -> a B1..Bn`` with ``a`` a
         terminal and ``Bi`` nonterminals; only the start may have an empty rule).
     max_states : int
-        Largest number of ``(σ_out, last)`` pairs for one token prefix; exceeding it raises
-        GrammarTooLarge.
+        Largest number of distinct top symbols of one trie; exceeding it raises GrammarTooLarge.
     max_cells : int
-        Largest number of interned stack cells, history nodes and memo entries.
+        Largest number of trie nodes plus memo entries.
     memory_budget : int or None
         Peak resident memory, in bytes, checked periodically; exceeding it raises GrammarTooLarge.
 
@@ -211,7 +211,7 @@ class DisplacementSearch:
         gnf: Grammar,
         *,
         max_states: int = 200_000,
-        max_cells: int = 30_000_000,
+        max_cells: int = 40_000_000,
         memory_budget: int | None = None,
     ) -> None:
         self.gnf = gnf
@@ -242,135 +242,98 @@ class DisplacementSearch:
         self._trans: list[list[tuple[tuple[int, ...], ...]]] = [[tuple(x) for x in row] for row in trans]
         self._starters: list[tuple[int, ...]] = [tuple(a for a in range(n) if row[a]) for row in self._trans]
         self._below = adjacency_below(gnf)
+        above: list[set[int]] = [set() for _ in range(n)]
+        for x, zs in enumerate(self._below):
+            for z in zs:
+                above[z].add(x)
+        self._above: list[frozenset[int]] = [frozenset(a) for a in above]
         self._below_c: dict[tuple[int, int], tuple[int, ...]] = {}
-        # output stacks: interned cons cells, id 0 is the empty stack
-        self._top: list[int] = [-1]
-        self._rest: list[int] = [0]
-        self._cells: dict[tuple[int, int], int] = {}
-        # histories: hash-consed tries over reversed σ_in; node = (final, ((symbol, child), ...))
-        self._h_final: list[bool] = [True]
-        self._h_edges: list[tuple[tuple[int, int], ...]] = [()]
-        self._h_ids: dict[tuple[bool, tuple[tuple[int, int], ...]], int] = {(True, ()): _EPS}
-        self._h_unions: dict[tuple[int, ...], int] = {}
-        self._h_ext: dict[tuple[int, int], int] = {}
-        self._h_digest: dict[int, bytes] = {}
-        # state sets: frozensets of (σ_out, last, history)
-        self._sets: list[StateSet] = [frozenset(), frozenset([_SENTINEL])]
-        self._set_ids: dict[StateSet, int] = {self._sets[0]: DEAD, self._sets[1]: START}
+        # trie nodes: id -> (final, sorted edges); ids 0, 1, 2 are DEAD, START, EPS
+        self._final: list[bool] = [False, False, True]
+        self._edges: list[tuple[Edge, ...]] = [(), ((-(1 << 40), DEAD),), ()]
+        self._ids: dict[tuple[bool, tuple[Edge, ...]], int] = {(False, ()): DEAD, (True, ()): _EPS}
+        self._unions: dict[tuple[int, ...], int] = {}
+        self._relabel: dict[tuple[int, int], int] = {}
+        self._filter: dict[tuple[int, int], int] = {}
         self._memo: dict[tuple[int, int], int] = {}
-        self._keys: dict[frozenset[tuple[int, int]], int] = {}
-        self._key_of_set: dict[int, int] = {}
+        self._keys: dict[int, int] = {}
+        self._digest: dict[int, bytes] = {}
         self._checks = 0
 
-    # -- output stacks --------------------------------------------------------------------
-    def _cons(self, top: int, rest: int) -> int:
-        k = (top, rest)
-        i = self._cells.get(k)
-        if i is None:
-            i = len(self._top)
-            self._cells[k] = i
-            self._top.append(top)
-            self._rest.append(rest)
-        return i
-
-    def _push(self, tail: tuple[int, ...], base: int) -> int:
-        s = base
-        for j in range(len(tail) - 1, -1, -1):
-            s = self._cons(tail[j], s)
-        return s
-
-    def stack(self, sid: int) -> tuple[int, ...]:
-        """The nonterminal ids of an interned output stack, top first."""
-        out: list[int] = []
-        while sid != EMPTY:
-            out.append(self._top[sid])
-            sid = self._rest[sid]
-        return tuple(out)
-
-    # -- histories ------------------------------------------------------------------------
-    def _h_node(self, final: bool, edges: tuple[tuple[int, int], ...]) -> int:
+    # -- trie nodes -----------------------------------------------------------------------
+    def _node(self, final: bool, edges: tuple[Edge, ...]) -> int:
         k = (final, edges)
-        i = self._h_ids.get(k)
+        i = self._ids.get(k)
         if i is None:
-            i = len(self._h_final)
-            self._h_ids[k] = i
-            self._h_final.append(final)
-            self._h_edges.append(edges)
+            i = len(self._final)
+            self._ids[k] = i
+            self._final.append(final)
+            self._edges.append(edges)
         return i
 
-    def _h_append(self, h: int, z: int) -> int:
-        """History ``{σ·z : σ in h}``."""
-        return self._h_node(False, ((z, h),))
+    def _path(self, tail: tuple[int, ...], base: int) -> int:
+        """The set ``{tail · w : w in base}``."""
+        node = base
+        for j in range(len(tail) - 1, -1, -1):
+            node = self._node(False, ((tail[j], node),))
+        return node
 
-    def _h_extend(self, h: int, z: int) -> int:
-        """History ``{σ·z : σ in h, z can lie directly below the last symbol of σ}``; -1 if empty.
-
-        The root edges of a history trie are the deepest consumed symbols, so keeping only
-        those that ``z`` can lie below is one filter of the root; on top of the backtrack
-        test on ``last`` it keeps every consecutive pair of ``σ_in`` adjacency-consistent.
-        """
-        k = (h, z)
-        r = self._h_ext.get(k)
-        if r is None:
-            edges = self._h_edges[h]
-            keep = tuple(e for e in edges if z in self._below[e[0]])
-            if not keep:
-                r = -1
-            else:
-                base = h if len(keep) == len(edges) else self._h_node(False, keep)
-                r = self._h_node(False, ((z, base),))
-            self._h_ext[k] = r
-        return r
-
-    def _h_union(self, ids: list[int]) -> int:
-        """History ``∪ ids`` (memoised n-ary trie merge; equal sets give equal ids)."""
+    def _union(self, ids: list[int]) -> int:
+        """The union of several sets (memoised n-ary merge of canonical tries)."""
         if len(ids) == 1:
             return ids[0]
         key = tuple(sorted(set(ids)))
+        if key[0] == DEAD:
+            key = key[1:]
+        if not key:
+            return DEAD
         if len(key) == 1:
             return key[0]
-        r = self._h_unions.get(key)
+        r = self._unions.get(key)
         if r is not None:
             return r
         final = False
         children: dict[int, list[int]] = {}
         for h in key:
-            if self._h_final[h]:
+            if self._final[h]:
                 final = True
-            for sym, child in self._h_edges[h]:
+            for sym, child in self._edges[h]:
                 lst = children.get(sym)
                 if lst is None:
                     children[sym] = [child]
                 else:
                     lst.append(child)
-        edges = tuple((sym, self._h_union(children[sym])) for sym in sorted(children))
-        r = self._h_node(final, edges)
-        self._h_unions[key] = r
+        edges = tuple((sym, self._union(children[sym])) for sym in sorted(children))
+        r = self._node(final, edges)
+        self._unions[key] = r
         return r
 
-    def history(self, h: int) -> frozenset[tuple[int, ...]]:
-        """The input stacks ``σ_in`` (top first) of a history; exponential size in the worst case."""
-        out: set[tuple[int, ...]] = set()
-        todo: list[tuple[int, tuple[int, ...]]] = [(h, ())]
-        while todo:
-            node, suffix = todo.pop()
-            if self._h_final[node]:
-                out.add(suffix)
-            for sym, child in self._h_edges[node]:
-                todo.append((child, (sym, *suffix)))
-        return frozenset(out)
+    def _emptied_by(self, node: int, last: int) -> int:
+        """``node`` with its root separator labelled by ``last`` (σ_out just became empty)."""
+        k = (node, last)
+        r = self._relabel.get(k)
+        if r is None:
+            edges = [(_sep(last) if sym == _SEP else sym, child) for sym, child in self._edges[node]]
+            edges.sort()
+            r = self._node(self._final[node], tuple(edges))
+            self._relabel[k] = r
+        return r
 
-    def _h_canonical(self, h: int) -> bytes:
-        """A process-independent digest of a history (equal sets <=> equal digests)."""
-        d = self._h_digest.get(h)
-        if d is None:
-            m = hashlib.sha256(b"F" if self._h_final[h] else b"N")
-            for sym, child in self._h_edges[h]:
-                m.update(sym.to_bytes(4, "little"))
-                m.update(self._h_canonical(child))
-            d = m.digest()
-            self._h_digest[h] = d
-        return d
+    def _consumed_then(self, rev_in: int, z: int) -> int:
+        """``{z · w : w in rev_in}`` keeping only ``w`` whose first symbol ``z`` can lie below; DEAD if none."""
+        k = (rev_in, z)
+        r = self._filter.get(k)
+        if r is None:
+            edges = self._edges[rev_in]
+            above = self._above[z]
+            keep = tuple(e for e in edges if e[0] in above)
+            if not keep:
+                r = DEAD
+            else:
+                base = rev_in if len(keep) == len(edges) else self._node(False, keep)
+                r = self._node(False, ((z, base),))
+            self._filter[k] = r
+        return r
 
     # -- transitions ----------------------------------------------------------------------
     def _below_starting(self, y: int, c: int) -> tuple[int, ...]:
@@ -382,63 +345,44 @@ class DisplacementSearch:
             self._below_c[k] = r
         return r
 
-    @staticmethod
-    def _add(out: dict[tuple[int, int], list[int]], so: int, last: int, h: int) -> None:
-        k = (so, last)
-        lst = out.get(k)
-        if lst is None:
-            out[k] = [h]
-        else:
-            lst.append(h)
+    def _expand(self, rev_in: int, z: int, c: int, out: list[int]) -> None:
+        """Pop ``z`` (consumed from the original stack) with a byte of class ``c``."""
+        sep_rest = -1
+        for tail in self._trans[c][z]:
+            if tail:
+                if sep_rest < 0:
+                    sep_rest = self._node(False, ((_SEP, rev_in),))
+                out.append(self._path(tail, sep_rest))
+            else:
+                out.append(self._node(False, ((_sep(z), rev_in),)))
 
-    def _step_state(self, st: State, c: int, out: dict[tuple[int, int], list[int]]) -> None:
-        so, last, h = st
-        row = self._trans[c]
-        if h < 0:  # nothing read yet: pop any symbol
-            for a in self._starters[c]:
-                ha = self._h_append(_EPS, a)
-                for tail in row[a]:
-                    nso = self._push(tail, EMPTY)
-                    self._add(out, nso, a if nso == EMPTY else -1, ha)
-        elif so != EMPTY:
-            a = self._top[so]
-            rest = self._rest[so]
-            for tail in row[a]:
-                nso = self._push(tail, rest)
-                self._add(out, nso, a if nso == EMPTY else -1, h)
-        else:  # backtrack below the consumed input
-            for z in self._below_starting(last, c):
-                hz = self._h_extend(h, z)
-                if hz < 0:
-                    continue
-                for tail in row[z]:
-                    nso = self._push(tail, EMPTY)
-                    self._add(out, nso, z if nso == EMPTY else -1, hz)
-
-    def step(self, set_id: int, c: int) -> int:
-        """The state set reached from ``set_id`` by reading one byte of class ``c``."""
-        k = (set_id, c)
+    def step(self, node: int, c: int) -> int:
+        """The set reached from ``node`` by reading one byte of class ``c``."""
+        k = (node, c)
         r = self._memo.get(k)
         if r is not None:
             return r
-        if set_id == DEAD:
-            r = DEAD
-        else:
-            out: dict[tuple[int, int], list[int]] = {}
-            for st in self._sets[set_id]:
-                self._step_state(st, c, out)
-                if len(out) > self.max_states:
-                    raise GrammarTooLarge(
-                        "displacement search",
-                        self.max_states,
-                        "too many distinct parser stacks for one token prefix",
-                    )
-            fs = frozenset((so, last, self._h_union(hs)) for (so, last), hs in out.items())
-            r = self._set_ids.get(fs)
-            if r is None:
-                r = len(self._sets)
-                self._sets.append(fs)
-                self._set_ids[fs] = r
+        out: list[int] = []
+        if node == START:
+            for a in self._starters[c]:
+                self._expand(self._node(False, ((a, _EPS),)), a, c, out)
+        elif node != DEAD:
+            edges = self._edges[node]
+            if len(edges) > self.max_states:
+                raise GrammarTooLarge(
+                    "displacement search", self.max_states, "too many distinct stack tops for one token prefix"
+                )
+            for sym, child in edges:
+                if sym >= 0:  # pop the top of σ_out
+                    for tail in self._trans[c][sym]:
+                        out.append(self._path(tail, child) if tail else self._emptied_by(child, sym))
+                elif sym != _SEP:  # σ_out is empty: backtrack below the consumed input
+                    last = -sym - 2
+                    for z in self._below_starting(last, c):
+                        rz = self._consumed_then(child, z)
+                        if rz != DEAD:
+                            self._expand(rz, z, c, out)
+        r = self._union(out) if out else DEAD
         self._memo[k] = r
         self._check_budget()
         return r
@@ -447,11 +391,9 @@ class DisplacementSearch:
         self._checks += 1
         if self._checks & 1023:
             return
-        cells = len(self._top) + len(self._memo) + len(self._h_final) + len(self._h_unions)
+        cells = len(self._final) + len(self._memo) + len(self._unions)
         if cells > self.max_cells:
-            raise GrammarTooLarge(
-                "displacement search", self.max_cells, "interned stacks, histories and memo entries"
-            )
+            raise GrammarTooLarge("displacement search", self.max_cells, "trie nodes and memo entries")
         if self.memory_budget is not None:
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
             if rss > self.memory_budget:
@@ -459,75 +401,87 @@ class DisplacementSearch:
                     "displacement search", self.memory_budget, f"peak memory reached {rss >> 20} MiB"
                 )
 
-    def run_classes(self, classes: Iterable[int], set_id: int = START) -> int:
-        """Run a sequence of byte-class ids from ``set_id``; returns the final state set id."""
+    def run_classes(self, classes: Iterable[int], node: int = START) -> int:
+        """Run a sequence of byte-class ids from ``node``; returns the final node id."""
         for c in classes:
-            set_id = self.step(set_id, c)
-            if set_id == DEAD:
+            node = self.step(node, c)
+            if node == DEAD:
                 return DEAD
-        return set_id
+        return node
 
     def run(self, data: bytes) -> int:
-        """Run the bytes of one token from the initial state set."""
+        """Run the bytes of one token from the initial set."""
         bc = self.byte_class
         return self.run_classes([bc[b] for b in data])
 
     # -- displacement keys ---------------------------------------------------------------
-    def _pairs(self, set_id: int) -> dict[int, int]:
-        """σ_out -> united history, over all states of a set."""
-        by_out: dict[int, list[int]] = {}
-        for so, _last, h in self._sets[set_id]:
-            lst = by_out.get(so)
-            if lst is None:
-                by_out[so] = [h]
-            else:
-                lst.append(h)
-        return {so: self._h_union(hs) for so, hs in by_out.items()}
-
-    def key_of(self, set_id: int) -> int:
-        """Interned id of the displacement of a state set (equal ids <=> equal displacements)."""
-        r = self._key_of_set.get(set_id)
+    def key_of(self, node: int) -> int:
+        """Canonical id of the displacement of a set (``last`` labels dropped); equal ids <=> equal displacements."""
+        r = self._keys.get(node)
         if r is None:
-            if set_id == START:
-                pairs: frozenset[tuple[int, int]] = frozenset([(-1, -1)])
-            elif set_id == DEAD:
-                pairs = frozenset()
+            if node in (DEAD, START):
+                r = node
             else:
-                pairs = frozenset(self._pairs(set_id).items())
-            r = self._keys.get(pairs)
-            if r is None:
-                r = len(self._keys)
-                self._keys[pairs] = r
-            self._key_of_set[set_id] = r
+                plain: list[Edge] = []
+                emptied: list[int] = []
+                for sym, child in self._edges[node]:
+                    if sym >= 0 or sym == _SEP:
+                        plain.append((sym, child))
+                    else:
+                        emptied.append(child)
+                if emptied:
+                    plain.append((_SEP, self._union(emptied)))
+                    plain.sort()
+                r = self._node(self._final[node], tuple(plain))
+            self._keys[node] = r
         return r
 
-    def displacement(self, set_id: int) -> frozenset[tuple[tuple[int, ...], tuple[int, ...]]]:
-        """The displacement as explicit ``(σ_in, σ_out)`` id tuples, top first (for tests; can be huge)."""
-        if set_id in (DEAD, START):
-            return frozenset()
-        out: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
-        for so, h in self._pairs(set_id).items():
-            stack = self.stack(so)
-            for si in self.history(h):
-                out.add((si, stack))
+    def strings(self, node: int) -> frozenset[tuple[int, ...]]:
+        """All strings of a set (exponential in the worst case; for tests and debugging)."""
+        out: set[tuple[int, ...]] = set()
+        todo: list[tuple[int, tuple[int, ...]]] = [(node, ())]
+        while todo:
+            n, prefix = todo.pop()
+            if self._final[n]:
+                out.add(prefix)
+            for sym, child in self._edges[n]:
+                todo.append((child, (*prefix, sym)))
         return frozenset(out)
 
-    def canonical(self, set_id: int) -> CanonicalKey:
-        """A process-independent form of the displacement: sorted ``(σ_out, digest of σ_in set)``."""
-        if set_id in (DEAD, START):
-            return ()
-        return tuple(sorted((self.stack(so), self._h_canonical(h)) for so, h in self._pairs(set_id).items()))
+    def displacement(self, node: int) -> frozenset[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """The displacement as explicit ``(σ_in, σ_out)`` id tuples, top first (for tests; can be huge)."""
+        if node in (DEAD, START):
+            return frozenset()
+        out: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+        for s in self.strings(node):
+            cut = next(i for i, sym in enumerate(s) if sym < 0)
+            out.add((tuple(reversed(s[cut + 1 :])), s[:cut]))
+        return frozenset(out)
 
-    def state_count(self, set_id: int) -> int:
-        """Number of ``(σ_out, last)`` search states in a state set."""
-        return len(self._sets[set_id])
+    def canonical(self, node: int) -> CanonicalKey:
+        """A process-independent digest of the displacement (equal displacements <=> equal digests)."""
+        return self._digest_of(self.key_of(node))
+
+    def _digest_of(self, node: int) -> bytes:
+        d = self._digest.get(node)
+        if d is None:
+            m = hashlib.sha256(b"F" if self._final[node] else b"N")
+            for sym, child in self._edges[node]:
+                m.update(sym.to_bytes(8, "little", signed=True))
+                m.update(self._digest_of(child))
+            d = m.digest()
+            self._digest[node] = d
+        return d
+
+    def state_count(self, node: int) -> int:
+        """Number of distinct top symbols (root edges) of a set."""
+        return len(self._edges[node])
 
     def stats(self) -> dict[str, int]:
         """Sizes of the interned tables."""
         return {
-            "stack_cells": len(self._top),
-            "history_nodes": len(self._h_final),
-            "state_sets": len(self._sets),
+            "trie_nodes": len(self._final),
+            "unions": len(self._unions),
             "memo_entries": len(self._memo),
             "byte_classes": self.num_byte_classes,
         }

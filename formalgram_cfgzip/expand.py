@@ -38,7 +38,6 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-
     from formalgram_cfgzip.classes import TokenClasses
 
 __all__ = [

@@ -10,6 +10,7 @@ and (iii) deliberately *wrong* classes, which must be caught (the test can fail)
 from __future__ import annotations
 
 import hashlib
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +88,14 @@ def differential_walk(
     batch: int = 1,
     bias: str = "uniform",
     max_len: int = 40,
+    notes: list[str] | None = None,
 ) -> list[str]:
-    """Run ``batch`` random walks in lockstep; return a description of every mismatch."""
+    """Run ``batch`` random walks in lockstep; return a description of every mismatch.
+
+    A walk whose *full-vocabulary* engine gave up (llguidance's parser item limit, hit
+    e.g. after hundreds of single-byte whitespace lexemes) is restarted and noted in
+    ``notes``: past that point the reference has no defined mask to compare with.
+    """
     rng = np.random.default_rng(seed)
     vocab = full.vocab
     width = vocab.logit_width
@@ -109,6 +116,15 @@ def differential_walk(
             compressed.fill_next_token_bitmask_batch([mc[i] for i in order], bc, indices=order)
             full.fill_next_token_bitmask_batch(mf, bf)
         for b in range(batch):
+            gave_up = mf[b].engine_error()
+            if gave_up:
+                if notes is not None:
+                    notes.append(
+                        f"step {step} row {b}: reference engine gave up: {gave_up.splitlines()[0][:100]}"
+                    )
+                mc[b], mf[b] = compressed.matcher(), full.matcher()  # an engine error is permanent
+                depth[b] = 0
+                continue
             if not np.array_equal(bc[b], bf[b]):
                 diff = np.flatnonzero(np.unpackbits((bc[b] ^ bf[b]).view(np.uint8), bitorder="little"))
                 problems.append(f"step {step} row {b}: {diff.size} tokens differ, e.g. {diff[:8].tolist()}")
@@ -200,7 +216,7 @@ def test_wrong_classes_are_caught(engine: str) -> None:
         assert differential_walk(compressed, full, steps=40, seed=0, batch=2) != []
 
 
-def test_special_token_policy_xgrammar() -> None:
+def test_special_token_policy() -> None:
     """Special/hole/padding/empty tokens never allowed; stop tokens only when the grammar may end."""
     vocab = tiny_vocab()
     for compiled in (
@@ -257,7 +273,7 @@ def test_bad_input_errors() -> None:
         with pytest.raises(TokenIdError, match="outside the vocabulary"):
             m.accept_token(tok)
     with pytest.raises(TokenIdError):
-        m.accept_token("3")  # type: ignore[arg-type]
+        m.accept_token("3")
     bm = compiled.allocate_token_bitmask(2)
     with pytest.raises(BatchIndexError, match="out of range"):
         m.fill_next_token_bitmask(bm, 2)
@@ -348,12 +364,14 @@ def test_real_grammar_lossless_fast(engine: str, rel: str, vocab_name: str) -> N
 def test_real_grammar_lossless_sweep(engine: str, vocab_name: str, path: Path) -> None:
     compressed, full = _setup(path, vocab_name, engine)
     problems: list[str] = []
-    for seed, bias, batch in [
-        (0, "uniform", 1),
-        (1, "long", 1),
-        (2, "stop", 1),
-        (3, "uniform", 8),
-        (4, "long", 8),
-    ]:
-        problems += differential_walk(compressed, full, steps=60, seed=seed, batch=batch, bias=bias)
+    notes: list[str] = []
+    for seed, bias, batch in SWEEP_WALKS:
+        problems += differential_walk(
+            compressed, full, steps=60, seed=seed, batch=batch, bias=bias, notes=notes
+        )
+    if notes:
+        warnings.warn(f"{len(notes)} walks restarted: {notes[0]}", stacklevel=1)
     assert problems == []
+
+
+SWEEP_WALKS = [(0, "uniform", 1), (1, "long", 1), (2, "stop", 1), (3, "uniform", 8), (4, "long", 8)]

@@ -35,6 +35,17 @@ DEFAULT_SET = [
 ]
 
 
+# Upper bounds on the number of GNF rules (bench/results/gnf_sizes.md has the measured sizes;
+# the bounds leave ~10% slack so that a size regression is caught, not an improvement).
+SIZE_BOUNDS = {
+    "derived/lark_via_xgrammar/go_syncode.gbnf": 21_500,
+    "derived/lark_via_xgrammar/sql_syncode.gbnf": 12_600,
+    "derived/lark_via_xgrammar/xml2rfc_v3.gbnf": 7_700,
+    "derived/lark_via_xgrammar/c_syncode.gbnf": 1_850,
+    "llama_cpp/json.gbnf": 370,
+}
+
+
 def _all_files() -> list[str]:
     if not GRAMMARS.is_dir():
         return []
@@ -71,6 +82,7 @@ def _check(rel: str, n_samples: int, max_len: int) -> None:
     g = _load(rel)
     h = to_gnf(g, budget=BUDGET)
     assert is_gnf(h)
+    assert len(h.rules) <= SIZE_BOUNDS.get(rel, 1 << 30), (rel, len(h.rules))
     try:
         members = sample(g, n_samples, seed=7, max_len=max_len)
     except GrammarError:  # the shortest member is longer than max_len

@@ -192,8 +192,9 @@ def test_start_symbol_first_and_preserved() -> None:
     assert parse_gbnf(text, "b") == g
 
 
-def test_invalid_names_rejected() -> None:
-    s = Nonterminal("S'")
+@pytest.mark.parametrize("name", ["S'", "1a", "..", "a b", "é"])
+def test_invalid_names_rejected(name: str) -> None:
+    s = Nonterminal(name)
     g = Grammar([Production(s, [ByteSet.single(97)])], s)
     with pytest.raises(GrammarError, match="not a valid GBNF identifier"):
         to_gbnf(g)

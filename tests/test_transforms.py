@@ -30,9 +30,9 @@ from formalgram import (
     unreachable,
 )
 from formalgram.recognize import accepts, enumerate_strings
-from formalgram.transforms.gnf import STRATEGIES
 from formalgram.recognize.enumerate import default_alphabet
 from formalgram.testing import grammar_and_strings, grammars
+from formalgram.transforms.gnf import STRATEGIES
 
 MAX_LEN = 6
 SETTINGS = settings(

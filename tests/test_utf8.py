@@ -23,14 +23,9 @@ from formalgram.utf8 import (
     utf8_sequences,
 )
 
-BOUNDARIES = sorted(
-    {
-        b + d
-        for b in (0, 127, 128, 2047, 2048, 4095, 4096, 55295, 55296, 57343, 57344, 65535, 65536, 262143, 262144, 1048575, 1048576, 1114111, 34, 92)
-        for d in (-1, 0, 1)
-        if 0 <= b + d <= MAX_CODE_POINT
-    }
-)
+_EDGES = (0x0, 0x7F, 0x80, 0x7FF, 0x800, 0xFFF, 0x1000, 0xD7FF, 0xD800, 0xDFFF, 0xE000, 0xFFFF)
+_EDGES_4 = (0x10000, 0x3FFFF, 0x40000, 0xFFFFF, 0x100000, 0x10FFFF, 0x22, 0x5C)
+BOUNDARIES = sorted({b + d for b in (*_EDGES, *_EDGES_4) for d in (-1, 0, 1) if 0 <= b + d <= MAX_CODE_POINT})
 
 
 def _py_encode(cp: int) -> bytes:

@@ -17,6 +17,8 @@ from formalgram.grammar import Grammar
 from formalgram.recognize.earley import EarleyRecognizer
 
 _INF = 1 << 60
+# derivations tried per sampled string when the first ones are much shorter than the target
+_ATTEMPTS = 4
 
 
 def default_alphabet(g: Grammar) -> bytes:
@@ -76,8 +78,9 @@ def enumerate_strings(
         Bytes to build strings from (duplicates ignored).  Default: :func:`default_alphabet`,
         one representative per class of bytes the grammar cannot tell apart.
     limit : int, keyword-only
-        Most strings to return.  The search also gives up after visiting ``64 * limit``
-        viable prefixes (non-members included).
+        Most strings to return.  The search also gives up after visiting
+        ``16 * limit + 10_000`` viable prefixes (non-members included), so that languages with
+        far more viable prefixes than short members fail fast instead of running for hours.
 
     Returns
     -------
@@ -109,7 +112,7 @@ def enumerate_strings(
         raise ValueError(f"max_len must be >= 0, got {max_len}")
     letters = sorted(set(default_alphabet(g) if alphabet is None else alphabet))
     out: list[bytes] = []
-    budget = 64 * max(limit, 1)
+    budget = 16 * max(limit, 0) + 10_000
     visited = 0
     # depth-first over the tree of viable prefixes
     stack: list[tuple[bytes, EarleyRecognizer]] = []
@@ -206,7 +209,8 @@ def sample(g: Grammar, n: int, seed: int = 0, max_len: int = 64) -> list[bytes]:
     between the shortest member's length and ``max_len``; then every nonterminal is expanded
     by a rule chosen uniformly among those whose shortest yield still fits the remaining
     budget (so the result never exceeds ``T``), and every terminal by a byte chosen uniformly
-    from its byte set.  After many expansions the sampler switches to shortest rules, which
+    from its byte set.  When a derivation yields fewer than ``T / 2`` bytes, up to three more
+    are drawn and the longest is kept (uniform rule choice alone favours short strings).  After many expansions the sampler switches to shortest rules, which
     guarantees termination even with unit cycles and nullable recursion.
 
     Parameters
@@ -255,7 +259,6 @@ def sample(g: Grammar, n: int, seed: int = 0, max_len: int = 64) -> list[bytes]:
     rng = random.Random(seed)
     masks = g.masks
     rules = g.rules
-    by_lhs = g.rules_by_lhs
     # per rule: suffix sums of minimal yields (suffix[k] = minimal length of rhs[k:])
     suffix: list[list[int]] = []
     for _lhs, rhs in rules:
@@ -267,10 +270,49 @@ def sample(g: Grammar, n: int, seed: int = 0, max_len: int = 64) -> list[bytes]:
         suffix.append(suf)
     # byte lists per terminal
     choices: list[list[int]] = [[b for b in range(256) if (m >> b) & 1] for m in masks]
-    expansion_cap = 50 * max_len + 200
+    sampler = _Sampler(rng, g, suffix, short_rule, choices, 50 * max_len + 200)
     out: list[bytes] = []
     for _ in range(n):
         target = rng.randint(minlen[start], max_len)
+        best = sampler.derive(start, target)
+        for _attempt in range(_ATTEMPTS - 1):
+            if 2 * len(best) >= target:
+                break
+            again = sampler.derive(start, target)
+            if len(again) > len(best):
+                best = again
+        out.append(best)
+    return out
+
+
+class _Sampler:
+    """Random derivations within a length budget (see :func:`sample`)."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        g: Grammar,
+        suffix: list[list[int]],
+        short_rule: list[int],
+        choices: list[list[int]],
+        expansion_cap: int,
+    ) -> None:
+        self.rng = rng
+        self.rules = g.rules
+        self.by_lhs = g.rules_by_lhs
+        self.suffix = suffix
+        self.short_rule = short_rule
+        self.choices = choices
+        self.expansion_cap = expansion_cap
+
+    def derive(self, start: int, target: int) -> bytes:
+        """One string derived from ``start`` of length at most ``target`` (>= its minimal length)."""
+        rng = self.rng
+        rules = self.rules
+        by_lhs = self.by_lhs
+        suffix = self.suffix
+        short_rule = self.short_rule
+        choices = self.choices
         buf = bytearray()
         expansions = 1
         # frames: [rule index, next rhs position, output length at frame start, frame budget]
@@ -294,7 +336,6 @@ def sample(g: Grammar, n: int, seed: int = 0, max_len: int = 64) -> list[bytes]:
                 # and the minimum the rest of the rule still needs (never below minlen[s])
                 sub = budget - (len(buf) - begin) - suffix[r][k + 1]
                 expansions += 1
-                free = expansions <= expansion_cap
+                free = expansions <= self.expansion_cap
                 frames.append([_pick(rng, by_lhs[s], suffix, short_rule[s], sub, free), 0, len(buf), sub])
-        out.append(bytes(buf))
-    return out
+        return bytes(buf)

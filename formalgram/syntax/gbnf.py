@@ -103,6 +103,10 @@ _NAME_START: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV
 _MACRO_NAMES: Final = frozenset({"Regex", "TagDispatch", "Substring", "TokenTagDispatch"})
 
 
+_NO_CHARS: Final[list[int]] = []
+_NO_RANGES: Final[list[tuple[int, int]]] = []
+
+
 class _Token:
     __slots__ = ("chars", "col", "end", "first", "hi", "kind", "line", "lo", "negated", "ranges", "text")
 
@@ -112,8 +116,9 @@ class _Token:
         self.col = col
         self.first = first  # first token on its line
         self.text = ""
-        self.chars: list[int] = []
-        self.ranges: list[tuple[int, int]] = []
+        # shared empty lists; read_string / read_class install fresh ones
+        self.chars: list[int] = _NO_CHARS
+        self.ranges: list[tuple[int, int]] = _NO_RANGES
         self.negated = False
         self.lo = 0
         self.hi = 0
@@ -195,7 +200,9 @@ class _Lexer:
                 else:
                     break
             if self.pos >= n:
-                self.tokens.append(_Token(T_EOF, self.line, self.pos - self.line_start + 1, first))
+                # two EOF tokens so that peek(1) never runs past the end
+                for _ in range(2):
+                    self.tokens.append(_Token(T_EOF, self.line, self.pos - self.line_start + 1, first))
                 return self.tokens
             tok = self.next_token(first)
             first = False
@@ -333,6 +340,8 @@ class _Lexer:
         n = len(text)
         open_pos = self.pos
         self.pos += 1
+        chars: list[int] = []
+        tok.chars = chars
         while True:
             if self.pos >= n or text[self.pos] == "\n" or text[self.pos] == "\r":
                 raise self.error("unterminated string literal", open_pos)
@@ -340,13 +349,15 @@ class _Lexer:
             if c == '"':
                 self.pos += 1
                 return
-            tok.chars.append(self.read_char())
+            chars.append(self.read_char())
 
     def read_class(self, tok: _Token) -> None:
         text = self.text
         n = len(text)
         open_pos = self.pos
         self.pos += 1
+        ranges: list[tuple[int, int]] = []
+        tok.ranges = ranges
         if self.pos < n and text[self.pos] == "^":
             tok.negated = True
             self.pos += 1
@@ -377,7 +388,7 @@ class _Lexer:
                     raise self.error("character range lower bound is larger than upper bound", item_pos)
                 if lo_raw or hi_raw:
                     lo, hi = RAW_BASE + lo_v, RAW_BASE + hi_v
-            tok.ranges.append((lo, hi))
+            ranges.append((lo, hi))
 
     def read_repeat(self, tok: _Token) -> None:
         text = self.text
@@ -432,10 +443,8 @@ class _Parser:
         return GrammarSyntaxError(message, tok.line, tok.col, _source_line(self.text, tok.line))
 
     def peek(self, k: int = 0) -> _Token:
-        j = self.i + k
-        if j >= len(self.tokens):
-            return self.tokens[-1]
-        return self.tokens[j]
+        # k is 0 or 1; the token list ends with two EOF tokens and i never passes the first
+        return self.tokens[self.i + k]
 
     def at_rule_start(self) -> bool:
         tok = self.peek()

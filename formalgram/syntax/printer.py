@@ -3,7 +3,7 @@
 The output satisfies two contracts (``docs/syntax.md`` has the details):
 
 * ``parse_gbnf(to_gbnf(g), g.start.name) == g`` for every grammar whose names are valid
-  identifiers (``[A-Za-z_.-][A-Za-z0-9_.-]*``);
+  identifiers (``[A-Za-z_.-][A-Za-z0-9_.-]*``, not dots only);
 * ``xgrammar.Grammar.from_ebnf(to_gbnf(g), root_rule_name=g.start.name)`` recognizes the
   same byte language, whenever every byte >= 0x80 of ``g`` sits inside a complete UTF-8
   character (a literal run of single bytes, or a nonterminal whose alternatives are
@@ -185,7 +185,7 @@ def to_gbnf(g: Grammar) -> str:
     'root ::= "a" root | ""\\n'
     """
     for name in g.names:
-        if not _NAME_RE.match(name):
+        if not _NAME_RE.match(name) or name.count(".") == len(name):
             raise GrammarError(
                 f"nonterminal name {name!r} is not a valid GBNF identifier ([A-Za-z_.-][A-Za-z0-9_.-]*); "
                 "rename it before printing"

@@ -32,19 +32,20 @@ from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar, IdRule, fresh_name
 from formalgram.transforms.epsilon import remove_epsilon
 from formalgram.transforms.left_recursion import remove_left_recursion_table
-from formalgram.transforms.unit import merge_unit_cycles
+from formalgram.transforms.unit import merge_unit_cycles, sccs
 from formalgram.transforms.useless import compact, remove_useless
 
 Body = tuple[int, ...]
 
 DEFAULT_BUDGET = 200_000
 
-# left-corner variants: (dominator split, unit steps spelled out, cut at children)
-_LC_VARIANTS: dict[str, tuple[bool, bool, bool]] = {
-    "left-corner:dominator": (True, False, False),
-    "left-corner:plain": (False, False, False),
-    "left-corner:cut": (False, False, True),
-    "left-corner:dominator-distribute": (True, True, False),
+# left-corner variants: (dominator split, unit steps spelled out, cut at children, deep cut)
+_LC_VARIANTS: dict[str, tuple[bool, bool, bool, bool]] = {
+    "left-corner:plain": (False, False, False, False),
+    "left-corner:deep": (False, False, True, True),
+    "left-corner:dominator": (True, False, False, False),
+    "left-corner:cut": (False, False, True, False),
+    "left-corner:dominator-distribute": (True, True, False, False),
 }
 STRATEGIES: tuple[str, ...] = ("auto", "left-corner", "substitution", *_LC_VARIANTS)
 
@@ -235,9 +236,23 @@ class _LeftCorner:
     """
 
     def __init__(
-        self, table: list[list[Body]], b: _Builder, factor: bool, distribute: bool, cut: bool = False
+        self,
+        table: list[list[Body]],
+        b: _Builder,
+        factor: bool,
+        distribute: bool,
+        cut: bool = False,
+        deep: bool = False,
     ) -> None:
-        self.cut = cut
+        self.cut = cut or deep
+        self.deep = deep
+        # strongly connected components of the left-corner graph (deep cuts stay acyclic)
+        n = len(table)
+        succ = [[body[0] for body in table[v] if body[0] >= 0] for v in range(n)]
+        self.comp = [0] * n
+        for i, members in enumerate(sccs(n, succ)):
+            for v in members:
+                self.comp[v] = i
         self.factor = factor
         self.distribute = distribute
         self.ups: dict[tuple[int, int], list[int]] = {}
@@ -500,6 +515,12 @@ class _LeftCorner:
             upper = self.conts(a, child)
             if self.nullable(a, child):
                 upper.append(())
+            if self.deep and self.comp[child] != self.comp[a]:
+                # the child's own top rules stand for t · B/t (recursively cut)
+                for x, tail in self.top_rules(child):
+                    for p2 in upper:
+                        out.append((x, tail + p2))
+                continue
             for x in self.first_map(child):
                 if x >= 0:
                     continue
@@ -606,7 +627,9 @@ def _minimise(
     return out, rep[start], rep
 
 
-def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") -> Grammar:
+def to_gnf(
+    g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto", objective: str = "rules"
+) -> Grammar:
     """Convert ``g`` to Greibach normal form, keeping ``L`` exactly and the result small.
 
     Pipeline: :func:`remove_useless`; :func:`remove_epsilon` (the empty string is set
@@ -616,8 +639,10 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") 
       follows a leftmost ``X`` inside ``A``), which handles left recursion directly,
       substitutes only one level at the leftmost position and never accumulates
       tails; tried plain, with a dominator split or a cut at the children of each
-      nonterminal (both share continuations between nonterminals), and with unit
-      steps spelled out instead of closed;
+      nonterminal (both share continuations between nonterminals), with a *deep*
+      cut that recursively uses the children's own rules (tails then hold one small
+      continuation per level; fewest nonterminals by far), and with unit steps
+      spelled out instead of closed;
     * the classic *substitution* route (left recursion removed inside the cyclic
       left-corner components, then leftmost substitution in topological order),
       which is often smaller on shallow grammars and is capped at twice the best
@@ -643,7 +668,12 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") 
         variant), ``"substitution"`` (Paull + leftmost substitution only; may blow up)
         or one left-corner variant: ``"left-corner:plain"``,
         ``"left-corner:dominator"``, ``"left-corner:cut"``,
-        ``"left-corner:dominator-distribute"`` (see :data:`STRATEGIES`).
+        ``"left-corner:dominator-distribute"``, ``"left-corner:deep"`` (see
+        :data:`STRATEGIES`).
+    objective : str
+        What "smallest" means when several constructions are tried: ``"rules"``
+        (default; fewest rules, then fewest nonterminals) or ``"nonterminals"``
+        (smallest stack alphabet for the PDA, then fewest rules).
 
     Returns
     -------
@@ -658,7 +688,7 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") 
         When a stage would exceed ``budget`` rules (raised as soon as the count passes
         the budget, so memory stays bounded).
     ValueError
-        For an unknown ``strategy``.
+        For an unknown ``strategy`` or ``objective``.
 
     Complexity
     ----------
@@ -680,6 +710,8 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") 
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown GNF strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
+    if objective not in ("rules", "nonterminals"):
+        raise ValueError(f"unknown objective {objective!r}; expected 'rules' or 'nonterminals'")
     g = remove_useless(g)
     has_eps = g.start_id in nullable(g)
     start_name = g.names[g.start_id]
@@ -699,28 +731,28 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") 
     for lhs, rhs in g.rules:
         base[lhs].append(rhs)
     best: tuple[dict[int, dict[Body, int]], int, _Builder] | None = None
-    for name, (factor, distribute, cut) in _LC_VARIANTS.items():
+    for name, (factor, distribute, cut, deep) in _LC_VARIANTS.items():
         if strategy not in ("auto", "left-corner", name):
             continue
         # left-corner construction (polynomial, never accumulates tails); variants of
         # the start rules: dominator split, unit steps spelled out, cut at children
         # a later variant gives up once clearly larger than the best so far
-        cap = budget if best is None else min(budget, 2 * _count(best[0]) + 64)
+        cap = budget if best is None else min(budget, 2 * best[2].count + 64)
         b = _Builder(list(g.names), list(g.masks), cap)
         try:
-            lc = _LeftCorner([list(x) for x in base], b, factor, distribute, cut).run(g.start_id)
+            lc = _LeftCorner([list(x) for x in base], b, factor, distribute, cut, deep).run(g.start_id)
         except GrammarTooLarge:
             if best is None:
                 raise
             continue
         quotient, start, _ = _minimise(lc, g.start_id)
-        if best is None or _count(quotient) < _count(best[0]):
+        if best is None or _score(quotient, objective) < _score(best[0], objective):
             best = (quotient, start, b)
     if strategy in ("auto", "substitution"):
         # Paull + leftmost substitution: often smaller on shallow grammars, but tails
         # accumulate on deep ones, so in "auto" mode it may not grow past the best
         # left-corner result.
-        cap = budget if best is None else min(budget, 2 * _count(best[0]) + 64)
+        cap = budget if best is None else min(budget, 2 * best[2].count + 64)
         try:
             names = list(g.names)
             table = remove_left_recursion_table(names, g.start_id, [list(x) for x in base], cap)
@@ -728,7 +760,7 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") 
             _lift_terminals(table, b2)
             expanded = _expand(table, g.start_id, b2)
             q2, s2, _ = _minimise(expanded, g.start_id)
-            if best is None or _count(q2) < _count(best[0]):
+            if best is None or _score(q2, objective) < _score(best[0], objective):
                 best = (q2, s2, b2)
         except GrammarTooLarge:
             if best is None:
@@ -740,6 +772,12 @@ def to_gnf(g: Grammar, *, budget: int = DEFAULT_BUDGET, strategy: str = "auto") 
 
 def _count(rules: dict[int, dict[Body, int]]) -> int:
     return sum(len(x) for x in rules.values())
+
+
+def _score(rules: dict[int, dict[Body, int]], objective: str) -> tuple[int, int]:
+    if objective == "nonterminals":
+        return (len(rules), _count(rules))
+    return (_count(rules), len(rules))
 
 
 def _finish(

@@ -124,9 +124,9 @@ def check_classes(classes: TokenClasses, grammar_text: str | None, vocab: Vocabu
     Raises
     ------
     ClassesMismatchError
-        If the fingerprints differ, the arrays are malformed, or a special token, hole or
-        padding id is outside the invalid class, or the stop class is not exactly the stop
-        tokens.
+        If the fingerprints differ, the arrays are malformed, or a special token, hole,
+        empty text token or padding id is outside the invalid class, or the stop class is not
+        exactly the stop tokens.
 
     Complexity
     ----------
@@ -152,10 +152,12 @@ def check_classes(classes: TokenClasses, grammar_text: str | None, vocab: Vocabu
     if int(tc.min()) < 0 or int(tc.max()) >= n:
         raise ClassesMismatchError(f"token_class holds ids outside 0..{n - 1}")
     inv, stop = classes.invalid_class, classes.stop_class
-    never = [i for i, t in enumerate(v.tokens) if t is None or (i in v.special_ids and i not in v.stop_ids)]
+    never = [i for i, t in enumerate(v.tokens) if i not in v.stop_ids and (not t or i in v.special_ids)]
     never_arr = np.asarray(never + list(range(v.size, v.logit_width)), dtype=np.int64)
     if never_arr.size and (inv < 0 or bool(np.any(tc[never_arr] != inv))):
-        raise ClassesMismatchError("a hole, padding id or special token is not in the invalid class")
+        raise ClassesMismatchError(
+            "a hole, padding id, empty token or special token is not in the invalid class"
+        )
     stops = np.asarray(sorted(v.stop_ids), dtype=np.int64)
     if stops.size:
         if stop < 0 or stop == inv or set(np.flatnonzero(tc == stop).tolist()) != set(stops.tolist()):
@@ -238,6 +240,10 @@ class EngineMatcher(ABC):
     @abstractmethod
     def is_terminated(self) -> bool:
         """Whether a stop token has been accepted (nothing more may follow)."""
+
+    def engine_error(self) -> str:
+        """The engine's error message when it gave up (e.g. hit an internal limit), else ``""``."""
+        return ""
 
     # -- protocol ---------------------------------------------------------------------------
     def accept_token(self, token_id: int) -> bool:

@@ -119,6 +119,10 @@ class LLGuidanceMatcher(EngineMatcher):
     def _engine_fill(self, bitmask: npt.NDArray[np.int32], index: int) -> None:
         _llg().numpy.fill_next_token_bitmask(self._m, bitmask, index)
 
+    def engine_error(self) -> str:
+        """llguidance's error message (e.g. its parser item limit), or ``""``."""
+        return str(self._m.get_error()) if self._m.is_error() else ""
+
     def rollback(self, num_tokens: int = 1) -> None:
         """Undo the last ``num_tokens`` accepted tokens."""
         if not 0 <= num_tokens <= len(self._history):

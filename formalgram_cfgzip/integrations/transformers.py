@@ -36,13 +36,16 @@ class GrammarViolation(EngineError):
     """A token the grammar forbids reached the processor (the mask was bypassed)."""
 
 
-try:  # subclass the real base class when transformers is installed
-    from transformers import LogitsProcessor as _Base
-except ImportError:  # pragma: no cover - depends on the environment
+if TYPE_CHECKING:
     _Base = object
+else:
+    try:  # subclass the real base class when transformers is installed
+        from transformers import LogitsProcessor as _Base
+    except ImportError:  # pragma: no cover - depends on the environment
+        _Base = object
 
 
-class GrammarLogitsProcessor(_Base):  # type: ignore[misc, valid-type]
+class GrammarLogitsProcessor(_Base):
     """Constrain ``model.generate`` to a grammar (batch-aware).
 
     Parameters

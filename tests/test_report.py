@@ -1,0 +1,136 @@
+"""Smoke tests of the benchmark plumbing (bench/compress_bench.py, formalgram_cfgzip.report).
+
+Tiny configurations only (a two-rule grammar, the llama3 vocabulary or a 7-token one):
+no timing asserts, only that measurements come back, failures become statuses, and the
+report with its plots is written.  Independent oracles: a child that allocates a known
+amount of memory (for the peak), the ``tokenizers`` library (for the Hugging Face layout).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+cb: ModuleType = pytest.importorskip("bench.compress_bench")
+
+
+def _have_llama3() -> bool:
+    try:
+        import quicktok  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_llama3 = pytest.mark.skipif(not _have_llama3(), reason="quicktok (llama3 vocabulary) not installed")
+
+TINY = 'root ::= "(" root ")" | "x" | "[" [a-z]* "]"\n'
+
+
+def test_run_child_reports_peak_memory_of_child() -> None:
+    # the child touches 200 MiB; its ru_maxrss must show at least that, and not the parent's size
+    code = "b = bytearray(200 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('done')"
+    res = cb.run_child([sys.executable, "-c", code], timeout=60, memory_mib=None)
+    assert res.returncode == 0 and res.killed is None
+    assert "done" in res.stdout
+    assert 200 <= res.maxrss_mib < 400
+    assert res.tree_peak_mib >= res.maxrss_mib
+
+
+def test_run_child_kills_on_timeout_and_memory() -> None:
+    slow = cb.run_child([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5, memory_mib=None)
+    assert slow.killed == "timeout" and slow.returncode is None
+    assert slow.wall < 20
+    code = "b = bytearray(600 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nimport time; time.sleep(30)"
+    big = cb.run_child([sys.executable, "-c", code], timeout=60, memory_mib=150)
+    assert big.killed == "memory" and big.returncode is None
+    assert big.wall < 30
+
+
+def test_failing_grammar_is_a_status_not_a_crash(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gbnf"
+    bad.write_text('root ::= "x" (\n', "utf-8")
+    r = cb.run_ours("bad", bad, str(_tiny_tokenizer_json(tmp_path)), 1, timeout=60, memory_mib=2048)
+    assert not r.ok
+    assert "Error" in r.status or "error" in r.status
+    table = cb.markdown_tables([r])
+    assert "| bad |" in table
+
+
+def _tiny_tokenizer_json(tmp_path: Path) -> Path:
+    """A 7-token byte-level BPE tokenizer.json written through our HF-cache builder."""
+    from formalgram_cfgzip.vocabulary import Vocabulary
+
+    v = Vocabulary.from_bytes([b"(", b")", b"x", b"((", b"[", b"]", b"a"], name="tiny")
+    model_id = cb.build_hf_cache(v, tmp_path / "hf")
+    org, name = model_id.split("/")
+    snaps = list((tmp_path / "hf" / f"models--{org}--{name}" / "snapshots").iterdir())
+    return snaps[0] / "tokenizer.json"
+
+
+def test_hf_cache_layout_loads_in_tokenizers(tmp_path: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    from formalgram_cfgzip.vocabulary import Vocabulary
+
+    v = Vocabulary.from_bytes(
+        [b"a", b"b", b" ", b"ab", b" ab", b"\n", b"\xc3", b"\xa9", b"\xc3\xa9"], name="t"
+    )
+    model_id = cb.build_hf_cache(v, tmp_path / "hf")
+    repo = tmp_path / "hf" / ("models--" + model_id.replace("/", "--"))
+    rev = (repo / "refs" / "main").read_text("utf-8")
+    path = repo / "snapshots" / rev / "tokenizer.json"
+    tok = tokenizers.Tokenizer.from_file(str(path))
+    assert tok.get_vocab_size() == len(v.tokens)
+    # the library, reading our file, tokenizes and decodes as the vocabulary says
+    assert tok.encode("ab ab").ids == [3, 4]
+    assert tok.encode("é\nb").ids == [8, 5, 1]
+    assert tok.decode([8, 2, 0]) == "é a"
+    again = Vocabulary.from_tokenizer_json(path)
+    assert list(again.tokens) == list(v.tokens)
+
+
+@needs_llama3
+def test_bench_and_report_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from formalgram_cfgzip import report
+
+    g = tmp_path / "tiny.gbnf"
+    g.write_text(TINY, "utf-8")
+    monkeypatch.setattr(cb, "QUICK_GRAMMARS", (("tiny", str(g)),))
+    monkeypatch.setattr(cb, "QUICK_VOCABS", ("llama3",))
+    monkeypatch.setattr(cb, "find_published_tool", lambda: None)
+    monkeypatch.setattr(report, "_ONLINE_QUICK", ())
+    monkeypatch.setattr(report, "_import_bench", lambda root, name: cb if name == "compress_bench" else None)
+    out = tmp_path / "rep"
+    assert report.run_report(str(out), quick=True) == 0
+    md = (out / "report.md").read_text("utf-8")
+    assert "| tiny |" in md and "llama3" in md
+    data = json.loads((out / "results.json").read_text("utf-8"))
+    rows = data["offline"]
+    assert {(r["tool"], r["workers"]) for r in rows} == {("formalgram", 1), ("formalgram", 2)}
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert ok, rows
+    # the oracle: tokens of the tiny grammar's language are few; most of llama3 is invalid
+    for r in ok:
+        assert r["tokens"] == 128000 or r["tokens"] > 100_000
+        assert r["invalid"] > 100_000
+        assert r["peak_mib"] > 10
+    for name in ("compression_ratio.png", "compress_time.png", "peak_memory.png"):
+        if (out / name).exists():
+            assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            assert f"({name})" in md
+
+
+def test_report_without_bench_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from formalgram_cfgzip import report
+
+    monkeypatch.setattr(report, "_repo_root", lambda: None)
+    assert report.run_report(str(tmp_path / "r"), quick=True) == 1
+    assert "not found" in (tmp_path / "r" / "report.md").read_text("utf-8")
