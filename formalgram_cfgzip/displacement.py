@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import hashlib
 import resource
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
+from formalgram.adjacency import can_be_below
 from formalgram.errors import GrammarError, GrammarTooLarge
 from formalgram.grammar import Grammar, fresh_name
+from formalgram.transforms.byte_classes import byte_class_map
 
 Edge = tuple[int, int]  # (symbol, child node)
 CanonicalKey = bytes
@@ -48,74 +50,6 @@ _SEP = -1  # separator between σ_out and reverse(σ_in) while σ_out is not emp
 def _sep(last: int) -> int:
     """Separator symbol recording that ``σ_out`` was emptied by popping ``last``."""
     return -(last + 2)
-
-
-def compute_byte_classes(masks: Sequence[int]) -> tuple[bytes, int]:
-    """Partition the 256 byte values by the terminals that contain them.
-
-    Parameters
-    ----------
-    masks : sequence of int
-        256-bit terminal masks.
-
-    Returns
-    -------
-    (bytes, int)
-        A 256-entry map byte -> class id (classes numbered by smallest member) and the
-        number of classes.
-
-    Complexity
-    ----------
-    O(256 * len(masks)).
-    """
-    signature_to_class: dict[tuple[bool, ...], int] = {}
-    out = bytearray(256)
-    for b in range(256):
-        sig = tuple((m >> b) & 1 == 1 for m in masks)
-        cls = signature_to_class.get(sig)
-        if cls is None:
-            cls = len(signature_to_class)
-            signature_to_class[sig] = cls
-        out[b] = cls
-    return bytes(out), len(signature_to_class)
-
-
-def adjacency_below(gnf: Grammar) -> list[frozenset[int]]:
-    """For each nonterminal ``X``, the nonterminals that can lie directly below ``X`` on a stack.
-
-    Over-approximates the relation over all stacks reachable from ``(S)``: seeds are the
-    pairs ``(B_i, B_{i+1})`` inside every rule, and a pair ``(X, Z)`` propagates to ``(W, Z)``
-    for every ``W`` reachable from ``X`` along rightmost-nonterminal edges ``A -> B`` (rules
-    ``A -> a β B``): when ``A`` lies on ``Z`` and is expanded, its last pushed symbol lies on ``Z``.
-
-    Complexity
-    ----------
-    O(N * (N + R)) for N nonterminals and R rules.
-    """
-    n = len(gnf.names)
-    rightmost: list[set[int]] = [set() for _ in range(n)]
-    seeds: list[set[int]] = [set() for _ in range(n)]
-    for lhs, rhs in gnf.rules:
-        tail = rhs[1:]
-        if tail:
-            rightmost[lhs].add(tail[-1])
-        for i in range(len(tail) - 1):
-            seeds[tail[i]].add(tail[i + 1])
-    # closure: below[W] ⊇ seeds[X] for W reachable from X.
-    below: list[set[int]] = [set() for _ in range(n)]
-    for x in range(n):
-        if not seeds[x]:
-            continue
-        seen = {x}
-        todo = [x]
-        while todo:
-            w = todo.pop()
-            below[w] |= seeds[x]
-            for nxt in rightmost[w]:
-                if nxt not in seen:
-                    seen.add(nxt)
-                    todo.append(nxt)
-    return [frozenset(s) for s in below]
 
 
 def specialize_terminal_symbols(gnf: Grammar) -> Grammar:
@@ -218,7 +152,8 @@ class DisplacementSearch:
         self.max_states = max_states
         self.max_cells = max_cells
         self.memory_budget = memory_budget
-        self.byte_class, self.num_byte_classes = compute_byte_classes(gnf.masks)
+        self.byte_class = byte_class_map(gnf)
+        self.num_byte_classes = max(self.byte_class) + 1
         n = len(gnf.names)
         ncls = self.num_byte_classes
         rep = [-1] * ncls
@@ -241,7 +176,7 @@ class DisplacementSearch:
                     trans[c][lhs].append(tail)
         self._trans: list[list[tuple[tuple[int, ...], ...]]] = [[tuple(x) for x in row] for row in trans]
         self._starters: list[tuple[int, ...]] = [tuple(a for a in range(n) if row[a]) for row in self._trans]
-        self._below = adjacency_below(gnf)
+        self._below = can_be_below(gnf)
         above: list[set[int]] = [set() for _ in range(n)]
         for x, zs in enumerate(self._below):
             for z in zs:
@@ -370,7 +305,9 @@ class DisplacementSearch:
             edges = self._edges[node]
             if len(edges) > self.max_states:
                 raise GrammarTooLarge(
-                    "displacement search", self.max_states, "too many distinct stack tops for one token prefix"
+                    "displacement search",
+                    self.max_states,
+                    "too many distinct stack tops for one token prefix",
                 )
             for sym, child in edges:
                 if sym >= 0:  # pop the top of σ_out

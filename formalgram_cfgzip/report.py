@@ -431,8 +431,11 @@ def run_report(output: str, quick: bool) -> int:
     quick : bool
         Small configuration (3 small grammars, llama3, 1 and 2 workers, the published tool,
         a 2-case online run at batch 1 and 8): about 2-3 minutes.  The default
-        configuration (9 grammars x llama3/qwen3/o200k_harmony, online at batch 1/8/16)
-        is sized for under 20 minutes on a 2-core machine.
+        configuration (9 grammars x llama3/qwen3/o200k_harmony at 1 worker, llama3 also at
+        2 workers, the published tool, a 4-case online run at batch 1/8/16) is sized for
+        under 20 minutes on a 2-core machine: per-run timeouts (240 s, the published tool
+        180 s), runs that cannot finish are skipped, and no run starts after 12 minutes
+        (online: 17 minutes).
 
     Returns
     -------
