@@ -286,16 +286,16 @@ def compress(
         groups.setdefault(tok.translate(table), []).append(i)
     seqs = sorted(groups)
 
-    seq_keys: list[object | None]
+    # reset the search tables when they hold more than about a quarter of the memory budget
+    reset_size = max(200_000, (memory_budget or (8 << 30)) // 1600)
     if workers > 1 and len(seqs) > 2000:
-        seq_keys = _run_parallel(gnf, seqs, workers, progress, max_states, memory_budget)
+        seq_keys = _run_parallel(gnf, seqs, workers, progress, max_states, memory_budget, reset_size)
     else:
-        # key ids are comparable within one process
-        seq_keys = list(_run_sequences(search, seqs, progress))
+        seq_keys = _run_sequences(search, seqs, progress, reset_size)
     t_search = time.perf_counter() - t0 - t_gnf
 
     # group tokens by displacement key
-    by_key: dict[object, list[int]] = {}
+    by_key: dict[CanonicalKey, list[int]] = {}
     for seq, key in zip(seqs, seq_keys, strict=True):
         if key is None:
             invalid_ids.extend(groups[seq])
@@ -364,19 +364,29 @@ class _Bar:
             self._bar.close()  # type: ignore[attr-defined]
 
 
-def _run_sequences(search: DisplacementSearch, seqs: list[bytes], progress: bool) -> list[int | None]:
-    """Displacement key id per byte-class sequence (None for an empty displacement).
+def _run_sequences(
+    search: DisplacementSearch, seqs: list[bytes], progress: bool, reset_size: int
+) -> list[CanonicalKey | None]:
+    """Canonical displacement digest per byte-class sequence (None for an empty displacement).
 
-    Sequences are sorted, so consecutive ones share prefixes: the walk keeps the state-set
-    ids along the previous sequence and resumes from the longest common prefix (a DFS over
-    the vocabulary trie).
+    Sequences are sorted, so consecutive ones share prefixes: the walk keeps the trie ids
+    along the previous sequence and resumes from the longest common prefix (a DFS over the
+    vocabulary trie).  Results are process-independent digests, so the search can be reset
+    whenever its tables outgrow ``reset_size`` (memory stays bounded) and worker results
+    can be merged.
     """
-    out: list[int | None] = []
+    out: list[CanonicalKey | None] = []
     path: list[int] = [START]
     prev = b""
+    digests: dict[int, CanonicalKey] = {}
     bar = _progress_bar(len(seqs), progress, "displacements")
     try:
         for n, seq in enumerate(seqs):
+            if search.size() > reset_size:
+                search.reset()
+                digests.clear()
+                path = [START]
+                prev = b""
             common = 0
             limit = min(len(prev), len(seq))
             while common < limit and prev[common] == seq[common]:
@@ -387,7 +397,14 @@ def _run_sequences(search: DisplacementSearch, seqs: list[bytes], progress: bool
                 sid = search.step(sid, c) if sid != DEAD else DEAD
                 path.append(sid)
             prev = seq
-            out.append(None if sid == DEAD else search.key_of(sid))
+            if sid == DEAD:
+                out.append(None)
+            else:
+                d = digests.get(sid)
+                if d is None:
+                    d = search.canonical(sid)
+                    digests[sid] = d
+                out.append(d)
             if n & 1023 == 1023:
                 bar.update(1024)
     finally:
@@ -404,25 +421,13 @@ def _worker(
         list[bytes],
         int,
         int | None,
+        int,
     ],
 ) -> list[CanonicalKey | None]:
-    names, masks, start, rules, seqs, max_states, memory_budget = args
+    names, masks, start, rules, seqs, max_states, memory_budget, reset_size = args
     gnf = Grammar.from_ids(names, masks, start, rules)
     search = DisplacementSearch(gnf, max_states=max_states, memory_budget=memory_budget)
-    keys = _run_sequences(search, seqs, False)
-    # translate local key ids to process-independent canonical forms, once per key
-    canon_cache: dict[int, CanonicalKey] = {}
-    out: list[CanonicalKey | None] = []
-    for seq, k in zip(seqs, keys, strict=True):
-        if k is None:
-            out.append(None)
-            continue
-        c = canon_cache.get(k)
-        if c is None:
-            c = search.canonical(search.run_classes(seq))
-            canon_cache[k] = c
-        out.append(c)
-    return out
+    return _run_sequences(search, seqs, False, reset_size)
 
 
 def _run_parallel(
@@ -432,18 +437,22 @@ def _run_parallel(
     progress: bool,
     max_states: int,
     memory_budget: int | None,
-) -> list[object | None]:
+    reset_size: int,
+) -> list[CanonicalKey | None]:
     from concurrent.futures import ProcessPoolExecutor
 
     chunks = max(workers * 4, 1)
     size = (len(seqs) + chunks - 1) // chunks
     parts = [seqs[i : i + size] for i in range(0, len(seqs), size)]
     payload = (gnf.names, gnf.masks, gnf.start_id, gnf.rules)
-    out: list[object | None] = []
+    out: list[CanonicalKey | None] = []
     bar = _progress_bar(len(seqs), progress, "displacements")
     try:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            jobs = [pool.submit(_worker, (*payload, part, max_states, memory_budget)) for part in parts]
+            jobs = [
+                pool.submit(_worker, (*payload, part, max_states, memory_budget, reset_size))
+                for part in parts
+            ]
             for job, part in zip(jobs, parts, strict=True):
                 out.extend(job.result())
                 bar.update(len(part))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import resource
+import sys
 from collections.abc import Iterable
 
 from formalgram.adjacency import can_be_below
@@ -148,6 +149,8 @@ class DisplacementSearch:
         max_cells: int = 40_000_000,
         memory_budget: int | None = None,
     ) -> None:
+        # trie merges recurse once per symbol of the longest σ_out·#·σ_in string
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
         self.gnf = gnf
         self.max_states = max_states
         self.max_cells = max_cells
@@ -183,6 +186,14 @@ class DisplacementSearch:
                 above[z].add(x)
         self._above: list[frozenset[int]] = [frozenset(a) for a in above]
         self._below_c: dict[tuple[int, int], tuple[int, ...]] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every interned trie and memo entry (ids from before become meaningless).
+
+        Digests from :meth:`canonical` stay valid across a reset, so a long search can
+        bound its memory by recording digests and resetting.
+        """
         # trie nodes: id -> (final, sorted edges); ids 0, 1, 2 are DEAD, START, EPS
         self._final: list[bool] = [False, False, True]
         self._edges: list[tuple[Edge, ...]] = [(), ((-(1 << 40), DEAD),), ()]
@@ -400,15 +411,29 @@ class DisplacementSearch:
         return self._digest_of(self.key_of(node))
 
     def _digest_of(self, node: int) -> bytes:
-        d = self._digest.get(node)
-        if d is None:
-            m = hashlib.sha256(b"F" if self._final[node] else b"N")
-            for sym, child in self._edges[node]:
+        """Digest of a trie (iterative post-order, memoised)."""
+        done = self._digest
+        todo = [node]
+        while todo:
+            n = todo[-1]
+            if n in done:
+                todo.pop()
+                continue
+            pending = [child for _, child in self._edges[n] if child not in done]
+            if pending:
+                todo.extend(pending)
+                continue
+            todo.pop()
+            m = hashlib.sha256(b"F" if self._final[n] else b"N")
+            for sym, child in self._edges[n]:
                 m.update(sym.to_bytes(8, "little", signed=True))
-                m.update(self._digest_of(child))
-            d = m.digest()
-            self._digest[node] = d
-        return d
+                m.update(done[child])
+            done[n] = m.digest()
+        return done[node]
+
+    def size(self) -> int:
+        """Interned trie nodes plus memo entries (what a reset frees)."""
+        return len(self._final) + len(self._memo) + len(self._unions) + len(self._filter)
 
     def state_count(self, node: int) -> int:
         """Number of distinct top symbols (root edges) of a set."""

@@ -138,8 +138,11 @@ def differential_walk(
             if bias == "stop" and stops.size and rng.random() < 0.5 and np.isin(stops, allowed).any():
                 tok = int(rng.choice(stops[np.isin(stops, allowed)]))
             elif bias == "long" and rng.random() < 0.7:
-                longest = allowed[lengths[allowed] >= lengths[allowed].max() - 1]
-                tok = int(rng.choice(longest))
+                # long tokens; the very longest are whitespace runs of hundreds of bytes,
+                # which only slow the engines down, so take the long half among <= 32 bytes
+                la = lengths[allowed]
+                pool = allowed[(la >= min(int(la.max()), 32) // 2) & (la <= 32)]
+                tok = int(rng.choice(pool if pool.size else allowed))
             else:
                 tok = int(rng.choice(allowed))
             # a token outside the mask: both adapters decide alike (engines may accept more

@@ -378,6 +378,20 @@ def _nested_left_recursion(n: int) -> Grammar:
 def test_unknown_strategy() -> None:
     with pytest.raises(ValueError, match="unknown GNF strategy"):
         to_gnf(Grammar([Production(S, [a])], "S"), strategy="nope")
+    with pytest.raises(ValueError, match="unknown objective"):
+        to_gnf(Grammar([Production(S, [a])], "S"), objective="nope")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grammars(max_nonterminals=5))
+def test_to_gnf_objective_nonterminals(g: Grammar) -> None:
+    """proofs/normal_forms.md §6: the other objective only changes which exact result is kept."""
+    if g.start_id not in generating(g):
+        return
+    h = to_gnf(g, objective="nonterminals")
+    assert is_gnf(h)
+    assert len(h.names) <= len(to_gnf(g).names) + 1  # +1: a fresh start may differ
+    _same_language(g, h)
 
 
 def test_budget_small_family_ok() -> None:

@@ -662,7 +662,7 @@ def to_gnf(
         Maximum number of rules created by any stage of the conversion (default
         200,000).  Every shared grammar of the project needs far less (see
         ``bench/results/gnf_sizes.md``; the largest, go_syncode, needs about
-        20,000 rules).
+        10,500 rules).
     strategy : str
         ``"auto"`` (default, smallest of all), ``"left-corner"`` (smallest left-corner
         variant), ``"substitution"`` (Paull + leftmost substitution only; may blow up)
