@@ -1,6 +1,6 @@
 """Offline benchmark: compress time, peak memory, classes and invalid tokens, side by side.
 
-For every grammar (of increasing size) and vocabulary, run in a fresh subprocess each:
+For every grammar (of increasing size, by compress cost) and vocabulary, run in a fresh subprocess each:
 
 * ``formalgram_cfgzip.compress`` with 1 worker and with 2 workers;
 * the published Rust tool ``cfgzip-preprocess`` (``pip install cfgzip``, 0.2.0) with one
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 GRAMMARS_DIR = Path(os.environ.get("FORMALGRAM_GRAMMARS", str(REPO.parent / "shared" / "grammars")))
 
-# (label, path relative to the shared grammar folder), roughly by increasing size
+# (label, path relative to the shared grammar folder), roughly by increasing compress cost
 DEFAULT_GRAMMARS: tuple[tuple[str, str], ...] = (
     ("arithmetic", "llama_cpp/arithmetic.gbnf"),
     ("c", "llama_cpp/c.gbnf"),
@@ -64,9 +64,9 @@ DEFAULT_GRAMMARS: tuple[tuple[str, str], ...] = (
     ("json JME_20", "derived/json_mode_eval_xgrammar/JME_20.gbnf"),
     ("json JME_32", "derived/json_mode_eval_xgrammar/JME_32.gbnf"),
     ("c_syncode", "derived/lark_via_xgrammar/c_syncode.gbnf"),
-    ("sql_syncode", "derived/lark_via_xgrammar/sql_syncode.gbnf"),
-    ("go_syncode", "derived/lark_via_xgrammar/go_syncode.gbnf"),
     ("xml2rfc_v3", "derived/lark_via_xgrammar/xml2rfc_v3.gbnf"),
+    ("go_syncode", "derived/lark_via_xgrammar/go_syncode.gbnf"),
+    ("sql_syncode", "derived/lark_via_xgrammar/sql_syncode.gbnf"),
 )
 QUICK_GRAMMARS: tuple[tuple[str, str], ...] = (
     ("arithmetic", "llama_cpp/arithmetic.gbnf"),
@@ -99,6 +99,7 @@ class Run:
     tokens: int | None = None
     classes: int | None = None
     invalid: int | None = None
+    invalid_text: int | None = None  # invalid tokens that are text (not special tokens, not holes)
     rules: int | None = None
     gnf_rules: int | None = None
 
@@ -303,6 +304,9 @@ def _child_main(argv: Sequence[str]) -> int:
             seconds=tc.stats["seconds"],
             classes=tc.num_classes,
             invalid=len(tc.invalid),
+            invalid_text=sum(
+                1 for i in tc.invalid.tolist() if vocab.tokens[i] is not None and i not in vocab.special_ids
+            ),
             gnf_rules=int(tc.stats.get("gnf_rules", 0)),
         )
     except GrammarTooLarge as exc:
@@ -375,6 +379,7 @@ def run_ours(
         run.seconds_all = [run.seconds]
         run.classes = _int(data.get("classes"))
         run.invalid = _int(data.get("invalid"))
+        run.invalid_text = _int(data.get("invalid_text"))
         run.gnf_rules = _int(data.get("gnf_rules"))
     return run
 
@@ -471,7 +476,12 @@ def build_hf_cache(vocab_spec: str | Vocabulary, cache_root: Path) -> str:
             "use_regex": True,
         },
         "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "decoder": {
+            "type": "ByteLevel",
+            "add_prefix_space": True,
+            "trim_offsets": True,
+            "use_regex": True,
+        },
         "model": {
             "type": "BPE",
             "dropout": None,
@@ -559,7 +569,10 @@ def run_published(
             return run
         if res.returncode != 0:
             lines = [ln for ln in (res.stderr + res.stdout).strip().splitlines() if ln.strip()]
-            msg = next((ln for ln in reversed(lines) if "rror" in ln), lines[-1] if lines else "")
+            msg = next(
+                (ln for ln in reversed(lines) if "rror" in ln),
+                lines[-1] if lines else "",
+            )
             if res.returncode is not None and res.returncode > 128:
                 msg = f"killed by signal {res.returncode - 128}; {msg}"
             run.status = f"failed (rc={res.returncode}): {_one_line(msg)}"
@@ -680,7 +693,12 @@ def run_bench(
                 if budget_s is not None and time.perf_counter() - t_start > budget_s:
                     emit(
                         skipped(
-                            label, path, vocab, OURS, w, f"benchmark time budget of {budget_s:.0f} s spent"
+                            label,
+                            path,
+                            vocab,
+                            OURS,
+                            w,
+                            f"benchmark time budget of {budget_s:.0f} s spent",
                         )
                     )
                     continue
@@ -691,12 +709,22 @@ def run_bench(
                 if skip_hopeless and ours_failed is not None:
                     emit(
                         skipped(
-                            label, path, vocab, OURS, w, f"with {ours_failed.vocab}: {ours_failed.status}"
+                            label,
+                            path,
+                            vocab,
+                            OURS,
+                            w,
+                            f"with {ours_failed.vocab}: {ours_failed.status}",
                         )
                     )
                     continue
 
-                def once(w: int = w, vocab: str = vocab, label: str = label, path: Path = path) -> Run:
+                def once(
+                    w: int = w,
+                    vocab: str = vocab,
+                    label: str = label,
+                    path: Path = path,
+                ) -> Run:
                     return run_ours(label, path, vocab, w, timeout=timeout, memory_mib=memory_mib)
 
                 r = _repeat(once(), once, repeats, repeat_below_s)
@@ -710,13 +738,25 @@ def run_bench(
             if budget_s is not None and time.perf_counter() - t_start > budget_s:
                 emit(
                     skipped(
-                        label, path, vocab, PUBLISHED, 1, f"benchmark time budget of {budget_s:.0f} s spent"
+                        label,
+                        path,
+                        vocab,
+                        PUBLISHED,
+                        1,
+                        f"benchmark time budget of {budget_s:.0f} s spent",
                     )
                 )
                 continue
             if skip_hopeless and pub_failed is not None:
                 emit(
-                    skipped(label, path, vocab, PUBLISHED, 1, f"with {pub_failed.vocab}: {pub_failed.status}")
+                    skipped(
+                        label,
+                        path,
+                        vocab,
+                        PUBLISHED,
+                        1,
+                        f"with {pub_failed.vocab}: {pub_failed.status}",
+                    )
                 )
                 continue
 
@@ -820,7 +860,7 @@ def markdown_tables(runs: Sequence[Run]) -> str:
             "",
             "",
             "| grammar | vocabulary | ours: time 1 worker (s) | ours: process CPU (s) | ours: peak (MiB) | "
-            "ours: classes | ours: invalid | cfgzip-preprocess: time 1 thread (s) | "
+            "ours: classes | ours: invalid text tokens | cfgzip-preprocess: time 1 thread (s) | "
             "cfgzip-preprocess: process CPU (s) | cfgzip-preprocess: peak (MiB) | "
             "cfgzip-preprocess: classes | cfgzip-preprocess: invalid | time ratio (theirs / ours) |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -843,7 +883,7 @@ def markdown_tables(runs: Sequence[Run]) -> str:
                         _fmt_cpu(r1),
                         _fmt_mib(r1),
                         str(r1.classes) if r1 is not None and r1.ok else "-",
-                        str(r1.invalid) if r1 is not None and r1.ok else "-",
+                        str(r1.invalid_text) if r1 is not None and r1.ok else "-",
                         _fmt_s(p),
                         _fmt_cpu(p),
                         _fmt_mib(p, tree=True) if p.ok or p.status.startswith("over") else "-",
@@ -863,7 +903,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "--child":
         return _child_main(argv[1:])
     ap = argparse.ArgumentParser(
-        prog="python -m bench.compress_bench", description=__doc__.split("\n\n")[0] if __doc__ else None
+        prog="python -m bench.compress_bench",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     ap.add_argument(
         "-g",
@@ -872,15 +913,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="grammar path (relative to shared/grammars or absolute); repeatable",
     )
     ap.add_argument(
-        "-v", "--vocab", action="append", help="vocabulary (built-in name or tokenizer file); repeatable"
+        "-v",
+        "--vocab",
+        action="append",
+        help="vocabulary (built-in name or tokenizer file); repeatable",
     )
     ap.add_argument("--quick", action="store_true", help="3 small grammars, llama3 only")
     ap.add_argument("--workers", default="1,2", help="worker counts, comma separated (default 1,2)")
-    ap.add_argument("--repeats", type=int, default=1, help="median of N runs for runs under --repeat-below")
-    ap.add_argument("--repeat-below", type=float, default=10.0, help="seconds (default 10)")
-    ap.add_argument("--timeout", type=float, default=300.0, help="per-run timeout in seconds (default 300)")
     ap.add_argument(
-        "--memory-mib", type=float, default=4096.0, help="per-run memory limit (default 4096; 0: none)"
+        "--repeats",
+        type=int,
+        default=1,
+        help="median of N runs for runs under --repeat-below",
+    )
+    ap.add_argument("--repeat-below", type=float, default=10.0, help="seconds (default 10)")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="per-run timeout in seconds (default 300)",
+    )
+    ap.add_argument(
+        "--memory-mib",
+        type=float,
+        default=4096.0,
+        help="per-run memory limit (default 4096; 0: none)",
     )
     ap.add_argument("--no-published", action="store_true", help="do not run cfgzip-preprocess")
     ap.add_argument("--json", type=Path, help="also write the rows as JSON here")

@@ -11,6 +11,7 @@ import hashlib
 import os
 import resource
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -254,6 +255,7 @@ def compress(
     >>> int(tc.token_class[0]) == int(tc.token_class[1]), tc.invalid.tolist()
     (False, [4])
     """
+    from formalgram.analysis import generating
     from formalgram.transforms.gnf import to_gnf
     from formalgram.transforms.useless import remove_useless
 
@@ -265,6 +267,15 @@ def compress(
     else:
         g = grammar
     fp = grammar_fingerprint(g)
+    live = generating(g)
+    dead = [g.names[a] for a in range(len(g.names)) if g.rules_by_lhs[a] and a not in live]
+    if dead:
+        warnings.warn(
+            f"grammar has nonterminals that derive no string ({', '.join(sorted(dead)[:5])}); "
+            "XGrammar 0.2.9 still treats prefixes entering them as viable, so its masks can allow "
+            "tokens that no complete parse accepts, and compressed masks then differ from it there",
+            stacklevel=2,
+        )
     gnf = specialize_terminal_symbols(to_gnf(remove_useless(g), budget=gnf_budget))
     t_gnf = time.perf_counter() - t0
 

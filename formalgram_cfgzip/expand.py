@@ -210,10 +210,10 @@ class MaskExpander:
         rank[order] = np.arange(num_classes)
         token_rank = rank[full]  # zero slot -> rank num_classes
         ids = np.flatnonzero(token_rank < stored)
-        bools = np.zeros((stored, padded_bits), dtype=np.uint8)
-        bools[token_rank[ids], ids] = 1
-        self._bits = np.packbits(bools, axis=1, bitorder="little").view(np.uint32).copy()
-        del bools
+        self._bits = np.zeros((stored, self.num_words), dtype=np.uint32)
+        np.bitwise_or.at(
+            self._bits, (token_rank[ids], ids >> 5), np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32))
+        )
         self._union_big = np.zeros(self.num_words, dtype=np.uint32)
         np.bitwise_or.reduce(self._bits[:best_k], axis=0, out=self._union_big)
         self._union_small = np.zeros(self.num_words, dtype=np.uint32)
