@@ -161,6 +161,7 @@ class TokenClasses:
 
 
 ALGORITHM_VERSION = "cfgzip-displacement-1"
+SPECIALIZE_LIMIT = 2500  # largest stack alphabet for which single-byte symbols are specialised
 
 
 def grammar_fingerprint(grammar: Grammar | str) -> str:
@@ -276,7 +277,12 @@ def compress(
             "tokens that no complete parse accepts, and compressed masks then differ from it there",
             stacklevel=2,
         )
-    gnf = specialize_terminal_symbols(to_gnf(remove_useless(g), budget=gnf_budget))
+    gnf = to_gnf(remove_useless(g), budget=gnf_budget)
+    # Copying single-byte symbols per occurrence sharpens adjacency (fewer, larger classes) but
+    # multiplies the stack alphabet; keep it only while the alphabet stays small.
+    special = specialize_terminal_symbols(gnf)
+    if len(special.names) <= max(SPECIALIZE_LIMIT, 4 * len(gnf.names)):
+        gnf = special
     t_gnf = time.perf_counter() - t0
 
     search = DisplacementSearch(gnf, max_states=max_states, memory_budget=memory_budget)
