@@ -60,7 +60,9 @@ def main() -> None:
             lines.append(f"- **`{attr}{sig}`** ({kind}): {_summary(obj)}")
             if inspect.isclass(obj):
                 for mname, member in vars(obj).items():
-                    if mname.startswith("_") or not (callable(member) or isinstance(member, (property, staticmethod, classmethod))):
+                    if mname.startswith("_") or not (
+                        callable(member) or isinstance(member, (property, staticmethod, classmethod))
+                    ):
                         continue
                     target = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
                     msig = _signature(target) if not isinstance(member, property) else ""

@@ -6,6 +6,11 @@ recursion, Greibach), one-state PDAs, stack adjacency and an Earley oracle.
 
 from __future__ import annotations
 
+# -- pda / adjacency --
+from formalgram.adjacency import backtrack_pairs, can_be_below, stack_adjacency
+
+# -- transforms (transforms/) --
+from formalgram.analysis import generating, nullable, reachable, unreachable
 from formalgram.byteset import ByteSet
 from formalgram.errors import (
     EmptyLanguageError,
@@ -16,13 +21,13 @@ from formalgram.errors import (
     UnsupportedConstruct,
 )
 from formalgram.grammar import Grammar, Nonterminal, Production, Symbol
+from formalgram.pda import PDA
+
+# -- recognizers (recognize/) --
+from formalgram.recognize import EarleyRecognizer, accepts, enumerate_strings, is_prefix, sample
 
 # -- parser (syntax/) --
 from formalgram.syntax import load, parse_gbnf, to_gbnf
-# -- recognizers (recognize/) --
-from formalgram.recognize import EarleyRecognizer, accepts, enumerate_strings, is_prefix, sample
-# -- transforms (transforms/) --
-from formalgram.analysis import generating, nullable, reachable, unreachable
 from formalgram.transforms import (
     byte_class_map,
     byte_classes,
@@ -33,14 +38,15 @@ from formalgram.transforms import (
     remove_useless,
     to_gnf,
 )
-# -- pda / adjacency --
-from formalgram.adjacency import backtrack_pairs, can_be_below, stack_adjacency
-from formalgram.pda import PDA
 
 __version__ = "0.1.0"
 
 __all__ = [
+    # pda / adjacency
+    "PDA",
     "ByteSet",
+    # recognizers
+    "EarleyRecognizer",
     "EmptyLanguageError",
     "FormalgramError",
     "Grammar",
@@ -52,32 +58,28 @@ __all__ = [
     "Symbol",
     "UnsupportedConstruct",
     "__version__",
-    # parser
-    "load",
-    "parse_gbnf",
-    "to_gbnf",
+    "accepts",
+    "backtrack_pairs",
     # transforms
     "byte_class_map",
     "byte_classes",
+    "can_be_below",
+    "enumerate_strings",
     "generating",
     "is_gnf",
+    "is_prefix",
+    # parser
+    "load",
     "nullable",
+    "parse_gbnf",
     "reachable",
     "remove_epsilon",
     "remove_left_recursion",
     "remove_unit",
     "remove_useless",
+    "sample",
+    "stack_adjacency",
+    "to_gbnf",
     "to_gnf",
     "unreachable",
-    # recognizers
-    "EarleyRecognizer",
-    "accepts",
-    "enumerate_strings",
-    "is_prefix",
-    "sample",
-    # pda / adjacency
-    "PDA",
-    "backtrack_pairs",
-    "can_be_below",
-    "stack_adjacency",
 ]
