@@ -10,13 +10,14 @@ from __future__ import annotations
 import random
 import sys
 import time
+from pathlib import Path
 
 import formalgram as fg
 from formalgram_cfgzip.cli import builtin_grammar_text
 
 
 def main() -> None:
-    text = open(sys.argv[1], encoding="utf-8").read() if len(sys.argv) > 1 else builtin_grammar_text("minic")
+    text = Path(sys.argv[1]).read_text("utf-8") if len(sys.argv) > 1 else builtin_grammar_text("minic")
     g = fg.parse_gbnf(text)
     print(f"grammar: {g.stats()}")
     print(f"unreachable rules: {fg.unreachable(g) or 'none'}; nullable: {len(fg.nullable(g))} nonterminals")
