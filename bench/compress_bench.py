@@ -825,7 +825,7 @@ def markdown_tables(runs: Sequence[Run]) -> str:
             keys.append((r.grammar, r.vocab))
         by[(r.grammar, r.vocab, r.tool, r.workers)] = r
     lines = [
-        "| grammar | rules | vocabulary | tokens | classes | ratio | invalid | GNF rules | "
+        "| grammar | productions | vocabulary | tokens | classes | ratio | invalid | GNF rules | "
         "time 1 worker (s) | peak 1 worker (MiB) | time 2 workers (s) | peak 2 workers, tree (MiB) |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
