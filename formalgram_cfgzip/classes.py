@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import resource
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -303,12 +304,13 @@ def compress(
         groups.setdefault(tok.translate(table), []).append(i)
     seqs = sorted(groups)
 
-    # reset the search tables when they hold more than about a quarter of the memory budget
-    reset_size = max(200_000, (memory_budget or (8 << 30)) // 1600)
-    if workers > 1 and len(seqs) > 2000:
-        seq_keys = _run_parallel(gnf, seqs, workers, progress, max_states, memory_budget, reset_size)
-    else:
-        seq_keys = _run_sequences(search, seqs, progress, reset_size)
+    # trie merges recurse once per symbol of the longest σ_out·#·σ_in string
+    old_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old_limit, 20_000))
+    try:
+        seq_keys = _search_all(gnf, search, seqs, workers, progress, max_states, memory_budget)
+    finally:
+        sys.setrecursionlimit(old_limit)
     t_search = time.perf_counter() - t0 - t_gnf
 
     # group tokens by displacement key
@@ -326,11 +328,11 @@ def compress(
     def shortest(ids: list[int]) -> int:
         return min(ids, key=lambda j: (len(tokens[j] or b""), j))
 
-    classes = sorted(by_key.values(), key=shortest)
-    for members in classes:
-        cid = len(reps)
-        token_class[np.asarray(members, dtype=np.int64)] = cid
-        reps.append(shortest(members))
+    # classes numbered by their representative's (length, id), so numbering is deterministic
+    ranked = sorted((shortest(members), members) for members in by_key.values())
+    for rep, members in ranked:
+        token_class[np.asarray(members, dtype=np.int64)] = len(reps)
+        reps.append(rep)
     stop_class = -1
     if stop:
         stop_class = len(reps)
@@ -358,6 +360,22 @@ def compress(
     return TokenClasses(
         token_class, np.asarray(reps, dtype=np.int32), invalid_class, stop_class, vocab, fp, stats
     )
+
+
+def _search_all(
+    gnf: Grammar,
+    search: DisplacementSearch,
+    seqs: list[bytes],
+    workers: int,
+    progress: bool,
+    max_states: int,
+    memory_budget: int | None,
+) -> list[CanonicalKey | None]:
+    # reset the search tables when they hold more than about a quarter of the memory budget
+    reset_size = max(200_000, (memory_budget or (8 << 30)) // 1600)
+    if workers > 1 and len(seqs) > 2000:
+        return _run_parallel(gnf, seqs, workers, progress, max_states, memory_budget, reset_size)
+    return _run_sequences(search, seqs, progress, reset_size)
 
 
 def _progress_bar(total: int, enabled: bool, desc: str) -> _Bar:
@@ -399,7 +417,7 @@ def _run_sequences(
     bar = _progress_bar(len(seqs), progress, "displacements")
     try:
         for n, seq in enumerate(seqs):
-            if search.size() > reset_size:
+            if n & 255 == 0 and search.size() > reset_size:
                 search.reset()
                 digests.clear()
                 path = [START]
@@ -429,21 +447,25 @@ def _run_sequences(
     return out
 
 
-def _worker(
-    args: tuple[
-        tuple[str, ...],
-        tuple[int, ...],
-        int,
-        tuple[tuple[int, tuple[int, ...]], ...],
-        list[bytes],
-        int,
-        int | None,
-        int,
-    ],
-) -> list[CanonicalKey | None]:
-    names, masks, start, rules, seqs, max_states, memory_budget, reset_size = args
+_WORKER: list[tuple[DisplacementSearch, int]] = []
+
+
+def _worker_init(
+    names: tuple[str, ...],
+    masks: tuple[int, ...],
+    start: int,
+    rules: tuple[tuple[int, tuple[int, ...]], ...],
+    max_states: int,
+    memory_budget: int | None,
+    reset_size: int,
+) -> None:
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
     gnf = Grammar.from_ids(names, masks, start, rules)
-    search = DisplacementSearch(gnf, max_states=max_states, memory_budget=memory_budget)
+    _WORKER.append((DisplacementSearch(gnf, max_states=max_states, memory_budget=memory_budget), reset_size))
+
+
+def _worker(seqs: list[bytes]) -> list[CanonicalKey | None]:
+    search, reset_size = _WORKER[-1]
     return _run_sequences(search, seqs, False, reset_size)
 
 
@@ -458,20 +480,18 @@ def _run_parallel(
 ) -> list[CanonicalKey | None]:
     from concurrent.futures import ProcessPoolExecutor
 
+    # contiguous slices of the sorted sequences keep shared prefixes together; each worker
+    # process builds its search once (initializer) and keeps its memo across its slices
     chunks = max(workers * 4, 1)
     size = (len(seqs) + chunks - 1) // chunks
     parts = [seqs[i : i + size] for i in range(0, len(seqs), size)]
-    payload = (gnf.names, gnf.masks, gnf.start_id, gnf.rules)
+    init = (gnf.names, gnf.masks, gnf.start_id, gnf.rules, max_states, memory_budget, reset_size)
     out: list[CanonicalKey | None] = []
     bar = _progress_bar(len(seqs), progress, "displacements")
     try:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            jobs = [
-                pool.submit(_worker, (*payload, part, max_states, memory_budget, reset_size))
-                for part in parts
-            ]
-            for job, part in zip(jobs, parts, strict=True):
-                out.extend(job.result())
+        with ProcessPoolExecutor(max_workers=workers, initializer=_worker_init, initargs=init) as pool:
+            for part, result in zip(parts, pool.map(_worker, parts), strict=True):
+                out.extend(result)
                 bar.update(len(part))
     finally:
         bar.close()

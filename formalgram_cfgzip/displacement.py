@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import hashlib
 import resource
-import sys
 from collections.abc import Iterable
 
 from formalgram.adjacency import can_be_below
@@ -149,8 +148,6 @@ class DisplacementSearch:
         max_cells: int = 40_000_000,
         memory_budget: int | None = None,
     ) -> None:
-        # trie merges recurse once per symbol of the longest σ_out·#·σ_in string
-        sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
         self.gnf = gnf
         self.max_states = max_states
         self.max_cells = max_cells

@@ -410,6 +410,9 @@ def _plots(out: Path, runs: Sequence[Any], online: Sequence[dict[str, Any]], pub
             ax.bar_label(b1, fmt="%.0f", fontsize=6, padding=1)
             ax.bar_label(b2, fmt="%.0f", fontsize=6, padding=1)
             ax.set_yscale("log")
+            vals = [x for x in (*full, *comp) if x > 0]
+            if vals:
+                ax.set_ylim(min(vals) / 4, max(vals) * 2.5)
             ax.set_xticks(pos, labels, rotation=25, ha="right", fontsize=8)
             ax.set_title(f"batch {b}", fontsize=10)
             ax.set_ylabel("µs per step, whole batch (log)")

@@ -371,7 +371,13 @@ def test_real_grammar_lossless_fast(engine: str, rel: str, vocab_name: str) -> N
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 @pytest.mark.parametrize("vocab_name", ["llama3", "qwen3", "o200k_harmony"])
 @pytest.mark.parametrize("path", _grammar_files(), ids=lambda p: str(p.relative_to(GRAMMARS)))
-def test_real_grammar_lossless_sweep(engine: str, vocab_name: str, path: Path) -> None:
+def test_real_grammar_lossless_sweep(
+    engine: str, vocab_name: str, path: Path, request: pytest.FixtureRequest
+) -> None:
+    if engine == "llguidance" and path.parent.name in LLGUIDANCE_OTHER_LANGUAGE:
+        request.node.add_marker(
+            pytest.mark.xfail(reason=LLGUIDANCE_OTHER_LANGUAGE[path.parent.name], strict=False)
+        )
     compressed, full = _setup(path, vocab_name, engine)
     problems: list[str] = []
     notes: list[str] = []
@@ -383,5 +389,13 @@ def test_real_grammar_lossless_sweep(engine: str, vocab_name: str, path: Path) -
         warnings.warn(f"{len(notes)} walks restarted: {notes[0]}", stacklevel=1)
     assert problems == []
 
+
+# llguidance reads these grammars as a different language (its lexer), so classes computed
+# for the context-free language need not be congruent for it.  Example: after ``O`` ``C``,
+# formalgram's Earley recognizer and XGrammar accept ``I`` (acrylates.ebnf), llguidance
+# rejects it, so token ``OCI`` differs from its class representative ``Occ`` there.
+LLGUIDANCE_OTHER_LANGUAGE = {
+    "SMILES": "llguidance's lexer rejects valid prefixes such as b'OCI' (Earley and XGrammar accept them)",
+}
 
 SWEEP_WALKS = [(0, "uniform", 1), (1, "long", 1), (2, "stop", 1), (3, "uniform", 8), (4, "long", 8)]

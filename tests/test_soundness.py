@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -69,6 +70,7 @@ vocabularies = st.lists(
 )
 
 
+@pytest.mark.filterwarnings("ignore:grammar has nonterminals that derive no string")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=grammars(alphabet=ALPHABET), tokens=vocabularies)
 def test_equal_displacement_implies_congruence(g: Grammar, tokens: list[bytes]) -> None:
