@@ -52,6 +52,16 @@ def _sep(last: int) -> int:
     return -(last + 2)
 
 
+def current_rss() -> int:
+    """Resident memory of this process in bytes (Linux ``/proc``; peak RSS elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[1])
+        return pages * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def specialize_terminal_symbols(gnf: Grammar) -> Grammar:
     """Give every tail occurrence of a single-byte-class nonterminal its own copy.
 
@@ -340,7 +350,7 @@ class DisplacementSearch:
         if cells > self.max_cells:
             raise GrammarTooLarge("displacement search", self.max_cells, "trie nodes and memo entries")
         if self.memory_budget is not None:
-            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            rss = current_rss()
             if rss > self.memory_budget:
                 raise GrammarTooLarge(
                     "displacement search", self.memory_budget, f"peak memory reached {rss >> 20} MiB"
