@@ -402,6 +402,36 @@ class CompiledGrammar(ABC):
     ) -> None:
         """Fill rows ``0..len(matchers)-1`` of an engine-width bitmask, all at once."""
 
+    def _batch_rows(
+        self,
+        matchers: Sequence[EngineMatcher],
+        arr: npt.NDArray[np.int32],
+        words: int,
+        what: str,
+        indices: Sequence[int] | None,
+    ) -> tuple[list[int], list[int]]:
+        """Validate a batch call; zero the rows of terminated matchers.
+
+        Returns the target row of each matcher and the positions of the live matchers.
+        """
+        if arr.shape[1] != words:
+            raise EngineError(f"{what} must have {words} int32 words per row, got {arr.shape[1]}")
+        rows = list(range(len(matchers))) if indices is None else [int(i) for i in indices]
+        if len(rows) != len(matchers):
+            raise EngineError(f"{len(rows)} indices given for {len(matchers)} matchers")
+        for r in rows:
+            _check_index(r, arr.shape[0])
+        for m in matchers:
+            if m.compiled is not self:
+                raise EngineError("a matcher of another compiled grammar was passed")
+        live: list[int] = []
+        for j, m in enumerate(matchers):
+            if m.is_terminated():
+                arr[rows[j]] = 0
+            else:
+                live.append(j)
+        return rows, live
+
     def fill_next_token_bitmask_batch(
         self, matchers: Sequence[EngineMatcher], bitmask: Any, indices: Sequence[int] | None = None
     ) -> None:
@@ -418,22 +448,7 @@ class CompiledGrammar(ABC):
         EngineError, BatchIndexError
         """
         arr = _as_int32_2d(bitmask, "token bitmask")
-        if arr.shape[1] != self.token_words:
-            raise EngineError(
-                f"token bitmask must have {self.token_words} int32 words per row, got {arr.shape[1]}"
-            )
-        rows = list(range(len(matchers))) if indices is None else [int(i) for i in indices]
-        if len(rows) != len(matchers):
-            raise EngineError(f"{len(rows)} indices given for {len(matchers)} matchers")
-        for r in rows:
-            _check_index(r, arr.shape[0])
-        for m in matchers:
-            if m.compiled is not self:
-                raise EngineError("a matcher of another compiled grammar was passed")
-        live = [j for j, m in enumerate(matchers) if not m.is_terminated()]
-        for j, m in enumerate(matchers):
-            if m.is_terminated():
-                arr[rows[j]] = 0
+        rows, live = self._batch_rows(matchers, arr, self.token_words, "token bitmask", indices)
         n = len(live)
         if n == 0:
             return
@@ -454,22 +469,7 @@ class CompiledGrammar(ABC):
         to expand on the logits' device.
         """
         arr = _as_int32_2d(class_bitmask, "class bitmask")
-        if arr.shape[1] != self.engine_words:
-            raise EngineError(
-                f"class bitmask must have {self.engine_words} int32 words per row, got {arr.shape[1]}"
-            )
-        rows = list(range(len(matchers))) if indices is None else [int(i) for i in indices]
-        if len(rows) != len(matchers):
-            raise EngineError(f"{len(rows)} indices given for {len(matchers)} matchers")
-        for r in rows:
-            _check_index(r, arr.shape[0])
-        for m in matchers:
-            if m.compiled is not self:
-                raise EngineError("a matcher of another compiled grammar was passed")
-        live = [j for j, m in enumerate(matchers) if not m.is_terminated()]
-        for j, m in enumerate(matchers):
-            if m.is_terminated():
-                arr[rows[j]] = 0
+        rows, live = self._batch_rows(matchers, arr, self.engine_words, "class bitmask", indices)
         if not live:
             return
         if live == list(range(len(matchers))) and rows == live:
