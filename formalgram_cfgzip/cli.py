@@ -63,7 +63,6 @@ def _summary(classes: object, seconds: float) -> str:
 
 def cmd_compress(args: argparse.Namespace) -> int:
     from formalgram.syntax.gbnf import parse_gbnf
-
     from formalgram_cfgzip.classes import compress
     from formalgram_cfgzip.vocabulary import Vocabulary
 
