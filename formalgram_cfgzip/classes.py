@@ -202,6 +202,7 @@ def compress(
     gnf_budget: int = 2_000_000,
     max_states: int = 200_000,
     memory_budget: int | None = 4 << 30,
+    specialize: bool | None = None,
 ) -> TokenClasses:
     """Compute classes of interchangeable tokens for ``grammar`` over ``vocab`` (CFGzip).
 
@@ -227,7 +228,14 @@ def compress(
     max_states : int
         Largest number of search states for one token prefix.
     memory_budget : int or None
-        Peak memory in bytes for the search (per process); ``None`` for no limit.
+        Resident memory in bytes for the search (per process); ``None`` for no limit.
+    specialize : bool or None
+        Copy single-byte nonterminals per occurrence before the search
+        (:func:`~formalgram_cfgzip.displacement.specialize_terminal_symbols`): a sharper
+        adjacency relation, hence fewer classes, at a higher search cost.  ``None`` (default)
+        does it only while the stack alphabet stays small (``SPECIALIZE_LIMIT``); ``True``
+        always (e.g. xml2rfc: 1,449 classes instead of 10,763, 20 s instead of 5 s); ``False``
+        never.
 
     Returns
     -------
@@ -280,10 +288,11 @@ def compress(
         )
     gnf = to_gnf(remove_useless(g), budget=gnf_budget)
     # Copying single-byte symbols per occurrence sharpens adjacency (fewer, larger classes) but
-    # multiplies the stack alphabet; keep it only while the alphabet stays small.
-    special = specialize_terminal_symbols(gnf)
-    if len(special.names) <= max(SPECIALIZE_LIMIT, 4 * len(gnf.names)):
-        gnf = special
+    # multiplies the stack alphabet; by default keep it only while the alphabet stays small.
+    if specialize is not False:
+        special = specialize_terminal_symbols(gnf)
+        if specialize or len(special.names) <= max(SPECIALIZE_LIMIT, 4 * len(gnf.names)):
+            gnf = special
     t_gnf = time.perf_counter() - t0
 
     search = DisplacementSearch(gnf, max_states=max_states, memory_budget=memory_budget)

@@ -77,6 +77,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         gnf_budget=args.budget,
         memory_budget=args.memory_budget << 20 if args.memory_budget else None,
+        specialize=args.specialize,
     )
     seconds = time.perf_counter() - t0
     classes.save(args.output)
@@ -116,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     c.add_argument("--budget", type=int, default=2_000_000, help="GNF size budget (rules)")
     c.add_argument("--memory-budget", type=int, default=4096, help="search memory budget in MiB (0: none)")
+    c.add_argument(
+        "--specialize",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="copy single-byte symbols per occurrence: fewer classes, slower search (default: auto)",
+    )
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     c.set_defaults(func=cmd_compress)
 

@@ -78,7 +78,8 @@ def test_equal_displacement_implies_congruence(g: Grammar, tokens: list[bytes]) 
     _check_congruence(g, Vocabulary(tokens))
 
 
-def test_nullable_whitespace_tokens_survive() -> None:
+@pytest.mark.parametrize("specialize", [None, True, False])
+def test_nullable_whitespace_tokens_survive(specialize: bool | None) -> None:
     """NOTES.md item 1: a token crossing an optional-whitespace position must stay valid."""
     g = parse_gbnf(
         'root ::= (expr "=" ws term "\\n")+\n'
@@ -90,7 +91,7 @@ def test_nullable_whitespace_tokens_survive() -> None:
     )
     toks = [b"((", b"(f", b"=x", b"=false", b"x", b" ", b"#", b"=", b"(", b"))", b"1=2"]
     vocab = Vocabulary(toks)
-    classes = compress(g, vocab, progress=False)
+    classes = compress(g, vocab, progress=False, specialize=specialize)
     invalid = {vocab.tokens[i] for i in classes.invalid.tolist()}
     assert invalid == {b"#"}
     # and the classes are congruent by the oracle on short contexts
