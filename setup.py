@@ -22,6 +22,7 @@ COMPILED = [
     "formalgram/pda.py",
     "formalgram/recognize/earley.py",
     "formalgram_cfgzip/displacement.py",
+    "formalgram_cfgzip/classes.py",
 ]
 
 
