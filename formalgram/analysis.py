@@ -14,6 +14,43 @@ from __future__ import annotations
 from formalgram.grammar import Grammar
 
 
+def _counting_fixpoint(g: Grammar, terminal_ok: list[bool]) -> frozenset[int]:
+    """Least set of nonterminals having a rule whose items are all in the set or ``terminal_ok``.
+
+    Each rule keeps a counter of nonterminal items not yet in the set; a rule with a terminal
+    that is not ``terminal_ok`` never fires.  O(|G|).
+    """
+    rules = g.rules
+    n = len(g.names)
+    result = [False] * n
+    pending = [0] * len(rules)
+    occurs: list[list[int]] = [[] for _ in range(n)]
+    work: list[int] = []
+    for ri, (lhs, rhs) in enumerate(rules):
+        if any(s < 0 and not terminal_ok[~s] for s in rhs):
+            pending[ri] = -1
+            continue
+        count = 0
+        for s in rhs:
+            if s >= 0:
+                count += 1
+                occurs[s].append(ri)
+        pending[ri] = count
+        if count == 0 and not result[lhs]:
+            result[lhs] = True
+            work.append(lhs)
+    while work:
+        a = work.pop()
+        for ri in occurs[a]:
+            pending[ri] -= 1
+            if pending[ri] == 0:
+                lhs = rules[ri][0]
+                if not result[lhs]:
+                    result[lhs] = True
+                    work.append(lhs)
+    return frozenset(i for i in range(n) if result[i])
+
+
 def nullable(g: Grammar) -> frozenset[int]:
     """The ids of the nonterminals that derive the empty string.
 
@@ -39,39 +76,7 @@ def nullable(g: Grammar) -> frozenset[int]:
     >>> sorted(g.names[i] for i in nullable(g))  # doctest: +SKIP
     ['ws']
     """
-    rules = g.rules
-    n = len(g.names)
-    result = [False] * n
-    pending = [0] * len(rules)
-    occurs: list[list[int]] = [[] for _ in range(n)]
-    work: list[int] = []
-    for ri, (lhs, rhs) in enumerate(rules):
-        count = 0
-        blocked = False
-        for s in rhs:
-            if s < 0:
-                blocked = True
-                break
-            count += 1
-        if blocked:
-            pending[ri] = -1
-            continue
-        pending[ri] = count
-        for s in rhs:
-            occurs[s].append(ri)
-        if count == 0 and not result[lhs]:
-            result[lhs] = True
-            work.append(lhs)
-    while work:
-        a = work.pop()
-        for ri in occurs[a]:
-            pending[ri] -= 1
-            if pending[ri] == 0:
-                lhs = rules[ri][0]
-                if not result[lhs]:
-                    result[lhs] = True
-                    work.append(lhs)
-    return frozenset(i for i in range(n) if result[i])
+    return _counting_fixpoint(g, [False] * len(g.masks))
 
 
 def generating(g: Grammar) -> frozenset[int]:
@@ -96,43 +101,7 @@ def generating(g: Grammar) -> frozenset[int]:
     -------
     >>> # S -> a S has no base case, so S is not generating.
     """
-    rules = g.rules
-    masks = g.masks
-    n = len(g.names)
-    result = [False] * n
-    pending = [0] * len(rules)
-    occurs: list[list[int]] = [[] for _ in range(n)]
-    work: list[int] = []
-    for ri, (lhs, rhs) in enumerate(rules):
-        count = 0
-        dead = False
-        for s in rhs:
-            if s < 0:
-                if masks[~s] == 0:
-                    dead = True
-                    break
-            else:
-                count += 1
-        if dead:
-            pending[ri] = -1
-            continue
-        pending[ri] = count
-        for s in rhs:
-            if s >= 0:
-                occurs[s].append(ri)
-        if count == 0 and not result[lhs]:
-            result[lhs] = True
-            work.append(lhs)
-    while work:
-        a = work.pop()
-        for ri in occurs[a]:
-            pending[ri] -= 1
-            if pending[ri] == 0:
-                lhs = rules[ri][0]
-                if not result[lhs]:
-                    result[lhs] = True
-                    work.append(lhs)
-    return frozenset(i for i in range(n) if result[i])
+    return _counting_fixpoint(g, [m != 0 for m in g.masks])
 
 
 def reachable(g: Grammar) -> frozenset[int]:

@@ -14,6 +14,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -387,25 +388,11 @@ def _search_all(
     return _run_sequences(search, seqs, progress, reset_size)
 
 
-def _progress_bar(total: int, enabled: bool, desc: str) -> _Bar:
-    if not enabled:
-        return _Bar(None)
+def _progress_bar(total: int, enabled: bool, desc: str) -> Any:
+    """A tqdm bar over byte-class sequences (a no-op object when ``enabled`` is false)."""
     from tqdm import tqdm
 
-    return _Bar(tqdm(total=total, desc=desc, unit="seq", mininterval=0.5, leave=False))
-
-
-class _Bar:
-    def __init__(self, bar: object) -> None:
-        self._bar = bar
-
-    def update(self, n: int) -> None:
-        if self._bar is not None:
-            self._bar.update(n)  # type: ignore[attr-defined]
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()  # type: ignore[attr-defined]
+    return tqdm(total=total, desc=desc, unit="seq", mininterval=0.5, leave=False, disable=not enabled)
 
 
 def _run_sequences(
