@@ -554,7 +554,9 @@ def _grammar_text(draw: st.DrawFn) -> str:
 
 
 @pytest.mark.xgrammar
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomized: xgrammar 0.2.9 segfaults (in C++) on some random grammars, which would
+# kill the whole test process at random; a fixed example stream keeps the run reproducible
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(_grammar_text(), st.randoms(use_true_random=False))
 def test_random_grammar_texts_match_xgrammar(text: str, rnd: random.Random) -> None:
     from formalgram import sample

@@ -257,8 +257,9 @@ def _class_text(ranges: tuple[tuple[int, int], ...], negate: bool) -> str:
     return ("[^" if negate else "[") + "".join(f"{esc(a)}-{esc(b)}" for a, b in items) + "]"
 
 
+# derandomized: xgrammar 0.2.9 can segfault on some random grammars (see test_parse.py)
 @pytest.mark.xgrammar
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(code_point_sets, st.booleans(), st.randoms(use_true_random=False))
 def test_random_classes_match_xgrammar(
     ranges: tuple[tuple[int, int], ...], negate: bool, rnd: random.Random

@@ -207,7 +207,8 @@ def _has_dead_rule(g: Grammar) -> bool:
     return any(any((x not in gen) if x >= 0 else g.masks[~x] == 0 for x in rhs) for _, rhs in g.rules)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomized: xgrammar 0.2.9 can segfault on some random grammars (see test_parse.py)
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(
     grammar_and_strings(max_nonterminals=4, max_rules_per_nt=3, max_rhs=3, alphabet=b"abc", max_strings=10)
 )
