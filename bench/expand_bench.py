@@ -1,23 +1,26 @@
-"""Benchmark of class-mask -> token-mask expansion candidates (CPU).
+"""Benchmark of class-mask -> token-mask expansion on the CPU (numpy and torch).
 
-For vocabulary sizes V (128k, 152k, 201k), class counts C (100, 600, 3000) and batch sizes
-(1, 8, 16) it times, per sequence (median over steps, µs):
+For class distributions of several shapes and batch sizes 1, 8 and 16 it times, per
+sequence (median over steps, µs), on the same class masks:
 
-* ``auto``       the shipped :class:`MaskExpander` (big classes by vector OR + small-class
-                 gather, or a plain gather, chosen per row by a cost model);
-* ``gather``     ``np.take`` of a uint8 class table by token class (intp) + ``np.packbits``;
-* ``naive``      unpack class bits, boolean fancy index, pack (the simple approach);
-* ``or-all``     a precomputed bitmask per class, OR of the allowed ones (complement when
-                 more than half are allowed);
-* ``torch``      :class:`TorchMaskExpander` with the torch backend on the CPU (the CUDA
-                 algorithm: unpack, ``index_select``, pack).
+* ``auto``    :class:`MaskExpander` with its row cache off: subset tables for the largest
+              classes + the cheapest small-class plan, or the plain gather, chosen per row;
+* ``gather``  the plain gather forced (``np.take`` of a uint8 class table + ``np.packbits``);
+* ``split``   subset tables + per-token gather of the small-class tokens, forced;
+* ``sparse``  subset tables + the small classes listed (or their complement), forced;
+* ``torch``   :class:`TorchMaskExpander` with the torch backend on the CPU (the device
+              algorithm: unpack, ``index_select``, pack), one thread;
+* ``hit``     a row-cache hit (the row was expanded before): what a revisited matcher
+              state costs.
 
-Class sizes follow two shapes: ``skewed`` (a few classes hold almost every token, as the
-classes ``compress`` produces do: e.g. 71 classes for arithmetic.gbnf with Llama-3, the 7
-largest holding 99.7% of the tokens) and ``zipf`` (sizes ~ 1/rank^1.1, much flatter).  The
-fraction of allowed classes is drawn per step from {1%, 10%, 50%, 90%}.
+Shapes: ``skewed`` (a few classes hold almost every token, like ``compress`` output for
+small grammars), ``zipf`` (sizes ~ 1/rank^1.1), ``flat`` (every class holds ~3 tokens:
+the worst case, like sql_syncode's 44k classes) and the real classes of shared grammars
+(``--classes-dir``: TokenClasses saved by ``TokenClasses.save`` in ``DIR/<name>``, for
+the grammars of ``REAL``; small grammars are compressed on the fly when absent).  The
+fraction of allowed classes cycles through 1%, 10%, 50% and 90% over the steps.
 
-Run: ``python bench/expand_bench.py [--quick]``.
+Run: ``python bench/expand_bench.py [--quick] [--classes-dir DIR]``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -32,14 +36,25 @@ import numpy.typing as npt
 from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander
 
 Array = npt.NDArray[np.int32]
+GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
+# name -> (grammar file, vocabulary, compress on the fly when not saved)
+REAL = {
+    "c": ("llama_cpp/c.gbnf", "llama3", True),
+    "JME_0": ("derived/json_mode_eval_xgrammar/JME_0.gbnf", "llama3", True),
+    "go": ("derived/lark_via_xgrammar/go_syncode.gbnf", "llama3", False),
+    "sql": ("derived/lark_via_xgrammar/sql_syncode.gbnf", "llama3", False),
+    "xml": ("derived/lark_via_xgrammar/xml2rfc_v3.gbnf", "llama3", False),
+}
 
 
-def class_sizes(shape: str, width: int, classes: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
+def synthetic(shape: str, width: int, classes: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
     if shape == "skewed":
         big = np.array([0.55, 0.22, 0.12, 0.05, 0.03, 0.015])[: max(1, min(6, classes - 1))]
         p = np.concatenate([big, np.full(classes - big.size, (1 - big.sum()) / max(1, classes - big.size))])
-    else:
+    elif shape == "zipf":
         p = 1.0 / np.arange(1, classes + 1) ** 1.1
+    else:
+        p = np.ones(classes)
     p = p / p.sum()
     tc = rng.choice(classes, size=width, p=p)
     tc[rng.permutation(width)[:classes]] = np.arange(classes)  # every class non-empty
@@ -57,83 +72,35 @@ def class_masks(rng: np.random.Generator, steps: int, batch: int, classes: int) 
     return out
 
 
-class OrAll:
-    def __init__(self, tc: npt.NDArray[np.int64], classes: int) -> None:
-        words = (tc.shape[0] + 31) // 32
-        bools = np.zeros((classes, words * 32), dtype=np.uint8)
-        bools[tc, np.arange(tc.shape[0])] = 1
-        self.bits = np.packbits(bools, axis=1, bitorder="little").view(np.uint32)
-        self.union = np.bitwise_or.reduce(self.bits, axis=0)
-        self.classes = classes
-
-    def expand(self, cm: Array, out: Array) -> None:
-        for b in range(cm.shape[0]):
-            allowed = np.unpackbits(cm[b].view(np.uint8), bitorder="little")[: self.classes].astype(bool)
-            row = out[b].view(np.uint32)
-            if allowed.sum() * 2 <= self.classes:
-                ids = np.flatnonzero(allowed)
-                row[:] = 0
-                for k in ids:
-                    np.bitwise_or(row, self.bits[k], out=row)
-            else:
-                acc = np.zeros_like(row)
-                for k in np.flatnonzero(~allowed):
-                    np.bitwise_or(acc, self.bits[k], out=acc)
-                np.bitwise_and(self.union, ~acc, out=row)
-
-
-def naive(tc: npt.NDArray[np.int64], classes: int) -> Callable[[Array, Array], None]:
-    words = (tc.shape[0] + 31) // 32
-
-    def run(cm: Array, out: Array) -> None:
-        for b in range(cm.shape[0]):
-            allowed = np.unpackbits(cm[b].view(np.uint8), bitorder="little")[:classes].astype(bool)
-            tok = np.zeros(words * 32, dtype=bool)
-            tok[: tc.shape[0]] = allowed[tc]
-            out[b] = np.packbits(tok, bitorder="little").view(np.int32)
-
-    return run
-
-
-def real_cases() -> list[tuple[str, int, int, npt.NDArray[np.int64]]]:
-    """Classes computed by compress() for small shared grammars (skipped when unavailable)."""
-    from pathlib import Path
-
-    out: list[tuple[str, int, int, npt.NDArray[np.int64]]] = []
-    root = Path(__file__).resolve().parents[2] / "shared" / "grammars"
+def real_cases(classes_dir: str | None) -> list[tuple[str, npt.NDArray[np.int64], int]]:
+    """(name, token_class, num_classes) of the real grammars that are available."""
+    out: list[tuple[str, npt.NDArray[np.int64], int]] = []
     try:
-        from formalgram_cfgzip.classes import compress
+        from formalgram_cfgzip.classes import TokenClasses, compress
         from formalgram_cfgzip.vocabulary import Vocabulary
     except ImportError:
         return out
-    for rel, vname in [("llama_cpp/arithmetic.gbnf", "llama3"), ("llama_cpp/chess.gbnf", "o200k_harmony")]:
-        path = root / rel
+    for name, (rel, vname, on_the_fly) in REAL.items():
+        path = GRAMMARS / rel
         if not path.exists():
             continue
+        text = path.read_text(encoding="utf-8")
+        saved = Path(classes_dir) / name if classes_dir else None
         try:
-            tc = compress(path.read_text(encoding="utf-8"), Vocabulary.builtin(vname), progress=False)
+            if saved is not None and saved.exists():
+                tcl = TokenClasses.load(saved, grammar=text, vocab=Vocabulary.builtin(vname))
+            elif on_the_fly:
+                tcl = compress(text, Vocabulary.builtin(vname), progress=False)
+            else:
+                print(
+                    f"({name}: no saved classes; pass --classes-dir with {name}/ saved by TokenClasses.save)"
+                )
+                continue
         except Exception as exc:
-            print(f"(real classes for {rel}: {type(exc).__name__})")
+            print(f"(real classes for {name}: {type(exc).__name__}: {str(exc)[:80]})")
             continue
-        name = path.stem[:7]
-        out.append((name, int(tc.token_class.shape[0]), tc.num_classes, tc.token_class.astype(np.int64)))
+        out.append((name, np.asarray(tcl.token_class, dtype=np.int64), tcl.num_classes))
     return out
-
-
-def gather_fn(ex: MaskExpander) -> Callable[[Array, Array], None]:
-    def run(cm: Array, out: Array) -> None:
-        ex.expand(cm, out)
-
-    return run
-
-
-def torch_fn(ex: TorchMaskExpander) -> Callable[[Array, Array], None]:
-    import torch
-
-    def run(cm: Array, out: Array) -> None:
-        ex.expand(torch.from_numpy(cm), torch.from_numpy(out))
-
-    return run
 
 
 def median_us(fn: Callable[[Array, Array], None], masks: list[Array], out: Array) -> float:
@@ -146,37 +113,63 @@ def median_us(fn: Callable[[Array, Array], None], masks: list[Array], out: Array
     return float(np.median(times)) * 1e6 / int(out.shape[0])
 
 
+def interleaved(
+    fns: dict[str, Callable[[Array, Array], None]], masks: list[Array], out: Array, seed: int = 0
+) -> dict[str, float]:
+    """Median µs per sequence of each function, all run on each mask in a shuffled order.
+
+    The order changes per mask so that no variant always runs right after the one that
+    evicted the caches (the torch path touches several MB).
+    """
+    rng = np.random.default_rng(seed)
+    names = list(fns)
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for fn in fns.values():
+        fn(masks[0], out)
+    for cm in masks:
+        for j in rng.permutation(len(names)):
+            fn = fns[names[j]]
+            t = time.perf_counter()
+            fn(cm, out)
+            times[names[j]].append(time.perf_counter() - t)
+    return {k: float(np.median(v)) * 1e6 / int(out.shape[0]) for k, v in times.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description="class-mask expansion benchmark")
     ap.add_argument("--quick", action="store_true", help="fewer steps and sizes")
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--classes-dir", help="folder of saved TokenClasses, one sub-folder per REAL name")
+    ap.add_argument("--only", help="comma-separated case names (shape or real grammar name)")
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
     widths = [128256] if args.quick else [128256, 151936, 201088]
-    counts = [600] if args.quick else [100, 600, 3000]
     batches = [1, 8] if args.quick else [1, 8, 16]
     steps = 12 if args.quick else args.steps
-    cols = ["auto", "gather", "naive", "or-all", "torch"]
-    print("µs per sequence (median); ratio = best other / auto")
-    print(
-        f"{'shape':7} {'V':>7} {'C':>5} {'B':>3} "
-        + " ".join(f"{c:>8}" for c in cols)
-        + "   ratio  auto-paths"
-    )
-    cases: list[tuple[str, int, int, npt.NDArray[np.int64]]] = []
-    for shape in ("skewed", "zipf"):
+    cases: list[tuple[str, npt.NDArray[np.int64], int]] = []
+    for shape, counts in (("skewed", [600]), ("zipf", [600, 3000]), ("flat", [7800, 43000])):
         for width in widths:
-            for classes in counts:
-                cases.append((shape, width, classes, class_sizes(shape, width, classes, rng)))
-    cases += real_cases()
-    for shape, width, classes, tc in cases:
-        tc = tc.astype(np.int64)
-        ex = MaskExpander(tc, classes)
-        ga = MaskExpander(tc, classes, max_dense=0)
-        orall = OrAll(tc, classes) if classes <= 600 else None
+            for classes in counts if not args.quick else counts[-1:]:
+                cases.append((shape, synthetic(shape, width, classes, rng), classes))
+    cases += real_cases(args.classes_dir)
+    only = set(args.only.split(",")) if args.only else None
+    cols = ["auto", "gather", "split", "sparse", "torch", "hit"]
+    print("µs per sequence (median over steps, row cache off except 'hit'); ratio = gather / auto")
+    print(
+        f"{'case':7} {'V':>7} {'C':>6} {'B':>3} " + " ".join(f"{c:>7}" for c in cols) + "  ratio  auto-paths"
+    )
+    for name, tc, classes in cases:
+        if only and name not in only:
+            continue
+        width = int(tc.shape[0])
+        t0 = time.perf_counter()
+        ex = MaskExpander(tc, classes, cache_bytes=0)
+        build_ms = (time.perf_counter() - t0) * 1e3
+        entry = 4 * ((width + 31) // 32) + 4 * ((classes + 31) // 32) + 100
+        cached = MaskExpander(tc, classes, cache_bytes=(steps * max(batches) + 1) * entry)
         tex = TorchMaskExpander(tc, classes, backend="torch")
         for batch in batches:
             masks = class_masks(rng, steps, batch, classes)
@@ -184,23 +177,46 @@ def main() -> None:
             paths: set[str] = set()
 
             def auto(cm: Array, o: Array, ex: MaskExpander = ex, paths: set[str] = paths) -> None:
-                ex.expand(cm, o)
-                paths.add(ex.last_strategy)
+                for i in range(cm.shape[0]):
+                    ex.expand_row(cm[i], o[i])
+                    paths.add(ex.last_strategy)
 
-            res = {
-                "auto": median_us(auto, masks, out),
-                "gather": median_us(gather_fn(ga), masks, out),
-                "naive": median_us(naive(tc, classes), masks, out) if batch == 1 else float("nan"),
-                "or-all": median_us(orall.expand, masks, out) if orall and batch == 1 else float("nan"),
-                "torch": median_us(torch_fn(tex), masks, out),
-            }
-            others = [v for k, v in res.items() if k != "auto" and not np.isnan(v)]
-            ratio = min(others) / res["auto"]
-            print(
-                f"{shape:7} {width:>7} {classes:>5} {batch:>3} "
-                + " ".join(f"{res[c]:>8.1f}" for c in cols)
-                + f"  {ratio:>6.2f}  {','.join(sorted(paths))}"
+            def forced(strategy: str, ex: MaskExpander = ex) -> Callable[[Array, Array], None]:
+                def run(mask: Array, o: Array) -> None:
+                    ex.expand(mask, o, strategy=strategy)  # type: ignore[arg-type]
+
+                return run
+
+            def torch_run(cm: Array, o: Array, tex: TorchMaskExpander = tex) -> None:
+                tex.expand(torch.from_numpy(cm), torch.from_numpy(o))
+
+            res = interleaved(
+                {
+                    "auto": auto,
+                    "gather": forced("gather"),
+                    "split": forced("split"),
+                    "sparse": forced("sparse"),
+                    "torch": torch_run,
+                },
+                masks,
+                out,
             )
+
+            def hit(mask: Array, o: Array, cached: MaskExpander = cached) -> None:
+                cached.expand(mask, o)
+
+            for cm in masks:  # warm the cache, then time hits only
+                hit(cm, out)
+            res["hit"] = median_us(hit, masks, out)
+            print(
+                f"{name:7} {width:>7} {classes:>6} {batch:>3} "
+                + " ".join(f"{res[c]:>7.1f}" for c in cols)
+                + f"  {res['gather'] / res['auto']:>5.2f}  {','.join(sorted(paths))}"
+            )
+        print(
+            f"{'':7} (build {build_ms:.0f} ms; {ex.num_stored} subset tables for {ex.num_dense} classes,"
+            f" {ex.num_small_tokens} small-class tokens)"
+        )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ byte-identical; the script exits with status 1 if they are not.
 
 Run::
 
-    python examples/transformers_decoding.py [--grammar PATH] [--engine xgrammar|llguidance]
+    python examples/transformers_decoding.py [--grammar PATH] [--engine xgrammar|llguidance] [--device cuda]
+
+With ``--device cuda`` the model and its logits live on the GPU, and the compressed path
+expands the class masks there (the Triton kernel when Triton is installed).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def main() -> int:
     ap.add_argument("--engine", default="xgrammar", choices=["xgrammar", "llguidance"])
     ap.add_argument("--new-tokens", type=int, default=24)
     ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="torch device of the model and its logits")
     args = ap.parse_args()
 
     text = args.grammar.read_text(encoding="utf-8") if args.grammar else DEFAULT_GRAMMAR
@@ -64,10 +68,11 @@ def main() -> int:
         num_key_value_heads=4,
         max_position_embeddings=256,
     )
-    model = LlamaForCausalLM(config)
+    device = torch.device(args.device)
+    model = LlamaForCausalLM(config).to(device)
     model.train(False)
     stops = sorted(vocab.stop_ids)
-    prompt = torch.full((args.batch, 1), min(vocab.special_ids, default=0), dtype=torch.long)
+    prompt = torch.full((args.batch, 1), min(vocab.special_ids, default=0), dtype=torch.long, device=device)
 
     def run(compiled: object, sample: bool) -> tuple[list[bytes], float]:
         processor = GrammarLogitsProcessor(compiled)  # type: ignore[arg-type]

@@ -360,11 +360,11 @@ class Grammar:
         return Grammar.from_ids(self._names, self._masks, self._index[name], self._rules)
 
     # -- thin wrappers over the free functions (one algorithm per module) ---------------------
-    def to_gbnf(self) -> str:
+    def to_gbnf(self, *, portable_names: bool = False) -> str:
         """GBNF text of this grammar; see :func:`formalgram.syntax.printer.to_gbnf`."""
         from formalgram.syntax.printer import to_gbnf
 
-        return to_gbnf(self)
+        return to_gbnf(self, portable_names=portable_names)
 
     def accepts(self, data: bytes) -> bool:
         """Whether ``data`` is in the language; see :func:`formalgram.accepts`."""

@@ -207,6 +207,41 @@ def test_compress_classes_lossless_tiny(engine: str) -> None:
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize(
+    ("cache_entries", "delta"), [(0, None), (1, None), (2, True), (64, None), (64, True)]
+)
+def test_expansion_cache_lossless_in_walks(engine: str, cache_entries: int, delta: bool | None) -> None:
+    """The row cache of the expander (off, thrashing, small, ample; rows patched from cached
+    neighbours or not) stays bit-exact in walks."""
+    from formalgram_cfgzip.classes import compress
+    from formalgram_cfgzip.expand import MaskExpander
+
+    vocab = tiny_vocab(45)
+    classes = compress(TINY_GRAMMAR, vocab, progress=False)
+    mod = ENGINES[engine]
+    compressed = mod.compile(classes, TINY_GRAMMAR)
+    full = mod.compile_full(vocab, TINY_GRAMMAR)
+    assert compressed.expander is not None
+    per_entry = 4 * compressed.token_words + 4 * compressed.engine_words + 100
+    ex = MaskExpander(
+        classes.token_class, compressed.engine_size, cache_bytes=cache_entries * per_entry, delta=delta
+    )
+    compressed.expander = ex
+    for seed, batch in [(0, 1), (1, 4), (2, 7)]:
+        assert differential_walk(compressed, full, steps=60, seed=seed, batch=batch) == []
+    stats = ex.cache_stats
+    assert stats["capacity"] == cache_entries
+    if cache_entries == 0:
+        assert stats["hits"] == stats["misses"] == 0
+    else:
+        assert stats["hits"] > 0 and stats["entries"] <= cache_entries
+    if cache_entries == 1:
+        assert stats["evictions"] > 0
+    if delta:
+        assert stats["deltas"] > 0
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
 def test_wrong_classes_are_caught(engine: str) -> None:
     """Merging "(" with ")" (or "x" with "y") must produce mismatches: the test can fail."""
     vocab = tiny_vocab()

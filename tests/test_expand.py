@@ -46,6 +46,20 @@ def oracle(tc: npt.NDArray[np.int64], cm: npt.NDArray[np.int32], classes: int) -
     return np.packbits(padded, axis=1, bitorder="little").view(np.int32)
 
 
+STRATEGIES: tuple[Any, ...] = ("auto", "split", "gather", "sparse")
+EXPANDER_KWARGS: tuple[dict[str, Any], ...] = (
+    {},
+    {"max_dense": 0},
+    {"max_dense": 2},
+    {"memory_budget": 0},
+    {"dense": 1},
+    {"dense": 20},
+    {"dense": 10_000},
+    {"cache_bytes": 0},
+    {"cache_bytes": 1},
+)
+
+
 def test_reference_matches_oracle() -> None:
     rng = np.random.default_rng(0)
     tc = random_case(rng, 77, 5, 1.0, 0.1)
@@ -59,12 +73,12 @@ def test_numpy_strategies_equal_oracle(width: int, classes: int) -> None:
     rng = np.random.default_rng(width * 1000 + classes)
     for skew in (0.0, 1.3, 3.0):
         tc = random_case(rng, width, classes, skew, 0.05)
-        for kwargs in ({}, {"max_dense": 0}, {"max_dense": 2}, {"memory_budget": 0}):
+        for kwargs in EXPANDER_KWARGS:
             ex = MaskExpander(tc, classes, **kwargs)
             for density in (0.0, 0.02, 0.5, 0.97, 1.0):
                 cm = random_class_mask(rng, 4, classes, density)
                 want = oracle(tc, cm, classes)
-                for strategy in ("auto", "split", "gather"):
+                for strategy in STRATEGIES:
                     got = ex.expand(cm, strategy=strategy)
                     assert np.array_equal(got, want), (strategy, kwargs, density, ex.last_strategy)
 
@@ -83,6 +97,161 @@ def test_hypothesis_against_reference(width: int, classes: int, seed: int, densi
     want = expand_reference(tc, cm, width)
     for ex in (MaskExpander(tc, classes), MaskExpander(tc, classes, max_dense=0)):
         assert np.array_equal(ex.expand(cm), want)
+
+
+@pytest.mark.parametrize(("width", "classes"), [(20_000, 5_000), (9_999, 40), (3_001, 1_500)])
+def test_flat_and_skewed_large_all_paths(width: int, classes: int) -> None:
+    """Flat (a few tokens per class) and skewed distributions where every row plan is reachable."""
+    rng = np.random.default_rng(width + classes)
+    for skew in (0.0, 2.0):
+        tc = random_case(rng, width, classes, skew, 0.02)
+        options: list[dict[str, Any]] = [{}, {"dense": 24}, {"cache_bytes": 0}]
+        for kwargs in options:
+            ex = MaskExpander(tc, classes, **kwargs)
+            seen: set[str] = set()
+            for density in (0.0, 0.001, 0.01, 0.3, 0.5, 0.7, 0.99, 0.999, 1.0):
+                cm = random_class_mask(rng, 2, classes, density)
+                want = oracle(tc, cm, classes)
+                for strategy in STRATEGIES:
+                    assert np.array_equal(ex.expand(cm, strategy=strategy), want), (
+                        skew,
+                        kwargs,
+                        density,
+                        strategy,
+                    )
+                    seen.add(ex.last_strategy)
+            assert {"gather", "split/gather"} <= seen, seen
+
+
+def test_sparse_and_complement_plans_are_exercised() -> None:
+    """A row with one allowed small class and a row with one disallowed one (flat classes)."""
+    rng = np.random.default_rng(11)
+    width, classes = 30_000, 10_000
+    tc = random_case(rng, width, classes, 0.0, 0.0)
+    ex = MaskExpander(tc, classes, cache_bytes=0)
+    words = (classes + 31) // 32
+    a, b = int(tc[0]), int(tc[1])  # two non-empty classes
+    bits = np.zeros((2, words * 32), dtype=bool)
+    bits[0, a] = True
+    bits[1, :] = True
+    bits[1, b] = False
+    one, all_but_one = np.packbits(bits, axis=1, bitorder="little").view(np.int32)[:, None, :]
+    plans = []
+    for cm in (one, all_but_one):
+        want = expand_reference(tc, cm, width)
+        assert np.array_equal(ex.expand(cm), want)
+        plans.append(ex.last_strategy)
+        assert np.array_equal(ex.expand(cm, strategy="sparse"), want)
+    assert plans == ["split/sparse", "split/complement"]
+
+
+def lru_model(keys: list[bytes], capacity: int) -> tuple[int, int, int]:
+    """Hits, misses and evictions of an LRU cache of ``capacity`` entries (independent model)."""
+    entries: list[bytes] = []  # least recently used first
+    hits = misses = evictions = 0
+    for k in keys:
+        if k in entries:
+            hits += 1
+            entries.remove(k)
+        else:
+            misses += 1
+            if len(entries) == capacity:
+                entries.pop(0)
+                evictions += 1
+        entries.append(k)
+    return hits, misses, evictions
+
+
+@pytest.mark.parametrize("delta", [None, True, False])
+@pytest.mark.parametrize("capacity", [1, 2, 3, 50])
+def test_cache_hits_misses_evictions(capacity: int, delta: bool | None) -> None:
+    rng = np.random.default_rng(capacity)
+    width, classes = 1_000, 37
+    tc = random_case(rng, width, classes, 1.2, 0.05)
+    pool = random_class_mask(rng, 6, classes, 0.4)
+    per_entry = 4 * ((width + 31) // 32) + 4 * ((classes + 31) // 32) + 100
+    ex = MaskExpander(tc, classes, cache_bytes=capacity * per_entry, delta=delta)
+    assert ex.cache_stats["capacity"] == capacity
+    order = rng.integers(0, pool.shape[0], 80)
+    out = np.zeros(bitmask_shape(1, width), dtype=np.int32)
+    for i in order:
+        ex.expand(pool[i], out)
+        assert np.array_equal(out, expand_reference(tc, pool[i : i + 1], width)), (capacity, i)
+        out[:] = -1  # the cached copy must not alias the caller's buffer
+    hits, misses, evictions = lru_model([pool[i].tobytes() for i in order], capacity)
+    stats = ex.cache_stats
+    assert (stats["hits"], stats["misses"], stats["evictions"]) == (hits, misses, evictions)
+    assert stats["entries"] == min(capacity, len(set(order.tolist())))
+    if delta:  # every miss but the first patches a cached row
+        assert stats["deltas"] == misses - 1
+    elif delta is False:
+        assert stats["deltas"] == 0
+    ex.clear_cache()
+    assert ex.cache_stats["entries"] == 0 and ex.cache_stats["hits"] == 0
+    ex.expand(pool[0], out)
+    assert np.array_equal(out, expand_reference(tc, pool[:1], width))
+
+
+@pytest.mark.parametrize("flip_size", [1, 5, 50, 1000])
+def test_delta_patch_of_cached_rows(flip_size: int) -> None:
+    """A miss whose class row differs from the last one in a class of ``flip_size`` tokens."""
+    rng = np.random.default_rng(flip_size)
+    width, classes = 5_003, 100
+    tc = rng.integers(2, 64, width).astype(np.int64)  # classes 64..99 stay empty
+    tc[rng.permutation(width)[:flip_size]] = 1  # class 1 holds exactly flip_size tokens
+    tc[rng.random(width) < 0.02] = -1
+    ex = MaskExpander(tc, classes, delta=True)
+    cm = random_class_mask(rng, 1, classes, 0.5)
+    for step in range(6):
+        cm = cm.copy()
+        cm[0, 0] ^= np.int32(0b10)  # flip class 1
+        cm[0, 2] = step  # empty classes 64..95: every row is new
+        if step % 3 == 2:
+            cm[0, 1] ^= np.int32(1 << int(rng.integers(0, 32)))  # and a class 32..63
+        got = ex.expand(cm)
+        assert np.array_equal(got, expand_reference(tc, cm, width)), step
+        assert step == 0 or ex.last_strategy == "delta"
+    assert ex.cache_stats["deltas"] == 5
+
+
+def test_cache_in_batches_with_duplicate_rows() -> None:
+    rng = np.random.default_rng(4)
+    width, classes = 4_099, 300
+    tc = random_case(rng, width, classes, 1.5, 0.1)
+    ex = MaskExpander(tc, classes, cache_bytes=1 << 20)
+    pool = random_class_mask(rng, 3, classes, 0.5)
+    for step in range(5):
+        cm = pool[rng.integers(0, 3, 16)]
+        out = np.full(bitmask_shape(20, width), 7, dtype=np.int32)
+        rows = rng.permutation(20)[:16].tolist()
+        ex.expand(cm, out, indices=rows)
+        want = oracle(tc, cm, classes)
+        for src, dst in enumerate(rows):
+            assert np.array_equal(out[dst], want[src]), (step, src)
+        assert all((out[r] == 7).all() for r in set(range(20)) - set(rows))
+    assert ex.cache_stats["misses"] == 3 and ex.cache_stats["hits"] == 5 * 16 - 3
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    width=st.integers(1, 400),
+    classes=st.integers(1, 90),
+    seed=st.integers(0, 2**32 - 1),
+    capacity=st.integers(0, 4),
+    dense=st.sampled_from([None, 0, 8, 16, 100]),
+    delta=st.sampled_from([None, True]),
+)
+def test_hypothesis_cached_sequences(
+    width: int, classes: int, seed: int, capacity: int, dense: int | None, delta: bool | None
+) -> None:
+    """Random walks over a small pool of class masks (so rows repeat), any cache size."""
+    rng = np.random.default_rng(seed)
+    tc = random_case(rng, width, classes, float(rng.random() * 3), 0.1)
+    per_entry = 4 * ((width + 31) // 32) + 4 * ((classes + 31) // 32) + 100
+    ex = MaskExpander(tc, classes, cache_bytes=capacity * per_entry, dense=dense, delta=delta)
+    pool = random_class_mask(rng, 5, classes, float(rng.random()))
+    for i in rng.integers(0, 5, 12):
+        assert np.array_equal(ex.expand(pool[i]), expand_reference(tc, pool[i : i + 1], width))
 
 
 def test_indices_out_and_errors() -> None:
@@ -105,6 +274,8 @@ def test_indices_out_and_errors() -> None:
         MaskExpander(np.array([0, 5]), 3)
     with pytest.raises(ValueError, match="1-D"):
         MaskExpander(np.zeros((2, 2), dtype=np.int64), 3)
+    with pytest.raises(ValueError, match=">= 0"):
+        MaskExpander(tc, 4, cache_bytes=-1)
 
 
 def test_numpy_mask_logits() -> None:

@@ -8,11 +8,20 @@ Oracles: hand-written member / non-member lists checked with the Earley recogniz
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import random
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from _xgrammar_child import (
+    Crash,
+    is_known_crash,
+    matches_known_crash,
+    prestart_shared_worker,
+    shared_worker,
+    verdicts_or_known_crash,
+)
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from formalgram import ByteSet, Grammar, accepts, nullable
@@ -20,10 +29,17 @@ from formalgram.errors import GrammarSyntaxError, UnsupportedConstruct
 from formalgram.syntax.gbnf import load, parse_gbnf
 
 GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
+prestart_shared_worker()  # XGrammar on random grammars runs in this child process
 
 
 def _xgr() -> object:
     return pytest.importorskip("xgrammar")
+
+
+def _need_xgr() -> None:
+    """Skip unless xgrammar is installed (without importing it here: it runs in a child)."""
+    if importlib.util.find_spec("xgrammar") is None:
+        pytest.skip("xgrammar is not installed")
 
 
 def xgr_accepts(text: str, data: list[bytes], root: str = "root") -> list[bool]:
@@ -554,14 +570,16 @@ def _grammar_text(draw: st.DrawFn) -> str:
 
 
 @pytest.mark.xgrammar
-# derandomized: xgrammar 0.2.9 segfaults (in C++) on some random grammars, which would
-# kill the whole test process at random; a fixed example stream keeps the run reproducible
-@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+# XGrammar runs in a child process (tests/_xgrammar_child.py): 1 or 2 in 100 of these texts hit
+# the known XGrammar 0.2.9 crash (SIGSEGV in compile_grammar, e.g. `r0 ::= r0{1,3}`), which must
+# not take pytest down with it.  Such an example checks only that formalgram parses the text.
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_grammar_text(), st.randoms(use_true_random=False))
 def test_random_grammar_texts_match_xgrammar(text: str, rnd: random.Random) -> None:
     from formalgram import sample
     from formalgram.errors import GrammarError
 
+    _need_xgr()
     g = parse_gbnf(text)
     try:
         members = sample(g, 4, seed=rnd.randrange(1000), max_len=10)
@@ -577,4 +595,64 @@ def test_random_grammar_texts_match_xgrammar(text: str, rnd: random.Random) -> N
     datas += [b"".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 5))) for _ in range(10)]
     ours = [accepts(g, d) for d in datas]
     assert all(ours[: len(members)])
-    assert xgr_accepts(text, datas) == ours
+    theirs = verdicts_or_known_crash(text, datas)
+    if theirs is None:
+        event("known XGrammar 0.2.9 crash")
+        return
+    assert [member for member, _ in theirs] == ours
+
+
+# Minimal texts of the known XGrammar 0.2.9 crash (see tests/_xgrammar_child.py): a rule whose
+# whole body repeats itself with {m,n}, directly or through rules that are one rule reference.
+# formalgram parses all of them; most have a non-empty language (root{0,1}: {""}; "a" | r0: {"a"}).
+KNOWN_CRASH_TEXTS = [
+    "root ::= root{2}",
+    "root ::= root{0,1}",
+    "root ::= r0\nr0 ::= r0{0,2}",
+    'root ::= "a" | r0\nr0 ::= r0{1,}',
+    "root ::= r0\nr0 ::= r1{2}\nr1 ::= r0",
+    'root ::= r0\nr0 ::= (r0){1,3} ""',
+]
+# near misses: same ingredients, no such cycle; XGrammar 0.2.9 compiles them
+NEAR_MISSES = [
+    'root ::= r0\nr0 ::= r0{2} | "a"',
+    "root ::= r0\nr0 ::= r0+",
+    'root ::= r0\nr0 ::= "a" r0{2}',
+    'root ::= r0{2}\nr0 ::= "a"',
+    "root ::= r0\nr0 ::= r1{2}\nr1 ::= r0?",
+    'root ::= r0\nr0 ::= ("a" | r0){2}',
+]
+
+
+def test_known_crash_pattern_recognizer() -> None:
+    # hand-labelled shapes (independent of XGrammar): the recognizer the random test relies on
+    for text in KNOWN_CRASH_TEXTS:
+        assert matches_known_crash(text), text
+    for text in NEAR_MISSES:
+        assert not matches_known_crash(text), text
+    assert matches_known_crash('# c\nroot ::= x # c\n\nx ::=\n  ( ( root ) ){3} ""\n')
+    assert not matches_known_crash('root ::= "r{2}"\nr ::= root')
+    assert matches_known_crash('root ::= r0 "x"\nr0 ::= r0{2} (= "x")')  # XGrammar's lookahead
+    assert not matches_known_crash('root ::= r0 "x"\nr0 ::= (= "x") r0{2} r0')
+
+
+@pytest.mark.xgrammar
+@pytest.mark.parametrize("text", KNOWN_CRASH_TEXTS + NEAR_MISSES)
+def test_known_xgrammar_crash_pinned(text: str) -> None:
+    """XGrammar 0.2.9 dies in compile_grammar on the known texts and only there.
+
+    If a newer XGrammar survives a known text, it must agree with formalgram on it (then this
+    test reports an xfail so that the workaround in tests/_xgrammar_child.py can be retired).
+    """
+    _need_xgr()
+    g = parse_gbnf(text)
+    datas = [b"", b"a", b"aa", b"b"]
+    result = shared_worker().run(text, datas)
+    if isinstance(result, Crash):
+        assert text in KNOWN_CRASH_TEXTS, result.describe()
+        assert is_known_crash(result), result.describe()
+        return
+    assert isinstance(result, list), result
+    assert [member for member, _ in result] == [accepts(g, d) for d in datas]
+    if text in KNOWN_CRASH_TEXTS:
+        pytest.xfail("this XGrammar no longer crashes on the known pattern (and agrees with formalgram)")

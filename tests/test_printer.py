@@ -7,11 +7,13 @@ the Earley recognizer ``formalgram.accepts``, and XGrammar.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 from pathlib import Path
 
 import pytest
+from _xgrammar_child import Crash, Refused, prestart_shared_worker, shared_worker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +25,7 @@ from formalgram.testing import grammars
 from formalgram.utf8 import MAX_CODE_POINT, complement_ranges, encode_code_point, normalize_ranges
 
 GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
+prestart_shared_worker()  # XGrammar on random grammars runs in this child process
 
 
 def _corpus_files() -> list[str]:
@@ -178,7 +181,7 @@ def test_golden_text() -> None:
     g = parse_gbnf('root ::= item+ ws\nitem ::= "é\\"" [a-z\\-] [^"\\n]\nws ::= [ \\t]*')
     assert to_gbnf(g) == (
         "root ::= item root-star ws\n"
-        'item ::= "é\\"" [\\-a-z] item-chars\n'
+        'item ::= "é\\"" [-a-z] item-chars\n'
         'ws ::= [\\t ] ws | ""\n'
         'root-star ::= item root-star | ""\n'
         'item-chars ::= [^\\n"]\n'
@@ -257,24 +260,33 @@ def _class_text(ranges: tuple[tuple[int, int], ...], negate: bool) -> str:
     return ("[^" if negate else "[") + "".join(f"{esc(a)}-{esc(b)}" for a, b in items) + "]"
 
 
-# derandomized: xgrammar 0.2.9 can segfault on some random grammars (see test_parse.py)
+def _member_verdicts(text: str, datas: list[bytes]) -> list[bool]:
+    """XGrammar's membership verdicts, computed in a child process (tests/_xgrammar_child.py)."""
+    result = shared_worker().run(text, datas)
+    if isinstance(result, Crash):  # never seen on classes; reported with the text, pytest survives
+        pytest.fail(result.describe())
+    assert not isinstance(result, Refused), f"{result.message}\n{text}"
+    return [member for member, _ in result]
+
+
+# random texts go to XGrammar in a child process, so that a crash fails this test with the text
 @pytest.mark.xgrammar
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(code_point_sets, st.booleans(), st.randoms(use_true_random=False))
 def test_random_classes_match_xgrammar(
     ranges: tuple[tuple[int, int], ...], negate: bool, rnd: random.Random
 ) -> None:
+    if importlib.util.find_spec("xgrammar") is None:
+        pytest.skip("xgrammar is not installed")
     text = f'root ::= "<" c ">"\nc ::= {_class_text(ranges, negate)}'
     g = parse_gbnf(text)
     assert parse_gbnf(to_gbnf(g)) == g
-    original = XMatcher(text)
-    printed = XMatcher(to_gbnf(g))
     probes = {0, 0x7F, 0x80, 0xD800, 0xDFFF, 0xFFFF, 0x10000, MAX_CODE_POINT}
     for lo, hi in ranges:
         probes.update((lo, hi, max(0, lo - 1), min(MAX_CODE_POINT, hi + 1), rnd.randint(lo, hi)))
     datas = [b"<" + encode_code_point(cp) + b">" for cp in sorted(probes)]
     datas += [b"<" + bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 4))) + b">" for _ in range(20)]
-    for d in datas:
-        ours = accepts(g, d)
-        assert original(d) == ours, d
-        assert printed(d) == ours, d
+    ours = [accepts(g, d) for d in datas]
+    for grammar_text in (text, to_gbnf(g)):
+        theirs = _member_verdicts(grammar_text, datas)
+        assert theirs == ours, [(d, a) for d, a, b in zip(datas, theirs, ours, strict=True) if a != b]

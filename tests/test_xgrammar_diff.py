@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 from _recognize_oracles import generating
+from _xgrammar_child import Crash, Refused, prestart_shared_worker, shared_worker
 from hypothesis import HealthCheck, given, settings
 
 import formalgram
@@ -43,6 +44,7 @@ xgr = pytest.importorskip("xgrammar")
 xgr_testing = pytest.importorskip("xgrammar.testing")
 
 pytestmark = pytest.mark.xgrammar
+prestart_shared_worker()  # XGrammar on random grammars runs in this child process
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
 JME_SCHEMAS = CORPUS / "json_schemas" / "json_mode_eval"
@@ -207,8 +209,11 @@ def _has_dead_rule(g: Grammar) -> bool:
     return any(any((x not in gen) if x >= 0 else g.masks[~x] == 0 for x in rhs) for _, rhs in g.rules)
 
 
-# derandomized: xgrammar 0.2.9 can segfault on some random grammars (see test_parse.py)
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+# XGrammar runs in a child process (tests/_xgrammar_child.py) so that a crash on a random grammar
+# is reported with the grammar text instead of killing pytest.  The printer never writes {m,n},
+# so the known XGrammar 0.2.9 crash (a rule repeating itself with {m,n}) cannot occur here:
+# any crash fails the test.
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     grammar_and_strings(max_nonterminals=4, max_rules_per_nt=3, max_rhs=3, alphabet=b"abc", max_strings=10)
 )
@@ -225,10 +230,13 @@ def test_random_grammars_against_xgrammar(gs: tuple[Grammar, list[bytes]]) -> No
     g, strings = gs
     if g.start_id not in generating(g):
         return
-    oracle = XGrammarOracle(formalgram.to_gbnf(g), root=g.names[g.start_id])
+    text = formalgram.to_gbnf(g)
+    result = shared_worker().run(text, strings, root=g.names[g.start_id])
+    if isinstance(result, Crash):
+        pytest.fail(result.describe())
+    assert not isinstance(result, Refused), f"{result.message}\n{text}"
     exact = not _has_dead_rule(g)
-    for s in strings:
-        member, viable = oracle.verdict(s)
+    for s, (member, viable) in zip(strings, result, strict=True):
         assert accepts(g, s) == member, s
         if exact:
             assert is_prefix(g, s) == viable, s

@@ -19,32 +19,41 @@ import re
 from formalgram.byteset import ByteSet
 from formalgram.errors import GrammarError
 from formalgram.grammar import Grammar
-from formalgram.utf8 import complement_ranges, decode_one, sequences_to_ranges
+from formalgram.utf8 import MAX_CODE_POINT, complement_ranges, decode_one, sequences_to_ranges
 
 _NAME_RE = re.compile(r"[A-Za-z_.\-][A-Za-z0-9_.\-]*\Z")
 
 _STRING_ESCAPES = {0x22: '\\"', 0x5C: "\\\\", 0x0A: "\\n", 0x09: "\\t", 0x0D: "\\r"}
-_CLASS_SPECIAL = frozenset("]\\^-[")
+_CLASS_SPECIAL = frozenset("]\\[")
 
 
-def _char_in_string(cp: int) -> str:
+def _char_in_string(cp: int, raw: bool) -> str:
     esc = _STRING_ESCAPES.get(cp)
     if esc is not None:
         return esc
-    return _plain_char(cp)
+    return _plain_char(cp, raw)
 
 
-def _plain_char(cp: int) -> str:
+def _plain_char(cp: int, raw: bool) -> str:
+    """One code point as GBNF text; ``raw``: every non-ASCII character unescaped.
+
+    Unprintable characters print as ``\\uHHHH`` / ``\\UHHHHHHHH``; with ``raw`` (for
+    llguidance's converter, which drops the leading zeros of those escapes and then
+    misreads them) ASCII controls print as ``\\xHH`` (see :func:`_join_atoms`) and other
+    characters unescaped.
+    """
     if 0x20 <= cp < 0x7F:
         return chr(cp)
     if cp < 0x80:
-        return f"\\u{cp:04X}"
+        return f"\\x{cp:02X}" if raw else f"\\u{cp:04X}"
+    if raw and not 0xD800 <= cp <= 0xDFFF:
+        return chr(cp)
     if 0xD800 <= cp <= 0xDFFF or not chr(cp).isprintable():
         return f"\\u{cp:04X}" if cp <= 0xFFFF else f"\\U{cp:08X}"
     return chr(cp)
 
 
-def _char_in_class(cp: int) -> str:
+def _char_in_class(cp: int, raw: bool) -> str:
     if cp == 0x0A:
         return "\\n"
     if cp == 0x09:
@@ -53,69 +62,124 @@ def _char_in_class(cp: int) -> str:
         return "\\r"
     if cp < 0x80 and chr(cp) in _CLASS_SPECIAL:
         return "\\" + chr(cp)
-    return _plain_char(cp)
+    return _plain_char(cp, raw)
 
 
-def _class_text(ranges: tuple[tuple[int, int], ...] | list[tuple[int, int]]) -> str:
-    comp = complement_ranges(ranges)
-    negated = len(comp) < len(ranges)
-    parts: list[str] = []
-    for lo, hi in comp if negated else ranges:
-        if lo == hi:
-            parts.append(_char_in_class(lo))
-        elif hi == lo + 1:
-            parts.append(_char_in_class(lo) + _char_in_class(hi))
+def _split_dash(
+    ranges: tuple[tuple[int, int], ...] | list[tuple[int, int]],
+) -> tuple[bool, list[tuple[int, int]]]:
+    """Take ``-`` out of a range list: (whether it was there, the other ranges).
+
+    A class prints ``-`` as its first member, unescaped (``[-+]``), instead of ``\\-``:
+    every GBNF reader takes a leading ``-`` literally, and some (llguidance's) reject the
+    escape.
+    """
+    dash = 0x2D
+    out: list[tuple[int, int]] = []
+    found = False
+    for lo, hi in ranges:
+        if lo <= dash <= hi:
+            found = True
+            if lo < dash:
+                out.append((lo, dash - 1))
+            if hi > dash:
+                out.append((dash + 1, hi))
         else:
-            parts.append(_char_in_class(lo) + "-" + _char_in_class(hi))
-    return ("[^" if negated else "[") + "".join(parts) + "]"
+            out.append((lo, hi))
+    return found, out
 
 
-def _byte_class_text(mask: int) -> str:
+def _class_text(ranges: tuple[tuple[int, int], ...] | list[tuple[int, int]], raw: bool) -> str:
+    comp = complement_ranges(ranges)
+    # negate when that is shorter, and on a tie when the class reaches the last code point
+    # (``[^"\\]`` rather than ``[ !#-[\]-\U0010FFFF]``, which llguidance misreads)
+    reaches_top = bool(ranges) and ranges[-1][1] == MAX_CODE_POINT
+    negated = len(comp) < len(ranges) or (reaches_top and len(comp) <= len(ranges))
+    dash, rest = _split_dash(comp if negated else ranges)
+    parts: list[list[str]] = [["-"]] if dash else []
+    for lo, hi in rest:
+        if lo == hi:
+            parts.append([_char_in_class(lo, raw)])
+        elif hi == lo + 1:
+            parts.append([_char_in_class(lo, raw), _char_in_class(hi, raw)])
+        else:
+            parts.append([_char_in_class(lo, raw), "-", _char_in_class(hi, raw)])
+    return ("[^" if negated else "[") + _caret_safe(parts) + "]"
+
+
+def _caret_safe(parts: list[list[str]]) -> str:
+    """Join class members so that ``^`` is never first (where it would mean negation).
+
+    ``^`` elsewhere is literal in every GBNF reader, and some (llguidance's) reject ``\\^``;
+    a member starting with ``^`` is moved to the end, or escaped when it is alone.
+    """
+    if parts and parts[0][0] == "^":
+        parts = [["\\^", *parts[0][1:]]] if len(parts) == 1 else parts[1:] + parts[:1]
+    return _join_atoms([atom for part in parts for atom in part])
+
+
+def _join_atoms(atoms: list[str]) -> str:
+    """Concatenate printed characters, escaping a hex digit that follows a ``\\xHH`` escape.
+
+    XGrammar reads ``\\x`` with as many hex digits as follow (``\\x00a`` is one code point),
+    llama.cpp and llguidance read two; ``\\x00\\x61`` means the same to all of them.
+    """
+    out: list[str] = []
+    after_hex_escape = False
+    for atom in atoms:
+        if after_hex_escape and len(atom) == 1 and atom in "0123456789abcdefABCDEF":
+            atom = f"\\x{ord(atom):02X}"
+        out.append(atom)
+        after_hex_escape = len(atom) == 4 and atom.startswith("\\x")
+    return "".join(out)
+
+
+def _byte_class_text(mask: int, raw: bool) -> str:
     if mask >> 0x80 == 0:
-        return _class_text(ByteSet(mask).ranges())
+        return _class_text(ByteSet(mask).ranges(), raw)
     # bytes >= 0x80 outside a UTF-8 character: formalgram raw-byte escapes
-    parts: list[str] = []
-    for lo, hi in ByteSet(mask).ranges():
+    dash, rest = _split_dash(ByteSet(mask).ranges())
+    parts: list[list[str]] = [["-"]] if dash else []
+    for lo, hi in rest:
         pieces: list[tuple[int, int]] = []
         if lo < 0x80:
             pieces.append((lo, min(hi, 0x7F)))
         if hi >= 0x80:
             pieces.append((max(lo, 0x80), hi))
         for a, b in pieces:
-            fa = _char_in_class(a) if a < 0x80 else f"\\x{{{a:02X}}}"
-            fb = _char_in_class(b) if b < 0x80 else f"\\x{{{b:02X}}}"
-            parts.append(fa if a == b else fa + "-" + fb)
-    return "[" + "".join(parts) + "]"
+            fa = _char_in_class(a, raw) if a < 0x80 else f"\\x{{{a:02X}}}"
+            fb = _char_in_class(b, raw) if b < 0x80 else f"\\x{{{b:02X}}}"
+            parts.append([fa] if a == b else [fa, "-", fb])
+    return "[" + _caret_safe(parts) + "]"
 
 
-def _string_text(data: bytes) -> str:
+def _string_text(data: bytes, raw: bool) -> str:
     out: list[str] = ['"']
     i = 0
     n = len(data)
     while i < n:
         b = data[i]
         if b < 0x80:
-            out.append(_char_in_string(b))
+            out.append(_char_in_string(b, raw))
             i += 1
             continue
         cp, length = decode_one(data, i)
         if length:
-            out.append(_char_in_string(cp))
+            out.append(_char_in_string(cp, raw))
             i += length
         else:
             out.append(f"\\x{{{b:02X}}}")
             i += 1
     out.append('"')
-    return "".join(out)
+    return _join_atoms(out)
 
 
-def _rhs_text(g: Grammar, rhs: tuple[int, ...]) -> str:
+def _rhs_text(g: Grammar, rhs: tuple[int, ...], names: list[str], raw: bool) -> str:
     if not rhs:
         return '""'
     if len(rhs) == 1 and rhs[0] < 0 and g.masks[~rhs[0]] == 0:
         # a lone ``[]`` body would mean "no production"; keep the empty terminal explicit
         return '[] ""'
-    names = g.names
     masks = g.masks
     parts: list[str] = []
     run = bytearray()
@@ -126,14 +190,14 @@ def _rhs_text(g: Grammar, rhs: tuple[int, ...]) -> str:
                 run.append(mask.bit_length() - 1)
                 continue
         if run:
-            parts.append(_string_text(bytes(run)))
+            parts.append(_string_text(bytes(run), raw))
             run = bytearray()
         if s >= 0:
             parts.append(names[s])
         else:
-            parts.append(_byte_class_text(masks[~s]))
+            parts.append(_byte_class_text(masks[~s], raw))
     if run:
-        parts.append(_string_text(bytes(run)))
+        parts.append(_string_text(bytes(run), raw))
     return " ".join(parts)
 
 
@@ -154,13 +218,40 @@ def _as_code_point_class(g: Grammar, nt: int) -> tuple[tuple[int, int], ...] | N
     return ranges
 
 
-def to_gbnf(g: Grammar) -> str:
+def _portable_names(g: Grammar) -> list[str]:
+    """Lower-case ``[a-z0-9_]`` names, unique, the start named ``root``."""
+    taken = {"root", "start"}
+    out: list[str] = []
+    for i, name in enumerate(g.names):
+        if i == g.start_id:
+            out.append("root")
+            continue
+        base = re.sub(r"[^a-z0-9_]", "_", name.lower()).strip("_") or "r"
+        if base[0].isdigit():
+            base = "r" + base
+        cand = base
+        k = 2
+        while cand in taken:
+            cand = f"{base}_{k}"
+            k += 1
+        taken.add(cand)
+        out.append(cand)
+    return out
+
+
+def to_gbnf(g: Grammar, *, portable_names: bool = False) -> str:
     """GBNF text for ``g``; the start rule comes first.
 
     Parameters
     ----------
     g : Grammar
         Any grammar whose nonterminal names are valid identifiers.
+    portable_names : bool, keyword-only
+        Rename the nonterminals to distinct lower-case ``[a-z0-9_]`` names (the start
+        rule becomes ``root``), for readers that fold or rewrite names, such as
+        llguidance's GBNF converter (which maps ``-`` to ``_`` and ``camelCase`` to
+        ``camel_case``, so distinct GBNF names can collide), and print non-ASCII
+        characters unescaped (that converter misreads ``\\u`` / ``\\U`` escapes).
 
     Returns
     -------
@@ -172,7 +263,8 @@ def to_gbnf(g: Grammar) -> str:
     Raises
     ------
     GrammarError
-        If a nonterminal name is not a valid GBNF identifier.
+        If a nonterminal name is not a valid GBNF identifier (and ``portable_names`` is
+        false).
 
     Complexity
     ----------
@@ -184,24 +276,25 @@ def to_gbnf(g: Grammar) -> str:
     >>> to_gbnf(parse_gbnf('root ::= "a" root | ""'))
     'root ::= "a" root | ""\\n'
     """
-    for name in g.names:
+    for name in [] if portable_names else g.names:
         if not _NAME_RE.match(name) or name.count(".") == len(name):
             raise GrammarError(
                 f"nonterminal name {name!r} is not a valid GBNF identifier ([A-Za-z_.-][A-Za-z0-9_.-]*); "
                 "rename it before printing"
             )
+    names = _portable_names(g) if portable_names else list(g.names)
     order = [g.start_id] + [i for i in range(len(g.names)) if i != g.start_id]
     lines: list[str] = []
     for nt in order:
-        name = g.names[nt]
+        name = names[nt]
         cls = _as_code_point_class(g, nt)
         if cls is not None:
-            lines.append(f"{name} ::= {_class_text(cls)}")
+            lines.append(f"{name} ::= {_class_text(cls, portable_names)}")
             continue
         idx = g.rules_by_lhs[nt]
         if not idx:
             lines.append(f"{name} ::= []")
             continue
-        alts = [_rhs_text(g, g.rules[r][1]) for r in idx]
+        alts = [_rhs_text(g, g.rules[r][1], names, portable_names) for r in idx]
         lines.append(f"{name} ::= " + " | ".join(alts))
     return "\n".join(lines) + "\n"

@@ -303,6 +303,10 @@ class EngineMatcher(ABC):
         if self.is_terminated():
             arr[index] = 0
             return
+        if c.direct_fill:
+            self._engine_fill(arr, index)
+            c.clear_padding(arr[index : index + 1])
+            return
         scratch = self._scratch
         self._engine_fill(scratch, 0)
         c.finish_row(scratch[0], arr[index])
@@ -352,6 +356,11 @@ class CompiledGrammar(ABC):
             self._token_class = np.asarray(classes.token_class, dtype=np.int64)
             self.expander = MaskExpander(self._token_class, engine_size)
         self._batch_scratch = np.zeros((0, self.engine_words), dtype=np.int32)
+        #: the engine writes token bitmasks itself (full reference of the same width: no
+        #: scratch row, no copy)
+        self.direct_fill = classes is None and self.engine_words == self.token_words
+        rem = self.logit_width % 32
+        self._pad_mask = np.int32((1 << rem) - 1) if rem else None
         never = np.array([not t for t in engine_tokens], dtype=bool)
         never[list(stop_ids)] = False
         #: engine ids that the policy never allows (empty bytes, not a stop token)
@@ -390,11 +399,13 @@ class CompiledGrammar(ABC):
         if self.expander is not None:
             self.expander.expand_row(engine_row, out_row)
             return
-        w = self.token_words
-        np.copyto(out_row, engine_row[:w])
-        rem = self.logit_width % 32
-        if rem:
-            out_row[w - 1] &= np.int32((1 << rem) - 1)
+        np.copyto(out_row, engine_row[: self.token_words])
+        self.clear_padding(out_row[None, :])
+
+    def clear_padding(self, rows: npt.NDArray[np.int32]) -> None:
+        """Clear the bits past ``logit_width`` in the last word of each token-mask row."""
+        if self._pad_mask is not None:
+            rows[:, -1] &= self._pad_mask
 
     @abstractmethod
     def _batch_engine_fill(
@@ -452,10 +463,17 @@ class CompiledGrammar(ABC):
         n = len(live)
         if n == 0:
             return
+        if self.direct_fill and n == len(matchers) and rows == list(range(n)):
+            self._batch_engine_fill(matchers, arr[:n])
+            self.clear_padding(arr[:n])
+            return
         if self._batch_scratch.shape[0] < n:
             self._batch_scratch = np.zeros((n, self.engine_words), dtype=np.int32)
         scratch = self._batch_scratch[:n]
         self._batch_engine_fill([matchers[j] for j in live], scratch)
+        if self.expander is not None:
+            self.expander.expand(scratch, arr, indices=[rows[j] for j in live])
+            return
         for src, j in enumerate(live):
             self.finish_row(scratch[src], arr[rows[j]])
 

@@ -183,15 +183,39 @@ class LLGuidanceCompiled(CompiledGrammar):
 
 
 def _grammar(grammar_text: str, syntax: Syntax, root: str) -> str:
+    """llguidance's grammar string for ``grammar_text``.
+
+    GBNF that llguidance's own converter rejects (it refuses the escapes ``\\-`` and ``\\^``
+    in classes, folds rule names so that ``a-b`` and ``a_b`` or ``Text`` and ``text``
+    collide, and only starts at ``root``) is parsed by formalgram and printed again with
+    :func:`formalgram.to_gbnf` (``portable_names=True``): the same language by the
+    printer's contract, spelled the way llguidance reads it.  The full and the compressed
+    engine go through this same function, so they see the same text.
+    """
     llg = _llg()
-    if root != "root":
-        raise EngineError(
-            "the llguidance backend only supports the start rule 'root' (GBNF) / 'start' (Lark)"
-        )
+    if syntax == "lark":
+        if root != "root":
+            raise EngineError("the llguidance backend starts Lark grammars at 'start'; pass root='root'")
+        try:
+            return str(llg.grammar_from("lark", grammar_text))
+        except ValueError as exc:
+            raise EngineError(f"llguidance cannot read the grammar: {exc}") from exc
+    first: ValueError | None = None
+    if root == "root":
+        try:
+            return str(llg.grammar_from("gbnf", grammar_text))
+        except ValueError as exc:
+            first = exc
+    from formalgram.errors import FormalgramError
+    from formalgram.syntax.gbnf import parse_gbnf
+    from formalgram.syntax.printer import to_gbnf
+
     try:
-        return str(llg.grammar_from(syntax, grammar_text))
-    except ValueError as exc:
-        raise EngineError(f"llguidance cannot read the grammar: {exc}") from exc
+        portable = to_gbnf(parse_gbnf(grammar_text, root), portable_names=True)
+        return str(llg.grammar_from("gbnf", portable))
+    except (FormalgramError, ValueError) as exc:
+        reason = f"{first}; after reprinting: {exc}" if first is not None else str(exc)
+        raise EngineError(f"llguidance cannot read the grammar: {reason}") from exc
 
 
 def compile(
@@ -212,7 +236,9 @@ def compile(
     grammar_text : str
         GBNF (or Lark with ``syntax="lark"``) text.
     root : str, keyword-only
-        Must be ``"root"`` (llguidance's GBNF start rule).
+        Start rule.  GBNF: any rule (a grammar not starting at ``root``, or one
+        llguidance's GBNF converter rejects, is reprinted by formalgram first); Lark: must
+        be ``"root"`` (the Lark grammar itself starts at ``start``).
     syntax : {"gbnf", "lark"}, keyword-only
     vocab : Vocabulary or None, keyword-only
         The caller's vocabulary, checked against ``classes.vocab``.

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy.typing as npt
 
+from formalgram_cfgzip.engines._xgrammar_guard import crash_cycle
 from formalgram_cfgzip.engines.base import (
     CompiledGrammar,
     EngineError,
@@ -112,6 +113,14 @@ class XGrammarCompiled(CompiledGrammar):
 
 
 def _compile_text(tokenizer_info: Any, grammar_text: str, root: str, max_threads: int) -> Any:
+    cycle = crash_cycle(grammar_text)
+    if cycle is not None:
+        shown = " -> ".join([*cycle, cycle[0]])
+        raise EngineError(
+            f"rules {shown} only repeat one another with a {{m,n}} range (they derive nothing or only "
+            "the empty string); XGrammar 0.2.9 crashes (stack overflow) compiling this shape, so it is "
+            "refused: rewrite those rules"
+        )
     xgr = _xgr()
     compiler = xgr.GrammarCompiler(tokenizer_info, max_threads=max_threads, cache_enabled=False)
     try:

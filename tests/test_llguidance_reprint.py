@@ -1,0 +1,80 @@
+"""llguidance on GBNF its own converter rejects: reprinted by formalgram, still lossless.
+
+The grammar below uses ``\\-`` and ``\\^`` in classes and two rules (``Item``, ``item``) that
+llguidance's name folding would merge.  Oracles: XGrammar's full-vocabulary mask on the
+user's text (an independent engine) and llguidance's own full-vocabulary mask on the
+reprinted text; the compressed llguidance path must equal both at every step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llguidance")
+pytest.importorskip("xgrammar")
+
+from formalgram_cfgzip.classes import compress
+from formalgram_cfgzip.engines import compile as compile_compressed
+from formalgram_cfgzip.engines import compile_full
+from formalgram_cfgzip.engines.base import EngineError
+from formalgram_cfgzip.vocabulary import Vocabulary
+
+TEXT = r"""root ::= Item (sep Item)*
+Item ::= [+\-]? item
+item ::= [0-9]+ | "x" [\^a]*
+sep ::= ","
+"""
+
+TOKENS = [b"+", b"-", b"1", b"12", b"x", b"^", b"a", b"x^a", b",", b",-", b"b", b"+1,", b"-x", b"^^", b"9,"]
+
+
+def _allowed(bitmask: np.ndarray, width: int) -> list[int]:
+    bits = np.unpackbits(bitmask[0].view(np.uint8), bitorder="little")[:width]
+    return [int(i) for i in np.flatnonzero(bits)]
+
+
+def test_llguidance_rejects_the_text_as_written() -> None:
+    import llguidance
+
+    with pytest.raises(ValueError):
+        llguidance.grammar_from("gbnf", TEXT)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_reprinted_grammar_is_lossless_and_agrees_with_xgrammar(seed: int) -> None:
+    vocab = Vocabulary.from_bytes([*TOKENS, b"</s>"], special_ids=[len(TOKENS)], stop_ids=[len(TOKENS)])
+    classes = compress(TEXT, vocab, progress=False)
+    assert classes.num_classes < len(TOKENS)
+    small = compile_compressed(classes, TEXT, engine="llguidance")
+    full = compile_full(vocab, TEXT, engine="llguidance")
+    ref = compile_full(vocab, TEXT, engine="xgrammar")
+    rng = np.random.default_rng(seed)
+    ms, mf, mr = small.matcher(), full.matcher(), ref.matcher()
+    a, b, c = (x.allocate_token_bitmask(1) for x in (small, full, ref))
+    steps = 0
+    while not mr.is_terminated() and steps < 12:
+        ms.fill_next_token_bitmask(a)
+        mf.fill_next_token_bitmask(b)
+        mr.fill_next_token_bitmask(c)
+        got, want, xgr = (_allowed(x, vocab.logit_width) for x in (a, b, c))
+        assert got == want == xgr, (steps, got, want, xgr)
+        tok = int(rng.choice(want))
+        assert ms.accept_token(tok) and mf.accept_token(tok) and mr.accept_token(tok)
+        steps += 1
+    assert steps > 0
+
+
+def test_other_start_rule_is_reprinted() -> None:
+    vocab = Vocabulary.from_bytes([b"(", b")", b"x", b"()"])
+    text = 'expr ::= "(" expr ")" | "x"\nroot ::= "never"\n'
+    full = compile_full(vocab, text, engine="llguidance", root="expr")
+    m = full.matcher()
+    assert m.accept_token(0) and m.accept_token(2) and m.accept_token(1)
+    assert m.is_terminated() or not m.accept_token(2)
+
+
+def test_unreadable_grammar_still_raises_engine_error() -> None:
+    vocab = Vocabulary.from_bytes([b"a"])
+    with pytest.raises(EngineError, match="llguidance cannot read"):
+        compile_full(vocab, "root ::= (", engine="llguidance")
