@@ -83,7 +83,9 @@ def test_workers_give_the_same_classes() -> None:
     import itertools
 
     alphabet = b"[], ab\n"
-    toks = sorted({bytes(p) for n in (1, 2, 3) for p in itertools.product(alphabet, repeat=n)})
+    # more than 2,000 tokens, so that the worker pool is really used
+    toks = sorted({bytes(p) for n in (1, 2, 3, 4) for p in itertools.product(alphabet, repeat=n)})
+    assert len(toks) > 2000
     vocab = Vocabulary(toks)
     one = compress(g, vocab, progress=False)
     two = compress(g, vocab, progress=False, workers=2)
@@ -96,6 +98,100 @@ def test_workers_give_the_same_classes() -> None:
         return {frozenset(s) for s in groups.values()}
 
     assert partition(one) == partition(two)
+
+
+def test_search_tables_reset_between_depths_keep_the_classes() -> None:
+    """Resetting the search tables at every depth (keeping only the live sets) changes nothing.
+
+    Oracle: the Earley recognizer decides, for short contexts, which tokens are valid; the
+    classes found with resets must agree with it and with the classes found without resets.
+    """
+    import itertools
+
+    from formalgram import is_prefix
+    from formalgram.transforms.gnf import to_gnf
+    from formalgram_cfgzip.classes import _run_levels
+    from formalgram_cfgzip.displacement import DisplacementSearch
+
+    g = parse_gbnf('root ::= "(" root ")" root | "x" | "[" [a-c]* "]"')
+    toks = sorted({bytes(p) for n in (1, 2, 3, 4) for p in itertools.product(b"()x[ab]", repeat=n)})
+    flat = np.frombuffer(b"".join(toks), dtype=np.uint8)
+    lengths = np.asarray([len(t) for t in toks], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    gnf = to_gnf(g)
+    runs = []
+    for reset_size in (0, 10**9):
+        search = DisplacementSearch(gnf)
+        class_bytes = np.frombuffer(bytes(search.byte_class), dtype=np.uint8)[flat]
+        codes, digests = _run_levels(search, class_bytes, offsets, lengths, False, reset_size, False)
+        assert (len(digests) > 0) == (reset_size == 0)  # a reset switches to digests
+        runs.append(codes.tolist())
+    with_resets, without = runs
+    pairs = {}
+    for a, b in zip(with_resets, without, strict=True):
+        assert pairs.setdefault(a, b) == b  # same partition, same invalid tokens
+    assert len(set(pairs.values())) == len(pairs)
+    contexts = [b"", b"(", b"((x)", b"[a", b"(x)("]
+    for tok, code in zip(toks, with_resets, strict=True):
+        valid = any(is_prefix(g, w + tok) for w in contexts)
+        if valid:
+            assert code >= 0, tok
+    by_code: dict[int, bytes] = {}
+    for tok, code in zip(toks, with_resets, strict=True):
+        if code < 0:
+            continue
+        first = by_code.setdefault(code, tok)
+        for w in contexts:
+            for z in (b"", b")", b"]", b"x"):
+                assert is_prefix(g, w + first + z) == is_prefix(g, w + tok + z), (first, tok, w, z)
+
+
+def _many_words_grammar() -> str:
+    """400 ten-letter words: specialising copies about 3,200 single-byte symbols (a trial)."""
+    import random
+
+    rng = random.Random(7)
+    words = sorted({"".join(rng.choice("abcdefghij") for _ in range(10)) for _ in range(400)})
+    return "root ::= (" + " | ".join(f'"{w}"' for w in words) + ') ("," root)?'
+
+
+def test_specialization_is_chosen_by_a_bounded_trial() -> None:
+    """Above SPECIALIZE_LIMIT the default runs a trial; either outcome is lossless (Earley oracle)."""
+    import itertools
+
+    from formalgram import is_prefix
+    from formalgram.transforms.gnf import to_gnf
+    from formalgram_cfgzip.classes import _pick_specialization, _token_table
+    from formalgram_cfgzip.displacement import specialize_terminal_symbols
+
+    text = _many_words_grammar()
+    g = parse_gbnf(text)
+    words = [w.encode() for w in text.split('"')[1::2]]
+    toks = sorted({w[i:j] for w in words[:40] for i in range(10) for j in range(i + 1, min(i + 4, 10) + 1)})
+    toks += [b",", b"a,", b"zz"]
+    vocab = Vocabulary(toks)
+    plain = to_gnf(g)
+    special = specialize_terminal_symbols(plain)
+    assert len(special.names) > max(2500, 4 * len(plain.names))  # the default must try
+    table = _token_table(vocab)
+    # no budget at all: the plain GNF is kept; a huge one: the specialised GNF is kept
+    assert _pick_specialization(plain, special, table, 200_000, None, factor=0)[0] is plain
+    assert _pick_specialization(plain, special, table, 200_000, None, factor=10**6)[0] is special
+    tc = compress(g, vocab, progress=False)
+    assert tc.stats["specialize_trial"] in (0.0, 1.0)
+    assert tc.stats["specialized"] == tc.stats["specialize_trial"]
+    forced = compress(g, vocab, progress=False, specialize=bool(tc.stats["specialized"]))
+    assert np.array_equal(tc.token_class, forced.token_class)
+    # the classes agree with the Earley oracle in a few contexts
+    contexts = [b"", words[0][:3], words[1] + b",", words[2][:7]]
+    members: dict[int, bytes] = {}
+    for t, c in zip(toks, tc.token_class.tolist(), strict=False):
+        if c == tc.invalid_class:
+            assert not any(is_prefix(g, w + t) for w in contexts), t
+            continue
+        first = members.setdefault(c, t)
+        for w, z in itertools.product(contexts, (b"", b",", words[3][:2])):
+            assert is_prefix(g, w + first + z) == is_prefix(g, w + t + z), (first, t, w, z)
 
 
 def test_cli_compress(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
