@@ -407,10 +407,9 @@ def test_real_grammar_lossless_fast(engine: str, rel: str, vocab_name: str) -> N
 def test_real_grammar_lossless_sweep(
     engine: str, vocab_name: str, path: Path, request: pytest.FixtureRequest
 ) -> None:
-    if engine == "llguidance" and path.parent.name in LLGUIDANCE_OTHER_LANGUAGE:
-        request.node.add_marker(
-            pytest.mark.xfail(reason=LLGUIDANCE_OTHER_LANGUAGE[path.parent.name], strict=False)
-        )
+    other = LLGUIDANCE_OTHER_LANGUAGE.get(path.parent.name) or LLGUIDANCE_OTHER_LANGUAGE.get(path.name)
+    if engine == "llguidance" and other:
+        request.node.add_marker(pytest.mark.xfail(reason=other, strict=False))
     compressed, full = _setup(path, vocab_name, engine)
     problems: list[str] = []
     notes: list[str] = []
@@ -429,6 +428,9 @@ def test_real_grammar_lossless_sweep(
 # rejects it, so token ``OCI`` differs from its class representative ``Occ`` there.
 LLGUIDANCE_OTHER_LANGUAGE = {
     "SMILES": "llguidance's lexer rejects valid prefixes such as b'OCI' (Earley and XGrammar accept them)",
+    # found by the o200k_harmony sweep: after b"SELEC" the class of b"Task" also holds b"Talk";
+    # llguidance allows b"SELECTask" but rejects b"SELECTalk", which Earley and XGrammar accept
+    "sql_syncode.gbnf": "llguidance rejects valid prefixes such as b'SELECTalk' (Earley and XGrammar accept them)",
 }
 
 SWEEP_WALKS = [(0, "uniform", 1), (1, "long", 1), (2, "stop", 1), (3, "uniform", 8), (4, "long", 8)]

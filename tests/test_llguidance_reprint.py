@@ -78,3 +78,33 @@ def test_unreadable_grammar_still_raises_engine_error() -> None:
     vocab = Vocabulary.from_bytes([b"a"])
     with pytest.raises(EngineError, match="llguidance cannot read"):
         compile_full(vocab, "root ::= (", engine="llguidance")
+
+
+def test_llguidance_reads_sql_syncode_as_another_language() -> None:
+    """Why the heavy sweep marks sql_syncode xfail for llguidance (tests/test_engines.py)."""
+    from pathlib import Path
+
+    import formalgram as fg
+
+    path = (
+        Path(__file__).resolve().parents[2]
+        / "shared"
+        / "grammars"
+        / "derived/lark_via_xgrammar/sql_syncode.gbnf"
+    )
+    if not path.exists():
+        pytest.skip("shared grammar corpus not found")
+    text = path.read_text(encoding="utf-8")
+    g = fg.parse_gbnf(text)
+    vocab = Vocabulary.from_bytes(
+        [bytes([i]) for i in range(256)] + [b"</s>"], special_ids=[256], stop_ids=[256]
+    )
+    llg, xgr = (compile_full(vocab, text, engine=e) for e in ("llguidance", "xgrammar"))
+
+    def walk(compiled: object, data: bytes) -> bool:
+        m = compiled.matcher()  # type: ignore[attr-defined]
+        return all(m.accept_token(b) for b in data)
+
+    for data in (b"SELECTask", b"SELECTalk"):
+        assert fg.is_prefix(g, data) and walk(xgr, data)
+    assert walk(llg, b"SELECTask") and not walk(llg, b"SELECTalk")
