@@ -242,6 +242,36 @@ def _online_table(online: Sequence[dict[str, Any]]) -> str:
 # ---------------------------------------------------------------- plots
 
 
+def _save(plt: Any, fig: Any, out: Path, name: str) -> str:
+    """Lay out, write ``out / name`` and close ``fig``; return ``name``."""
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
+def _vocab_panels(plt: Any, n_vocabs: int, n_grammars: int) -> tuple[Any, Any]:
+    """A figure with one bar-chart panel per vocabulary, stacked vertically."""
+    fig, axes = plt.subplots(
+        n_vocabs, 1, figsize=(max(8.0, 0.9 * n_grammars + 3), 3.6 * n_vocabs), squeeze=False
+    )
+    return fig, axes
+
+
+def _finish_vocab_panel(
+    ax: Any, grammars: Sequence[str], ylim: tuple[float, float], ylabel: str, title: str
+) -> None:
+    """Log scale, grammar ticks, labels, grid and an outside legend for one vocabulary panel."""
+    ax.set_yscale("log")
+    ax.set_ylim(*ylim)
+    ax.set_xlim(-0.6, len(grammars) - 0.4)
+    ax.set_xticks(range(len(grammars)), grammars, rotation=25, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
 def _plots(out: Path, runs: Sequence[Any], online: Sequence[dict[str, Any]], published: bool) -> list[str]:
     """Write the PNG plots; return their file names (empty without matplotlib)."""
     try:
@@ -290,19 +320,14 @@ def _plots(out: Path, runs: Sequence[Any], online: Sequence[dict[str, Any]], pub
         ax.set_title("Compression ratio (vocabulary size / number of classes)")
         ax.legend(title="vocabulary", loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(axis="y", which="both", alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / "compression_ratio.png", dpi=110)
-        plt.close(fig)
-        names.append("compression_ratio.png")
+        names.append(_save(plt, fig, out, "compression_ratio.png"))
 
     # 2. compress time: ours (1 and 2 workers) vs the published tool, one panel per vocabulary
     if grammars:
         tools = [("formalgram", 1, "formalgram, 1 worker"), ("formalgram", 2, "formalgram, 2 workers")]
         if published:
             tools.append(("cfgzip-preprocess", 1, "cfgzip-preprocess 0.2.0, 1 thread"))
-        fig, axes = plt.subplots(
-            len(vocabs), 1, figsize=(max(8.0, 0.9 * len(grammars) + 3), 3.6 * len(vocabs)), squeeze=False
-        )
+        fig, axes = _vocab_panels(plt, len(vocabs), len(grammars))
         width = 0.8 / len(tools)
         for ax, v in zip(axes[:, 0], vocabs, strict=True):
             top = 1.0
@@ -332,23 +357,11 @@ def _plots(out: Path, runs: Sequence[Any], online: Sequence[dict[str, Any]], pub
                 if xs:
                     bars = ax.bar(xs, ys, width, label=label, color=f"C{k}")
                     ax.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
-            ax.set_yscale("log")
-            ax.set_ylim(0.01, top * 3)
-            ax.set_xlim(-0.6, len(grammars) - 0.4)
-            ax.set_xticks(range(len(grammars)), grammars, rotation=25, ha="right", fontsize=8)
-            ax.set_ylabel("seconds (log)")
-            ax.set_title(f"Compress time, {v}", fontsize=10)
-            ax.grid(axis="y", which="both", alpha=0.3)
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        fig.tight_layout()
-        fig.savefig(out / "compress_time.png", dpi=110)
-        plt.close(fig)
-        names.append("compress_time.png")
+            _finish_vocab_panel(ax, grammars, (0.01, top * 3), "seconds (log)", f"Compress time, {v}")
+        names.append(_save(plt, fig, out, "compress_time.png"))
 
         # 3. peak memory, same layout
-        fig, axes = plt.subplots(
-            len(vocabs), 1, figsize=(max(8.0, 0.9 * len(grammars) + 3), 3.6 * len(vocabs)), squeeze=False
-        )
+        fig, axes = _vocab_panels(plt, len(vocabs), len(grammars))
         for ax, v in zip(axes[:, 0], vocabs, strict=True):
             top = 100.0
             killed_legend = True
@@ -382,18 +395,14 @@ def _plots(out: Path, runs: Sequence[Any], online: Sequence[dict[str, Any]], pub
                     )
                     killed_legend = False
                     ax.bar_label(kb, labels=["killed"] * len(kx), fontsize=6, padding=1, color="C3")
-            ax.set_yscale("log")
-            ax.set_ylim(50, top * 2.5)
-            ax.set_xlim(-0.6, len(grammars) - 0.4)
-            ax.set_xticks(range(len(grammars)), grammars, rotation=25, ha="right", fontsize=8)
-            ax.set_ylabel("peak memory, MiB (log)")
-            ax.set_title(f"Peak memory, {v} (2 workers: process tree PSS)", fontsize=10)
-            ax.grid(axis="y", which="both", alpha=0.3)
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        fig.tight_layout()
-        fig.savefig(out / "peak_memory.png", dpi=110)
-        plt.close(fig)
-        names.append("peak_memory.png")
+            _finish_vocab_panel(
+                ax,
+                grammars,
+                (50, top * 2.5),
+                "peak memory, MiB (log)",
+                f"Peak memory, {v} (2 workers: process tree PSS)",
+            )
+        names.append(_save(plt, fig, out, "peak_memory.png"))
 
     # 4. online: per-step mask time, full vs compressed, per batch size
     ok = [d for d in online if d.get("status") == "ok"]
@@ -419,10 +428,7 @@ def _plots(out: Path, runs: Sequence[Any], online: Sequence[dict[str, Any]], pub
             ax.grid(axis="y", which="both", alpha=0.3)
             ax.legend(fontsize=7)
         fig.suptitle("Per-step mask time (median over the walk)")
-        fig.tight_layout()
-        fig.savefig(out / "mask_time.png", dpi=110)
-        plt.close(fig)
-        names.append("mask_time.png")
+        names.append(_save(plt, fig, out, "mask_time.png"))
     return names
 
 
