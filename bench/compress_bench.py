@@ -682,6 +682,13 @@ def run_bench(
         r.status = f"not run ({why})"
         return r
 
+    def skip_reason(hopeless_why: str | None) -> str | None:
+        """Why a run is not started: the time budget is spent, or (with ``skip_hopeless``) an
+        earlier failure that makes it hopeless, described by ``hopeless_why``."""
+        if budget_s is not None and time.perf_counter() - t_start > budget_s:
+            return f"benchmark time budget of {budget_s:.0f} s spent"
+        return hopeless_why if skip_hopeless else None
+
     for label, path in grammar_paths(grammars):
         ours_failed: Run | None = None
         pub_failed: Run | None = None
@@ -690,33 +697,14 @@ def run_bench(
             for w in workers:
                 if w > 1 and multi_worker_vocabs is not None and vocab not in multi_worker_vocabs:
                     continue
-                if budget_s is not None and time.perf_counter() - t_start > budget_s:
-                    emit(
-                        skipped(
-                            label,
-                            path,
-                            vocab,
-                            OURS,
-                            w,
-                            f"benchmark time budget of {budget_s:.0f} s spent",
-                        )
-                    )
-                    continue
-                if skip_hopeless and first_failure is not None:
-                    why = f"{first_failure.workers} worker(s): {first_failure.status}"
+                hopeless_why = None
+                if first_failure is not None:
+                    hopeless_why = f"{first_failure.workers} worker(s): {first_failure.status}"
+                elif ours_failed is not None:
+                    hopeless_why = f"with {ours_failed.vocab}: {ours_failed.status}"
+                why = skip_reason(hopeless_why)
+                if why is not None:
                     emit(skipped(label, path, vocab, OURS, w, why))
-                    continue
-                if skip_hopeless and ours_failed is not None:
-                    emit(
-                        skipped(
-                            label,
-                            path,
-                            vocab,
-                            OURS,
-                            w,
-                            f"with {ours_failed.vocab}: {ours_failed.status}",
-                        )
-                    )
                     continue
 
                 def once(
@@ -735,29 +723,9 @@ def run_bench(
                 emit(r)
             if tool is None:
                 continue
-            if budget_s is not None and time.perf_counter() - t_start > budget_s:
-                emit(
-                    skipped(
-                        label,
-                        path,
-                        vocab,
-                        PUBLISHED,
-                        1,
-                        f"benchmark time budget of {budget_s:.0f} s spent",
-                    )
-                )
-                continue
-            if skip_hopeless and pub_failed is not None:
-                emit(
-                    skipped(
-                        label,
-                        path,
-                        vocab,
-                        PUBLISHED,
-                        1,
-                        f"with {pub_failed.vocab}: {pub_failed.status}",
-                    )
-                )
+            why = skip_reason(None if pub_failed is None else f"with {pub_failed.vocab}: {pub_failed.status}")
+            if why is not None:
+                emit(skipped(label, path, vocab, PUBLISHED, 1, why))
                 continue
 
             def pub(vocab: str = vocab, label: str = label, path: Path = path) -> Run:
