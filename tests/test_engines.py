@@ -359,6 +359,13 @@ def _setup(path: Path, vocab_name: str, engine: str) -> tuple[CompiledGrammar, C
     vocab = Vocabulary.builtin(vocab_name)
     text = path.read_text(encoding="utf-8")
     key = (str(path), vocab_name)
+    # The sweep takes one grammar at a time (all its vocabularies and engines), so the caches
+    # only need the current grammar.  Keeping every grammar's full-vocabulary engines made the
+    # process grow past compress()'s 4 GiB memory budget (a process-wide RSS check) after
+    # ~90 grammars, and later grammars were skipped as GrammarTooLarge.
+    for cache in (_classes_cache, _full_cache):
+        for stale in [k for k in cache if k[0] != str(path)]:
+            del cache[stale]
     if key not in _classes_cache:
         try:
             xgr_engine.compile_full(Vocabulary([b"a"]), text)  # cheap: does XGrammar read it?
