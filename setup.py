@@ -1,10 +1,13 @@
-"""Build script: compiles the core modules with mypyc unless FORMALGRAM_NO_MYPYC=1."""
+"""Build script: compiles the core modules with mypyc, and the C mask-expansion kernel
+(formalgram_cfgzip/_cexpand.c), unless FORMALGRAM_NO_MYPYC=1 (the pure-Python build, which
+expands masks with numpy)."""
 
 from __future__ import annotations
 
 import os
+import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 # Modules compiled with mypyc when installed normally (pure-Python otherwise).
 COMPILED = [
@@ -26,13 +29,25 @@ COMPILED = [
 ]
 
 
+def _c_extensions() -> list[Extension]:
+    """The hand-written C kernels (mask expansion); plain C99 with the CPython API only."""
+    args = [] if sys.platform == "win32" else ["-O3"]
+    return [
+        Extension(
+            "formalgram_cfgzip._cexpand",
+            ["formalgram_cfgzip/_cexpand.c"],
+            extra_compile_args=args,
+        )
+    ]
+
+
 def _ext_modules() -> list[object]:
     if os.environ.get("FORMALGRAM_NO_MYPYC", "") not in ("", "0"):
         return []
     from mypyc.build import mypycify
 
     present = [m for m in COMPILED if os.path.exists(m)]
-    return list(mypycify(present, opt_level="3", debug_level="0"))
+    return [*mypycify(present, opt_level="3", debug_level="0"), *_c_extensions()]
 
 
 setup(ext_modules=_ext_modules())

@@ -1,13 +1,13 @@
 """Benchmark of class-mask -> token-mask expansion on the CPU (numpy and torch).
 
 For class distributions of several shapes and batch sizes 1, 8 and 16 it times, per
-sequence (median over steps, µs), on the same class masks:
+sequence (median over steps, µs), on the same class masks, interleaved:
 
-* ``auto``    :class:`MaskExpander` with its row cache off: subset tables for the largest
-              classes + the cheapest small-class plan, or the plain gather, chosen per row;
-* ``gather``  the plain gather forced (``np.take`` of a uint8 class table + ``np.packbits``);
-* ``split``   subset tables + per-token gather of the small-class tokens, forced;
-* ``sparse``  subset tables + the small classes listed (or their complement), forced;
+* ``c``       :class:`MaskExpander` with the C kernel (compiled install), row cache off:
+              the kernel's per-row choice among its plans (gather, split, listed, ...);
+* ``c-gath``  the C kernel's plain gather forced; ``c-split`` its subset tables + tail gather;
+* ``numpy``   :class:`MaskExpander` with the numpy kernel (what the pure-Python build runs);
+* ``np-gath`` the numpy plain gather (``np.take`` of a uint8 class table + ``np.packbits``);
 * ``torch``   :class:`TorchMaskExpander` with the torch backend on the CPU (the device
               algorithm: unpack, ``index_select``, pack), one thread;
 * ``hit``     a row-cache hit (the row was expanded before): what a revisited matcher
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander
+from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander, _c_module
 
 Array = npt.NDArray[np.int32]
 GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
@@ -156,18 +156,25 @@ def main() -> None:
                 cases.append((shape, synthetic(shape, width, classes, rng), classes))
     cases += real_cases(args.classes_dir)
     only = set(args.only.split(",")) if args.only else None
-    cols = ["auto", "gather", "split", "sparse", "torch", "hit"]
-    print("µs per sequence (median over steps, row cache off except 'hit'); ratio = gather / auto")
+    cols = ["c", "c-gath", "c-split", "numpy", "np-gath", "torch", "hit"]
+    have_c = _c_module() is not None
     print(
-        f"{'case':7} {'V':>7} {'C':>6} {'B':>3} " + " ".join(f"{c:>7}" for c in cols) + "  ratio  auto-paths"
+        "µs per sequence (median over steps, row cache off except 'hit'); c = the C kernel's own"
+        " choice, numpy = the numpy kernel's; ratio = numpy / c"
     )
+    if not have_c:
+        print("(C kernel not built: pure-Python install; its columns are empty)")
+    print(f"{'case':7} {'V':>7} {'C':>6} {'B':>3} " + " ".join(f"{c:>7}" for c in cols) + "  ratio  c-plans")
     for name, tc, classes in cases:
         if only and name not in only:
             continue
         width = int(tc.shape[0])
-        t0 = time.perf_counter()
-        ex = MaskExpander(tc, classes, cache_bytes=0)
-        build_ms = (time.perf_counter() - t0) * 1e3
+        builds: dict[str, float] = {}
+        expanders: dict[str, MaskExpander] = {}
+        for kernel in ("c", "numpy") if have_c else ("numpy",):
+            t0 = time.perf_counter()
+            expanders[kernel] = MaskExpander(tc, classes, cache_bytes=0, kernel=kernel)  # type: ignore[arg-type]
+            builds[kernel] = (time.perf_counter() - t0) * 1e3
         entry = 4 * ((width + 31) // 32) + 4 * ((classes + 31) // 32) + 100
         cached = MaskExpander(tc, classes, cache_bytes=(steps * max(batches) + 1) * entry)
         tex = TorchMaskExpander(tc, classes, backend="torch")
@@ -176,12 +183,24 @@ def main() -> None:
             out = np.zeros((batch, (width + 31) // 32), dtype=np.int32)
             paths: set[str] = set()
 
-            def auto(cm: Array, o: Array, ex: MaskExpander = ex, paths: set[str] = paths) -> None:
-                for i in range(cm.shape[0]):
-                    ex.expand_row(cm[i], o[i])
-                    paths.add(ex.last_strategy)
+            def chosen(
+                kernel: str, paths: set[str] = paths, expanders: dict[str, MaskExpander] = expanders
+            ) -> Callable[[Array, Array], None]:
+                ex = expanders[kernel]
 
-            def forced(strategy: str, ex: MaskExpander = ex) -> Callable[[Array, Array], None]:
+                def run(mask: Array, o: Array) -> None:
+                    for i in range(mask.shape[0]):
+                        ex.expand_row(mask[i], o[i])
+                        if kernel == "c":
+                            paths.add(ex.last_strategy)
+
+                return run
+
+            def forced(
+                kernel: str, strategy: str, expanders: dict[str, MaskExpander] = expanders
+            ) -> Callable[[Array, Array], None]:
+                ex = expanders[kernel]
+
                 def run(mask: Array, o: Array) -> None:
                     ex.expand(mask, o, strategy=strategy)  # type: ignore[arg-type]
 
@@ -190,17 +209,10 @@ def main() -> None:
             def torch_run(cm: Array, o: Array, tex: TorchMaskExpander = tex) -> None:
                 tex.expand(torch.from_numpy(cm), torch.from_numpy(o))
 
-            res = interleaved(
-                {
-                    "auto": auto,
-                    "gather": forced("gather"),
-                    "split": forced("split"),
-                    "sparse": forced("sparse"),
-                    "torch": torch_run,
-                },
-                masks,
-                out,
-            )
+            fns = {"numpy": chosen("numpy"), "np-gath": forced("numpy", "gather"), "torch": torch_run}
+            if have_c:
+                fns |= {"c": chosen("c"), "c-gath": forced("c", "gather"), "c-split": forced("c", "split")}
+            res = interleaved(fns, masks, out)
 
             def hit(mask: Array, o: Array, cached: MaskExpander = cached) -> None:
                 cached.expand(mask, o)
@@ -208,15 +220,17 @@ def main() -> None:
             for cm in masks:  # warm the cache, then time hits only
                 hit(cm, out)
             res["hit"] = median_us(hit, masks, out)
+            ratio = f"{res['numpy'] / res['c']:>5.2f}" if have_c else "    -"
             print(
                 f"{name:7} {width:>7} {classes:>6} {batch:>3} "
-                + " ".join(f"{res[c]:>7.1f}" for c in cols)
-                + f"  {res['gather'] / res['auto']:>5.2f}  {','.join(sorted(paths))}"
+                + " ".join(f"{res[c]:>7.1f}" if c in res else f"{'-':>7}" for c in cols)
+                + f"  {ratio}  {','.join(sorted(paths))}"
             )
-        print(
-            f"{'':7} (build {build_ms:.0f} ms; {ex.num_stored} subset tables for {ex.num_dense} classes,"
-            f" {ex.num_small_tokens} small-class tokens)"
-        )
+        for kernel, ex in expanders.items():
+            print(
+                f"{'':7} ({kernel}: build {builds[kernel]:.0f} ms; {ex.num_stored} subset tables for"
+                f" {ex.num_dense} classes, {ex.num_small_tokens} tail tokens)"
+            )
 
 
 if __name__ == "__main__":

@@ -11,9 +11,23 @@ bitmask*: bit ``k`` set when class ``k`` may come next.  Decoding needs the
 so that ``xgrammar.apply_token_bitmask_inplace`` and llguidance's helpers work unchanged.
 Token ``i`` is allowed exactly when its class ``token_class[i]`` is allowed.
 
-Algorithm (chosen by measurement, see ``bench/expand_bench.py``).  A per-token gather
-(``allowed[token_class]`` then packing bits) costs about 0.6 ns per token in numpy, about
-80 µs for 128k tokens: too slow on its own.  :class:`MaskExpander` therefore
+Two CPU kernels compute rows; :class:`MaskExpander` takes the compiled one when it is
+built (``kernel="auto"``).  Algorithms chosen by measurement (``bench/expand_bench.py``):
+
+**C kernel** (``formalgram_cfgzip/_cexpand.c``, built by the normal compiled install):
+per row, the cheapest of seven plans by a cost model fitted on the development machine --
+a plain gather (about 0.21 ns per logit index: ~28 µs at 128k), subset tables for the
+largest classes plus a gather of the remaining ("tail") tokens, the tokens of the few
+allowed (or disallowed) classes listed, with or without the subset tables, or a patch of
+the most recently used cached row.  Listed plans are tried when their estimate beats the
+fixed plans and are given up as soon as their running cost passes it.  The LRU row cache
+lives in the kernel too (open addressing keyed by the class row): a hit is one 16 KB copy
+at 128k, under 1 µs with the call.
+
+**numpy kernel** (the pure-Python build, ``FORMALGRAM_NO_MYPYC=1``, or
+``FORMALGRAM_NO_CEXPAND=1``).  A per-token gather (``allowed[token_class]`` then packing
+bits) costs about 0.6 ns per token in numpy, about 80 µs for 128k tokens: too slow on its
+own.  This kernel therefore
 
 * keeps a bounded **LRU cache** of expanded rows keyed by the class-bitmask row: decoding
   revisits the same matcher states constantly (every step inside a string or a comment
@@ -32,7 +46,7 @@ Algorithm (chosen by measurement, see ``bench/expand_bench.py``).  A per-token g
 and, per row, the cheapest of these and the plain gather is taken by a cost model whose
 constants were measured on the development machine.  Flat class distributions (tens of
 thousands of classes of a few tokens) leave almost every token to the gather: about
-70-90 µs per uncached row at 128k on the development machine.
+70-90 µs per uncached row at 128k on the development machine (the C kernel: 30-40 µs).
 """
 
 from __future__ import annotations
@@ -69,6 +83,23 @@ _DELTA_MIN_FRESH_NS = 30_000.0  # try patching a cached row only when a fresh on
 _AT_TOKENS = 256  # listed tokens up to this many: updated by ufunc.at, no full-width buffer
 _LOOP_TOKENS = 12  # up to this many: a Python loop (cheaper than ufunc.at's set-up)
 _NS_PER_AT_TOKEN = 40.0  # one token updated by ufunc.at (listing included)
+
+
+# C kernel plan codes -> names (8: a row-cache hit)
+_C_PLANS = ("gather", "split", "set", "clear", "delta", "", "split/set", "split/clear", "cache")
+_C_FORCED = {"gather": 0, "split": 1, "sparse": 5}
+
+
+def _c_module() -> Any:
+    """The compiled kernel module, or ``None`` (pure-Python build, or disabled by setting
+    ``FORMALGRAM_NO_CEXPAND=1``)."""
+    if os.environ.get("FORMALGRAM_NO_CEXPAND", "") not in ("", "0"):
+        return None
+    try:
+        from formalgram_cfgzip import _cexpand
+    except ImportError:
+        return None
+    return _cexpand
 
 
 def bitmask_shape(batch: int, width: int) -> tuple[int, int]:
@@ -169,6 +200,10 @@ class MaskExpander:
         On a cache miss, patch the most recently used cached row (flip the tokens of the
         classes whose bits differ): ``None`` when the cost model expects it to be cheaper
         than a fresh row, ``True`` always (tests), ``False`` never.
+    kernel : {"auto", "c", "numpy"}, keyword-only
+        Which implementation computes rows: ``"auto"`` the C kernel when it is built (the
+        normal compiled install; not with ``FORMALGRAM_NO_CEXPAND=1``), else numpy; ``"c"``
+        requires it.  Both give bit-identical rows.  See :attr:`kernel`.
 
     Notes
     -----
@@ -180,7 +215,7 @@ class MaskExpander:
     ------
     ValueError
         If ``token_class`` is not a non-empty 1-D integer array or holds ids
-        ``>= num_classes``, or a budget is negative.
+        ``>= num_classes``, a budget is negative, or ``kernel="c"`` is not built.
 
     Complexity
     ----------
@@ -205,10 +240,13 @@ class MaskExpander:
         dense: int | None = None,
         cache_bytes: int = 8 << 20,
         delta: bool | None = None,
+        kernel: Literal["auto", "c", "numpy"] = "auto",
     ) -> None:
         tc = _check_token_class(token_class, num_classes)
         if memory_budget < 0 or cache_bytes < 0:
             raise ValueError("memory_budget and cache_bytes must be >= 0")
+        if kernel not in ("auto", "c", "numpy"):
+            raise ValueError(f"kernel must be 'auto', 'c' or 'numpy', got {kernel!r}")
         width = int(tc.shape[0])
         #: the class id of every logit index (int64; negative: never allowed)
         self.token_class = tc
@@ -216,6 +254,47 @@ class MaskExpander:
         self.num_classes = num_classes
         self.num_words = (width + 31) // 32
         self.class_words = (num_classes + 31) // 32
+        row_bytes = self.num_words * 4
+        self.last_strategy = ""
+        # -- LRU cache of expanded rows (kept by the C kernel itself when it is used)
+        key_bytes = self.class_words * 4
+        self._cache_slots = cache_bytes // (row_bytes + key_bytes + 100)
+        self._cache_store = np.zeros((0, self.num_words), dtype=np.uint32)
+        self._cache: dict[bytes, int] = {}
+        self._hits = 0
+        self._misses = 0
+        self._evictions = 0
+        self._deltas = 0
+        self._delta = delta
+        self._scratch = np.zeros(self.num_words, dtype=np.uint32)  # mask_logits' row
+        module = _c_module() if kernel != "numpy" else None
+        if kernel == "c" and module is None:
+            raise ValueError(
+                "the C kernel (formalgram_cfgzip._cexpand) is not built: install without "
+                "FORMALGRAM_NO_MYPYC=1, or use kernel='numpy'"
+            )
+        #: ``"c"`` (compiled kernel) or ``"numpy"``: which implementation computes rows
+        self.kernel: str = "c" if module is not None else "numpy"
+        self._kernel: Any = None
+        if module is not None:
+            budget = memory_budget
+            if max_dense is not None:
+                table_bytes = (1 << _GROUP_BITS) * row_bytes
+                budget = min(budget, (max(0, max_dense) // _GROUP_BITS) * table_bytes)
+            forced = -1 if dense is None else -(-max(0, dense) // _GROUP_BITS)
+            delta_mode = 1 if delta is None else 2 if delta else 0
+            self._kernel = module.Kernel(
+                tc.astype(np.int32), num_classes, budget, forced, self._cache_slots, delta_mode
+            )
+            return
+        self._cache_store = np.zeros((self._cache_slots, self.num_words), dtype=np.uint32)
+        self._init_numpy(tc, memory_budget, max_dense, dense)
+
+    def _init_numpy(
+        self, tc: npt.NDArray[np.int64], memory_budget: int, max_dense: int | None, dense: int | None
+    ) -> None:
+        num_classes = self.num_classes
+        width = self.logit_width
         padded_bits = self.num_words * 32
         row_bytes = self.num_words * 4
         # Slot `num_classes` of the per-step class table is always 0: holes, padding ids
@@ -300,17 +379,6 @@ class MaskExpander:
         self._small_buf = np.zeros(padded_bits, dtype=np.uint8)  # zero outside small ids
         self._sparse_buf = np.zeros(padded_bits, dtype=np.uint8)  # all zero between steps
         self._small_vals = np.zeros(n_small, dtype=np.uint8)
-        self.last_strategy = ""
-        # -- LRU cache of expanded rows
-        key_bytes = self.class_words * 4
-        self._cache_slots = cache_bytes // (row_bytes + key_bytes + 100)
-        self._cache_store = np.zeros((self._cache_slots, self.num_words), dtype=np.uint32)
-        self._cache: dict[bytes, int] = {}
-        self._hits = 0
-        self._misses = 0
-        self._evictions = 0
-        self._deltas = 0
-        self._delta = delta
         # CSR index of every valid token by class (for patching cached rows)
         all_ids = np.flatnonzero(full < num_classes)
         self._all_tokens = all_ids[np.argsort(full[all_ids], kind="stable")].astype(np.intp)
@@ -356,22 +424,30 @@ class MaskExpander:
     @property
     def num_dense(self) -> int:
         """Number of classes covered by the subset tables (expanded by one OR per 8)."""
+        if self._kernel is not None:
+            return min(self.num_classes, int(self._kernel.info()["groups"]) * _GROUP_BITS)
         return self._k0
 
     @property
     def num_stored(self) -> int:
         """Number of subset tables (256 precomputed rows each)."""
+        if self._kernel is not None:
+            return int(self._kernel.info()["groups"])
         return self._groups
 
     @property
     def num_small_tokens(self) -> int:
         """Number of logit indices not covered by the subset tables."""
+        if self._kernel is not None:
+            return int(self._kernel.info()["tail_tokens"])
         return int(self._small_ids.shape[0])
 
     @property
     def cache_stats(self) -> dict[str, int]:
         """Row-cache counters: ``hits``, ``misses`` (of which ``deltas`` were patched from a
         cached row), ``evictions``, ``entries``, ``capacity`` (rows)."""
+        if self._kernel is not None:
+            return {k: int(v) for k, v in self._kernel.cache_info().items()}
         return {
             "hits": self._hits,
             "misses": self._misses,
@@ -383,6 +459,8 @@ class MaskExpander:
 
     def clear_cache(self) -> None:
         """Drop every cached row and reset the counters."""
+        if self._kernel is not None:
+            self._kernel.clear_cache()
         self._cache.clear()
         self._hits = self._misses = self._evictions = self._deltas = 0
 
@@ -416,6 +494,13 @@ class MaskExpander:
         A cache hit: one copy of ``4 * ceil(logit_width / 32)`` bytes plus hashing the
         class row.  A miss: see the module docstring.
         """
+        if self._kernel is not None:
+            if strategy == "auto":
+                plan = self._kernel.expand_rows(class_row, out_row)
+            else:
+                plan = self._kernel.expand(class_row, out_row, None, None, _C_FORCED[strategy])
+            self.last_strategy = _C_PLANS[plan]
+            return
         out = out_row.view(np.uint32)
         if strategy == "auto" and self._cache_slots:
             key = class_row.tobytes()
@@ -696,6 +781,10 @@ class MaskExpander:
         for dst in rows:
             if not 0 <= dst < out.shape[0]:
                 raise IndexError(f"batch index {dst} out of range for a bitmask of {out.shape[0]} rows")
+        if self._kernel is not None and strategy == "auto":
+            index = None if indices is None else np.asarray(rows, dtype=np.int64)
+            self.last_strategy = _C_PLANS[self._kernel.expand_rows(cm, out, index)]
+            return out
         if strategy == "auto" and self._cache_slots and batch > 1:
             self._copy_cached_rows(cm, out, rows)
             return out
@@ -751,10 +840,11 @@ class MaskExpander:
         lg = logits if logits.ndim == 2 else logits[None, :]
         if lg.shape[0] != cm.shape[0] or lg.shape[1] < self.logit_width:
             raise ValueError(f"logits of shape {logits.shape} do not fit a class bitmask of {cm.shape}")
+        row = self._scratch
         for b in range(cm.shape[0]):
-            self._load_table(cm[b])
-            np.take(self._table, self._gather_index, out=self._byte_buf)
-            np.putmask(lg[b, : self.logit_width], self._byte_buf[: self.logit_width] == 0, -np.inf)
+            self.expand_row(cm[b], row.view(np.int32))
+            bits = np.unpackbits(row.view(np.uint8), count=self.logit_width, bitorder="little")
+            np.putmask(lg[b, : self.logit_width], bits == 0, -np.inf)
             lg[b, self.logit_width :] = -np.inf
 
 

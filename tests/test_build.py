@@ -23,3 +23,16 @@ def test_core_is_compiled() -> None:
 def test_py_typed_shipped() -> None:
     assert formalgram.__file__ is not None
     assert os.path.exists(os.path.join(os.path.dirname(formalgram.__file__), "py.typed"))
+
+
+@pytest.mark.skipif(
+    os.environ.get("FORMALGRAM_EXPECT_COMPILED") != "1", reason="CI checks the compiled build"
+)
+def test_c_expansion_kernel_is_built() -> None:
+    """The compiled install also builds the C mask-expansion kernel, and expanders use it."""
+    import numpy as np
+
+    from formalgram_cfgzip import expand
+
+    assert expand._c_module() is not None, "formalgram_cfgzip._cexpand was not built"
+    assert expand.MaskExpander(np.array([0, 1, 1]), 2).kernel == "c"

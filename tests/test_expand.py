@@ -1,7 +1,10 @@
-"""Mask expansion: numpy (every strategy) and torch against a bit-by-bit reference.
+"""Mask expansion: numpy (every strategy), the C kernel (every plan) and torch against a
+bit-by-bit reference.
 
 The oracle is :func:`expand_reference` (a Python loop over logit indices) and, independently,
-a per-token ``allowed[token_class]`` computed here with numpy booleans.
+a per-token ``allowed[token_class]`` computed here with numpy booleans.  Tests of behaviour
+common to both CPU kernels run for each kernel that is built (the C kernel is built by the
+compiled install, which CI tests; ``tests/test_build.py`` checks it is there).
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from formalgram_cfgzip.expand import MaskExpander, bitmask_shape, expand_reference
+from formalgram_cfgzip.expand import MaskExpander, _c_module, bitmask_shape, expand_reference
+
+KERNELS: list[Any] = ["numpy", "c"] if _c_module() is not None else ["numpy"]
 
 
 def random_case(
@@ -74,7 +79,7 @@ def test_numpy_strategies_equal_oracle(width: int, classes: int) -> None:
     for skew in (0.0, 1.3, 3.0):
         tc = random_case(rng, width, classes, skew, 0.05)
         for kwargs in EXPANDER_KWARGS:
-            ex = MaskExpander(tc, classes, **kwargs)
+            ex = MaskExpander(tc, classes, kernel="numpy", **kwargs)
             for density in (0.0, 0.02, 0.5, 0.97, 1.0):
                 cm = random_class_mask(rng, 4, classes, density)
                 want = oracle(tc, cm, classes)
@@ -95,8 +100,12 @@ def test_hypothesis_against_reference(width: int, classes: int, seed: int, densi
     tc = random_case(rng, width, classes, 1.0, 0.1)
     cm = random_class_mask(rng, 2, classes, density)
     want = expand_reference(tc, cm, width)
-    for ex in (MaskExpander(tc, classes), MaskExpander(tc, classes, max_dense=0)):
-        assert np.array_equal(ex.expand(cm), want)
+    for kernel in KERNELS:
+        for ex in (
+            MaskExpander(tc, classes, kernel=kernel),
+            MaskExpander(tc, classes, max_dense=0, kernel=kernel),
+        ):
+            assert np.array_equal(ex.expand(cm), want)
 
 
 @pytest.mark.parametrize(("width", "classes"), [(20_000, 5_000), (9_999, 40), (3_001, 1_500)])
@@ -107,7 +116,7 @@ def test_flat_and_skewed_large_all_paths(width: int, classes: int) -> None:
         tc = random_case(rng, width, classes, skew, 0.02)
         options: list[dict[str, Any]] = [{}, {"dense": 24}, {"cache_bytes": 0}]
         for kwargs in options:
-            ex = MaskExpander(tc, classes, **kwargs)
+            ex = MaskExpander(tc, classes, kernel="numpy", **kwargs)
             seen: set[str] = set()
             for density in (0.0, 0.001, 0.01, 0.3, 0.5, 0.7, 0.99, 0.999, 1.0):
                 cm = random_class_mask(rng, 2, classes, density)
@@ -128,7 +137,7 @@ def test_sparse_and_complement_plans_are_exercised() -> None:
     rng = np.random.default_rng(11)
     width, classes = 30_000, 10_000
     tc = random_case(rng, width, classes, 0.0, 0.0)
-    ex = MaskExpander(tc, classes, cache_bytes=0)
+    ex = MaskExpander(tc, classes, cache_bytes=0, kernel="numpy")
     words = (classes + 31) // 32
     a, b = int(tc[0]), int(tc[1])  # two non-empty classes
     bits = np.zeros((2, words * 32), dtype=bool)
@@ -162,15 +171,16 @@ def lru_model(keys: list[bytes], capacity: int) -> tuple[int, int, int]:
     return hits, misses, evictions
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("delta", [None, True, False])
 @pytest.mark.parametrize("capacity", [1, 2, 3, 50])
-def test_cache_hits_misses_evictions(capacity: int, delta: bool | None) -> None:
+def test_cache_hits_misses_evictions(capacity: int, delta: bool | None, kernel: Any) -> None:
     rng = np.random.default_rng(capacity)
     width, classes = 1_000, 37
     tc = random_case(rng, width, classes, 1.2, 0.05)
     pool = random_class_mask(rng, 6, classes, 0.4)
     per_entry = 4 * ((width + 31) // 32) + 4 * ((classes + 31) // 32) + 100
-    ex = MaskExpander(tc, classes, cache_bytes=capacity * per_entry, delta=delta)
+    ex = MaskExpander(tc, classes, cache_bytes=capacity * per_entry, delta=delta, kernel=kernel)
     assert ex.cache_stats["capacity"] == capacity
     order = rng.integers(0, pool.shape[0], 80)
     out = np.zeros(bitmask_shape(1, width), dtype=np.int32)
@@ -192,15 +202,16 @@ def test_cache_hits_misses_evictions(capacity: int, delta: bool | None) -> None:
     assert np.array_equal(out, expand_reference(tc, pool[:1], width))
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("flip_size", [1, 5, 50, 1000])
-def test_delta_patch_of_cached_rows(flip_size: int) -> None:
+def test_delta_patch_of_cached_rows(flip_size: int, kernel: Any) -> None:
     """A miss whose class row differs from the last one in a class of ``flip_size`` tokens."""
     rng = np.random.default_rng(flip_size)
     width, classes = 5_003, 100
     tc = rng.integers(2, 64, width).astype(np.int64)  # classes 64..99 stay empty
     tc[rng.permutation(width)[:flip_size]] = 1  # class 1 holds exactly flip_size tokens
     tc[rng.random(width) < 0.02] = -1
-    ex = MaskExpander(tc, classes, delta=True)
+    ex = MaskExpander(tc, classes, delta=True, kernel=kernel)
     cm = random_class_mask(rng, 1, classes, 0.5)
     for step in range(6):
         cm = cm.copy()
@@ -214,11 +225,12 @@ def test_delta_patch_of_cached_rows(flip_size: int) -> None:
     assert ex.cache_stats["deltas"] == 5
 
 
-def test_cache_in_batches_with_duplicate_rows() -> None:
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_cache_in_batches_with_duplicate_rows(kernel: Any) -> None:
     rng = np.random.default_rng(4)
     width, classes = 4_099, 300
     tc = random_case(rng, width, classes, 1.5, 0.1)
-    ex = MaskExpander(tc, classes, cache_bytes=1 << 20)
+    ex = MaskExpander(tc, classes, cache_bytes=1 << 20, kernel=kernel)
     pool = random_class_mask(rng, 3, classes, 0.5)
     for step in range(5):
         cm = pool[rng.integers(0, 3, 16)]
@@ -240,24 +252,27 @@ def test_cache_in_batches_with_duplicate_rows() -> None:
     capacity=st.integers(0, 4),
     dense=st.sampled_from([None, 0, 8, 16, 100]),
     delta=st.sampled_from([None, True]),
+    kernel=st.sampled_from(KERNELS),
 )
 def test_hypothesis_cached_sequences(
-    width: int, classes: int, seed: int, capacity: int, dense: int | None, delta: bool | None
+    width: int, classes: int, seed: int, capacity: int, dense: int | None, delta: bool | None, kernel: Any
 ) -> None:
     """Random walks over a small pool of class masks (so rows repeat), any cache size."""
     rng = np.random.default_rng(seed)
     tc = random_case(rng, width, classes, float(rng.random() * 3), 0.1)
     per_entry = 4 * ((width + 31) // 32) + 4 * ((classes + 31) // 32) + 100
-    ex = MaskExpander(tc, classes, cache_bytes=capacity * per_entry, dense=dense, delta=delta)
+    ex = MaskExpander(tc, classes, cache_bytes=capacity * per_entry, dense=dense, delta=delta, kernel=kernel)
     pool = random_class_mask(rng, 5, classes, float(rng.random()))
     for i in rng.integers(0, 5, 12):
         assert np.array_equal(ex.expand(pool[i]), expand_reference(tc, pool[i : i + 1], width))
 
 
-def test_indices_out_and_errors() -> None:
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_indices_out_and_errors(kernel: Any) -> None:
     rng = np.random.default_rng(1)
     tc = random_case(rng, 70, 4, 1.0, 0.0)
-    ex = MaskExpander(tc, 4)
+    ex = MaskExpander(tc, 4, kernel=kernel)
+    assert ex.kernel == kernel
     cm = random_class_mask(rng, 2, 4, 0.5)
     out = np.full(bitmask_shape(5, 70), -1, dtype=np.int32)
     ex.expand(cm, out, indices=[4, 1])
@@ -276,12 +291,15 @@ def test_indices_out_and_errors() -> None:
         MaskExpander(np.zeros((2, 2), dtype=np.int64), 3)
     with pytest.raises(ValueError, match=">= 0"):
         MaskExpander(tc, 4, cache_bytes=-1)
+    with pytest.raises(ValueError, match="kernel must be"):
+        MaskExpander(tc, 4, kernel="fortran")  # type: ignore[arg-type]
 
 
-def test_numpy_mask_logits() -> None:
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_numpy_mask_logits(kernel: Any) -> None:
     rng = np.random.default_rng(2)
     tc = random_case(rng, 99, 7, 1.0, 0.1)
-    ex = MaskExpander(tc, 7)
+    ex = MaskExpander(tc, 7, kernel=kernel)
     cm = random_class_mask(rng, 3, 7, 0.4)
     logits = rng.standard_normal((3, 104)).astype(np.float32)
     ex.mask_logits(logits, cm)

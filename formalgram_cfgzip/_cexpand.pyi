@@ -1,0 +1,25 @@
+"""Type stub of the C mask-expansion kernel (formalgram_cfgzip/_cexpand.c)."""
+
+from _typeshed import ReadableBuffer, WriteableBuffer
+
+class Kernel:
+    """Precomputed class -> token expansion for one int32 token-class array."""
+
+    def __init__(
+        self, token_class: ReadableBuffer, num_classes: int, table_budget: int, groups: int = -1
+    ) -> None: ...
+    def expand(
+        self,
+        class_row: ReadableBuffer,
+        out: WriteableBuffer,
+        base_out: WriteableBuffer | None = None,
+        base_class: ReadableBuffer | None = None,
+        plan: int = -1,
+        /,
+    ) -> int: ...
+    def expand_rows(
+        self, class_bitmask: ReadableBuffer, out: WriteableBuffer, indices: ReadableBuffer | None = None, /
+    ) -> int: ...
+    def cache_info(self) -> dict[str, int]: ...
+    def clear_cache(self) -> None: ...
+    def info(self) -> dict[str, int | float]: ...

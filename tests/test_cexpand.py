@@ -1,0 +1,284 @@
+"""The C expansion kernel (formalgram_cfgzip/_cexpand.c): every plan, forced and chosen,
+against an independent numpy oracle, on small and wide (>= 65535 classes) class ids.
+
+Built by the compiled install (what CI tests); skipped in the pure-Python build, where
+``tests/test_expand.py`` covers the numpy kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from formalgram_cfgzip.expand import MaskExpander, _c_module, expand_reference
+
+cexpand: Any = _c_module()
+pytestmark = pytest.mark.skipif(cexpand is None, reason="C kernel not built (pure-Python install)")
+
+PLANS = (0, 1, 2, 3, 4, 5, 6, 7)
+
+
+def oracle_row(tc: npt.NDArray[np.int64], row: npt.NDArray[np.int32], classes: int) -> npt.NDArray[np.int32]:
+    """Token row from a class row by numpy booleans (independent of both kernels)."""
+    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:classes].astype(bool)
+    ok = tc >= 0
+    allowed = np.zeros(((tc.shape[0] + 31) // 32) * 32, dtype=bool)
+    allowed[: tc.shape[0]][ok] = bits[tc[ok]]
+    return np.packbits(allowed, bitorder="little").view(np.int32)
+
+
+def class_row(rng: np.random.Generator, classes: int, density: float, junk: bool) -> npt.NDArray[np.int32]:
+    words = (classes + 31) // 32
+    bits = np.zeros(words * 32, dtype=bool)
+    bits[:classes] = rng.random(classes) < density
+    if junk:  # bits past num_classes must be ignored
+        bits[classes:] = True
+    return np.packbits(bits, bitorder="little").view(np.int32).copy()
+
+
+def skewed(
+    rng: np.random.Generator, width: int, classes: int, skew: float, holes: float
+) -> npt.NDArray[np.int64]:
+    p = 1.0 / np.arange(1, classes + 1) ** skew
+    tc = rng.choice(classes, size=width, p=p / p.sum()).astype(np.int64)
+    tc[rng.random(width) < holes] = -1
+    return tc
+
+
+def check_all_plans(
+    kernel: Any, tc: npt.NDArray[np.int64], classes: int, rng: np.random.Generator
+) -> set[int]:
+    nw = (tc.shape[0] + 31) // 32
+    chosen: set[int] = set()
+    for density in (0.0, 0.001, 0.05, 0.5, 0.95, 0.999, 1.0):
+        row = class_row(rng, classes, density, junk=density > 0.9)
+        base_row = class_row(rng, classes, min(1.0, density + 0.01), junk=False)
+        want = oracle_row(tc, row, classes)
+        base = oracle_row(tc, base_row, classes).copy()
+        for plan in (-1, *PLANS):
+            out = np.full(nw, -7, dtype=np.int32)
+            used = kernel.expand(row, out, base, base_row, plan)
+            assert np.array_equal(out, want), (plan, used, density)
+            if plan == -1:
+                chosen.add(used)
+        out = np.full(nw, 3, dtype=np.int32)
+        chosen.add(kernel.expand(row, out))
+        assert np.array_equal(out, want), density
+        assert np.array_equal(oracle_row(tc, base_row, classes), base)  # base is never written
+    return chosen
+
+
+@pytest.mark.parametrize("width", [1, 31, 32, 33, 1000, 4097])
+@pytest.mark.parametrize("classes", [1, 3, 32, 33, 200])
+@pytest.mark.parametrize("groups", [-1, 0, 1, 5])
+def test_every_plan_equals_oracle(width: int, classes: int, groups: int) -> None:
+    rng = np.random.default_rng(width * 7 + classes * 3 + groups)
+    for skew in (0.0, 1.5):
+        tc = skewed(rng, width, classes, skew, 0.05)
+        kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 30, groups)
+        check_all_plans(kernel, tc, classes, rng)
+
+
+def test_wide_class_ids() -> None:
+    """More than 65534 classes: the kernel stores class ids as uint32."""
+    rng = np.random.default_rng(3)
+    width, classes = 140_000, 70_000
+    tc = rng.integers(0, classes, width).astype(np.int64)
+    tc[:classes] = np.arange(classes)  # every class non-empty, including the top ids
+    tc[rng.random(width) < 0.01] = -1
+    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 0, 1)
+    check_all_plans(kernel, tc, classes, rng)
+
+
+def test_auto_reaches_every_plan() -> None:
+    """Across skewed and flat distributions and densities, the cost model picks each plan
+    somewhere (so every path is exercised as it runs in production), always correctly."""
+    rng = np.random.default_rng(8)
+    chosen: set[int] = set()
+    for width, classes, skew in ((60_000, 40, 2.0), (60_000, 2_000, 1.2), (60_000, 20_000, 0.0)):
+        tc = skewed(rng, width, classes, skew, 0.01)
+        kernel = cexpand.Kernel(tc.astype(np.int32), classes, 32 << 20)
+        chosen |= check_all_plans(kernel, tc, classes, rng)
+    assert chosen >= {0, 1, 2, 3, 6, 7}, chosen
+    # plan 4 (delta) needs a base that differs in a few classes
+    tc = skewed(rng, 60_000, 3_000, 0.0, 0.0)
+    kernel = cexpand.Kernel(tc.astype(np.int32), 3_000, 32 << 20)
+    base_row = class_row(rng, 3_000, 0.5, junk=False)
+    row = base_row.copy()
+    row[7] ^= np.int32(1 << 3)
+    out = np.zeros((60_000 + 31) // 32, dtype=np.int32)
+    assert kernel.expand(row, out, oracle_row(tc, base_row, 3_000), base_row) == 4
+    assert np.array_equal(out, oracle_row(tc, row, 3_000))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    width=st.integers(1, 500),
+    classes=st.integers(1, 100),
+    seed=st.integers(0, 2**32 - 1),
+    groups=st.integers(-1, 6),
+    plan=st.sampled_from((-1, *PLANS)),
+)
+def test_hypothesis_plans(width: int, classes: int, seed: int, groups: int, plan: int) -> None:
+    rng = np.random.default_rng(seed)
+    tc = skewed(rng, width, classes, float(rng.random() * 3), float(rng.random() * 0.3))
+    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 30, groups)
+    row = class_row(rng, classes, float(rng.random()), junk=bool(rng.random() < 0.5))
+    base_row = class_row(rng, classes, float(rng.random()), junk=False)
+    out = np.full((width + 31) // 32, -1, dtype=np.int32)
+    kernel.expand(row, out, oracle_row(tc, base_row, classes).copy(), base_row, plan)
+    assert np.array_equal(out, expand_reference(tc, row[None, :], width)[0])
+
+
+def test_delta_into_its_own_base() -> None:
+    """``out`` may be the base row itself (patched in place)."""
+    rng = np.random.default_rng(5)
+    tc = skewed(rng, 3_000, 50, 1.0, 0.0)
+    kernel = cexpand.Kernel(tc.astype(np.int32), 50, 1 << 20)
+    base_row = class_row(rng, 50, 0.5, junk=False)
+    row = base_row.copy()
+    row[0] ^= np.int32(0b1011)
+    buf = oracle_row(tc, base_row, 50).copy()
+    assert kernel.expand(row, buf, buf, base_row, 4) == 4
+    assert np.array_equal(buf, oracle_row(tc, row, 50))
+
+
+def test_errors() -> None:
+    tc = np.array([0, 1, 1, -1, 2], dtype=np.int32)
+    kernel = cexpand.Kernel(tc, 3, 1 << 20)
+    row = np.zeros(1, dtype=np.int32)
+    out = np.zeros(1, dtype=np.int32)
+    with pytest.raises(ValueError, match="class row must hold 1 int32 words"):
+        kernel.expand(np.zeros(2, dtype=np.int32), out)
+    with pytest.raises(ValueError, match="token row"):
+        kernel.expand(row, np.zeros(3, dtype=np.int32))
+    with pytest.raises(ValueError, match=r"plan must be -1 \(choose\) or 0..7"):
+        kernel.expand(row, out, None, None, 9)
+    with pytest.raises(ValueError, match="needs base_out and base_class"):
+        kernel.expand(row, out, None, None, 4)
+    with pytest.raises(TypeError):
+        kernel.expand(row)
+    with pytest.raises(BufferError):  # read-only output buffer
+        kernel.expand(row, bytes(4))
+    with pytest.raises(ValueError, match="num_classes"):
+        cexpand.Kernel(np.array([0, 3], dtype=np.int32), 3, 0)
+    with pytest.raises(ValueError, match="non-empty int32"):
+        cexpand.Kernel(b"", 3, 0)
+    with pytest.raises(ValueError, match="table_budget"):
+        cexpand.Kernel(tc, 3, -1)
+    with pytest.raises(ValueError, match="num_classes or the logit width"):
+        cexpand.Kernel(tc, 0, 0)
+    with pytest.raises(RuntimeError, match="not initialised"):
+        cexpand.Kernel.__new__(cexpand.Kernel).expand(row, out)
+    with pytest.raises(RuntimeError, match="already initialised"):
+        kernel.__init__(tc, 3, 0)
+    info = kernel.info()
+    assert info["valid_tokens"] == 4 and info["groups"] >= 0
+
+
+def test_expander_uses_the_c_kernel_and_its_tables() -> None:
+    rng = np.random.default_rng(9)
+    tc = skewed(rng, 50_000, 500, 1.5, 0.02)
+    ex = MaskExpander(tc, 500, kernel="c", cache_bytes=0)
+    assert ex.kernel == "c" and ex.num_stored >= 1 and ex.num_dense == 8 * ex.num_stored
+    assert ex.num_small_tokens == int(
+        np.isin(tc, np.argsort(-np.bincount(tc[tc >= 0]), kind="stable")[8 * ex.num_stored :]).sum()
+    )
+    forced = MaskExpander(tc, 500, kernel="c", dense=17, cache_bytes=0)
+    assert forced.num_stored == 3
+    none = MaskExpander(tc, 500, kernel="c", max_dense=0, cache_bytes=0)
+    assert none.num_stored == 0 and none.num_small_tokens == int((tc >= 0).sum())
+    for density in (0.01, 0.5, 0.99):
+        cm = class_row(rng, 500, density, junk=True)[None, :]
+        want = expand_reference(tc, cm, 50_000)
+        for e in (ex, forced, none):
+            for strategy in ("auto", "gather", "split", "sparse"):
+                assert np.array_equal(e.expand(cm, strategy=strategy), want), (strategy, density)
+
+
+def lru_model(keys: list[bytes], capacity: int) -> tuple[int, int, int]:
+    """Hits, misses and evictions of an LRU cache (independent model: a list, LRU first)."""
+    entries: list[bytes] = []
+    hits = misses = evictions = 0
+    for key in keys:
+        if key in entries:
+            hits += 1
+            entries.remove(key)
+        else:
+            misses += 1
+            if len(entries) == capacity:
+                entries.pop(0)
+                evictions += 1
+        entries.append(key)
+    return hits, misses, evictions
+
+
+@pytest.mark.parametrize(("capacity", "distinct"), [(1, 3), (2, 5), (7, 60), (31, 40), (64, 64)])
+def test_row_cache_is_an_lru_under_churn(capacity: int, distinct: int) -> None:
+    """Thousands of lookups over more keys than slots: the open-addressing table with
+    backward-shift deletion must keep finding every live key (stats equal an LRU model,
+    every row equals the oracle, hits included)."""
+    rng = np.random.default_rng(capacity * 100 + distinct)
+    width, classes = 700, 45
+    tc = skewed(rng, width, classes, 1.0, 0.05)
+    pool = np.stack([class_row(rng, classes, 0.5, junk=False) for _ in range(distinct)])
+    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 20, -1, capacity, 1)
+    wants = [oracle_row(tc, pool[i], classes) for i in range(distinct)]
+    order = rng.integers(0, distinct, 3000)
+    # bursts of the same few keys, as decoding revisits states
+    order[1000:2000] = rng.integers(0, max(1, capacity // 2), 1000)
+    out = np.zeros((1, (width + 31) // 32), dtype=np.int32)
+    for i in order:
+        kernel.expand_rows(pool[i], out)
+        assert np.array_equal(out[0], wants[i]), i
+    hits, misses, evictions = lru_model([pool[i].tobytes() for i in order], capacity)
+    info = kernel.cache_info()
+    assert (info["hits"], info["misses"], info["evictions"]) == (hits, misses, evictions)
+    assert info["entries"] == min(capacity, len(set(order.tolist())))
+    kernel.clear_cache()
+    assert kernel.cache_info()["entries"] == 0 and kernel.cache_info()["hits"] == 0
+    kernel.expand_rows(pool[0], out)
+    assert np.array_equal(out[0], wants[0])
+
+
+def test_row_cache_ignores_bits_past_num_classes() -> None:
+    rng = np.random.default_rng(12)
+    tc = skewed(rng, 300, 40, 1.0, 0.0)
+    kernel = cexpand.Kernel(tc.astype(np.int32), 40, 1 << 20, -1, 4, 1)
+    row = class_row(rng, 40, 0.5, junk=False)
+    junk = row.copy()
+    junk[-1] |= np.int32(-(1 << 8))  # bits 40..63 of the class row: past num_classes
+    out = np.zeros((1, 10), dtype=np.int32)
+    assert kernel.expand_rows(row, out) != 8
+    assert kernel.expand_rows(junk, out) == 8  # the same key: a hit
+    assert np.array_equal(out[0], oracle_row(tc, row, 40))
+
+
+def test_expand_rows_batches_and_errors() -> None:
+    rng = np.random.default_rng(13)
+    tc = skewed(rng, 500, 70, 1.0, 0.02)
+    kernel = cexpand.Kernel(tc.astype(np.int32), 70, 1 << 20, -1, 3, 2)
+    cm = np.stack([class_row(rng, 70, 0.3, junk=False) for _ in range(5)])
+    out = np.full((7, 16), -5, dtype=np.int32)
+    kernel.expand_rows(cm, out, np.array([6, 0, 2, 3, 5], dtype=np.int64))
+    for src, dst in enumerate([6, 0, 2, 3, 5]):
+        assert np.array_equal(out[dst], oracle_row(tc, cm[src], 70))
+    assert (out[1] == -5).all() and (out[4] == -5).all()
+    assert kernel.cache_info()["deltas"] >= 1  # delta=2: every miss after the first patches
+    with pytest.raises(IndexError, match="out of range"):
+        kernel.expand_rows(cm, out, np.array([0, 1, 2, 3, 7], dtype=np.int64))
+    with pytest.raises(ValueError, match="one int64 output index"):
+        kernel.expand_rows(cm, out, np.array([0, 1], dtype=np.int64))
+    with pytest.raises(ValueError, match="whole rows"):
+        kernel.expand_rows(np.ascontiguousarray(cm[:, :2]), out)
+    with pytest.raises(ValueError, match="one int64 output index"):
+        kernel.expand_rows(np.zeros((9, 3), dtype=np.int32), out)
+    with pytest.raises(ValueError, match="delta must be"):
+        cexpand.Kernel(tc.astype(np.int32), 70, 0, -1, 3, 5)
+    with pytest.raises(ValueError, match="cache_rows must be"):
+        cexpand.Kernel(tc.astype(np.int32), 70, 0, -1, -1)
