@@ -903,7 +903,8 @@ cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
     return plan;
 }
 
-/* Kernel.expand_rows(class_bitmask, out, indices=None) -> last row's plan (8: cache hit) */
+/* Kernel.expand_rows(class_bitmask, out, indices=None) -> last row's plan (8: cache hit);
+ * `indices` is an int64 buffer (one output row per class row) or, for one class row, an int */
 static PyObject *
 Kernel_expand_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -917,6 +918,14 @@ Kernel_expand_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_buffer cv, ov, iv;
     int have_idx = nargs == 3 && args[2] != Py_None;
+    int64_t single = 0; /* an int index: one class row into that output row */
+    int idx_is_int = have_idx && PyLong_Check(args[2]);
+    if (idx_is_int) {
+        single = PyLong_AsLongLong(args[2]);
+        if (single == -1 && PyErr_Occurred())
+            return NULL;
+        have_idx = 0;
+    }
     if (PyObject_GetBuffer(args[0], &cv, PyBUF_SIMPLE) < 0)
         return NULL;
     if (PyObject_GetBuffer(args[1], &ov, PyBUF_WRITABLE) < 0) {
@@ -937,11 +946,11 @@ Kernel_expand_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
                      k->cw, k->nw);
         goto done;
     }
-    if (have_idx ? iv.len != batch * 8 : batch > out_rows) {
+    if (idx_is_int ? batch != 1 : have_idx ? iv.len != batch * 8 : batch > out_rows) {
         PyErr_SetString(PyExc_ValueError, "one int64 output index per class row is needed");
         goto done;
     }
-    const int64_t *idx = have_idx ? (const int64_t *)iv.buf : NULL;
+    const int64_t *idx = have_idx ? (const int64_t *)iv.buf : idx_is_int ? &single : NULL;
     for (Py_ssize_t b = 0; b < batch; b++) {
         int64_t dst = idx ? idx[b] : b;
         if (dst < 0 || dst >= out_rows) {
@@ -1065,7 +1074,8 @@ static PyMethodDef Kernel_methods[] = {
     {"expand_rows", (PyCFunction)(void (*)(void))Kernel_expand_rows, METH_FASTCALL,
      "expand_rows(class_bitmask, out, indices=None) -> int\n\n"
      "Expand every row of a C-contiguous int32 class bitmask into row indices[i] (int64\n"
-     "buffer; default i) of the token bitmask `out`, through the LRU row cache (a miss\n"
+     "buffer; default i; an int for a single class row) of the token bitmask `out`,\n"
+     "through the LRU row cache (a miss\n"
      "may patch the most recently used cached row).  Returns the last row's plan, 8\n"
      "for a cache hit."},
     {"cache_info", (PyCFunction)Kernel_cache_info, METH_NOARGS,

@@ -527,6 +527,24 @@ class MaskExpander:
             return
         self._compute_row(class_row, out, strategy)
 
+    def expand_at(self, class_rows: npt.NDArray[np.int32], out: npt.NDArray[np.int32], index: int) -> None:
+        """Expand row 0 of ``class_rows`` into row ``index`` of ``out`` (the one-sequence
+        fast path of the engine adapters: no row views, one call into the C kernel).
+
+        Parameters
+        ----------
+        class_rows : numpy.ndarray
+            int32 ``(1, ceil(num_classes / 32))``, C-contiguous.
+        out : numpy.ndarray
+            int32 ``(batch, ceil(logit_width / 32))``, C-contiguous.
+        index : int
+            Row of ``out`` to write; the caller checks it is in range.
+        """
+        if self._kernel is not None:
+            self.last_strategy = _C_PLANS[self._kernel.expand_rows(class_rows, out, index)]
+        else:
+            self.expand_row(class_rows[0], out[index])
+
     def _compute_row(
         self, class_row: npt.NDArray[np.int32], out: npt.NDArray[np.uint32], strategy: str
     ) -> None:

@@ -283,6 +283,44 @@ def test_special_token_policy() -> None:
         assert set(allowed_ids(bm[0], vocab.logit_width).tolist()) == start
 
 
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_batches_with_terminated_matchers(engine: str) -> None:
+    """Terminated matchers in a batch get zero rows, the others their masks (XGrammar's fills
+    raise on a terminated matcher: the adapter fills optimistically and redoes the call with
+    the checks; the result must not depend on that)."""
+    vocab = tiny_vocab()
+    mod = ENGINES[engine]
+    for compiled in (
+        mod.compile_full(vocab, TINY_GRAMMAR),
+        mod.compile(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR),
+    ):
+        ms = [compiled.matcher() for _ in range(4)]
+        for i in (1, 3):
+            assert ms[i].accept_token(3) and ms[i].accept_token(18) and ms[i].is_terminated()
+        assert ms[2].accept_token(3)
+        want = compiled.allocate_token_bitmask(4)
+        for i, m in enumerate(ms):
+            m.fill_next_token_bitmask(want, i)
+        assert not want[1].any() and not want[3].any() and want[0].any() and want[2].any()
+        for indices in (None, [3, 0, 2, 1]):
+            got = np.full((4, compiled.token_words), -1, dtype=np.int32)
+            compiled.fill_next_token_bitmask_batch(ms, got, indices)
+            order = list(range(4)) if indices is None else indices
+            for j, r in enumerate(order):
+                assert np.array_equal(got[r], want[j]), (compiled, indices, j)
+            cls = np.full((4, compiled.engine_words), -1, dtype=np.int32)
+            compiled.fill_next_class_bitmask_batch(ms, cls, indices)
+            for j, r in enumerate(order):
+                single = compiled.allocate_class_bitmask(1)
+                ms[j].fill_next_class_bitmask(single, 0)
+                assert np.array_equal(cls[r], single[0]), (compiled, indices, j)
+                assert cls[r].any() == (j in (0, 2))
+        live = [ms[0], ms[2]]
+        got = compiled.allocate_token_bitmask(2)
+        compiled.fill_next_token_bitmask_batch(live, got)
+        assert np.array_equal(got, want[[0, 2]])
+
+
 # -- bad input --------------------------------------------------------------------------
 def test_bad_input_errors() -> None:
     vocab = tiny_vocab()

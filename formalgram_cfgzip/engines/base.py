@@ -191,6 +191,13 @@ def class_vocabulary(classes: TokenClasses) -> list[bytes]:
 
 def _as_int32_2d(bitmask: Any, what: str) -> npt.NDArray[np.int32]:
     """A writable numpy view of an int32 bitmask (numpy array or CPU torch tensor)."""
+    if (  # the common case first: a C-contiguous 2-D int32 numpy array
+        type(bitmask) is np.ndarray
+        and bitmask.ndim == 2
+        and bitmask.dtype == np.int32
+        and bitmask.flags.c_contiguous
+    ):
+        return bitmask
     arr: Any = bitmask
     if not isinstance(arr, np.ndarray):
         numpy_fn = getattr(arr, "numpy", None)
@@ -217,9 +224,30 @@ class EngineMatcher(ABC):
     checks arguments and expands masks.
     """
 
+    #: The engine's fill raises ``RuntimeError`` once a stop token was accepted (XGrammar):
+    #: fills then skip the per-call ``is_terminated()`` (a call into the engine) and check
+    #: it only when the fill raised.
+    FILL_RAISES_WHEN_TERMINATED = False
+
     def __init__(self, compiled: CompiledGrammar) -> None:
         self.compiled = compiled
         self._scratch = np.zeros((1, compiled.engine_words), dtype=np.int32)
+
+    def _fill_live(self, bitmask: npt.NDArray[np.int32], index: int) -> bool:
+        """Engine fill of row ``index``; ``False`` (row zeroed, nothing filled) when the
+        matcher is terminated."""
+        if self.FILL_RAISES_WHEN_TERMINATED:
+            try:
+                self._engine_fill(bitmask, index)
+                return True
+            except RuntimeError:
+                if not self.is_terminated():
+                    raise
+        elif not self.is_terminated():
+            self._engine_fill(bitmask, index)
+            return True
+        bitmask[index] = 0
+        return False
 
     # -- engine hooks -----------------------------------------------------------------------
     @abstractmethod
@@ -273,10 +301,7 @@ class EngineMatcher(ABC):
                 f"class bitmask must have {c.engine_words} int32 words per row, got {arr.shape[1]}"
             )
         _check_index(index, arr.shape[0])
-        if self.is_terminated():
-            arr[index] = 0
-            return
-        self._engine_fill(arr, index)
+        self._fill_live(arr, index)
 
     def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
         """Write the full-vocabulary mask (XGrammar layout) into row ``index`` of ``bitmask``.
@@ -299,17 +324,19 @@ class EngineMatcher(ABC):
                 f"token bitmask must have ceil({c.logit_width}/32) = {c.token_words} int32 words per row, "
                 f"got {arr.shape[1]}"
             )
-        _check_index(index, arr.shape[0])
-        if self.is_terminated():
-            arr[index] = 0
-            return
+        if not 0 <= index < arr.shape[0]:
+            _check_index(index, arr.shape[0])
         if c.direct_fill:
-            self._engine_fill(arr, index)
-            c.clear_padding(arr[index : index + 1])
+            if self._fill_live(arr, index):
+                c.clear_padding(arr[index : index + 1])
             return
         scratch = self._scratch
-        self._engine_fill(scratch, 0)
-        c.finish_row(scratch[0], arr[index])
+        if not self._fill_live(scratch, 0):
+            arr[index] = 0
+        elif c.expander is not None:
+            c.expander.expand_at(scratch, arr, index)
+        else:
+            c.finish_row(scratch[0], arr[index])
 
 
 def _check_index(index: int, rows: int) -> None:
@@ -420,10 +447,12 @@ class CompiledGrammar(ABC):
         words: int,
         what: str,
         indices: Sequence[int] | None,
+        check_terminated: bool = True,
     ) -> tuple[list[int], list[int]]:
         """Validate a batch call; zero the rows of terminated matchers.
 
-        Returns the target row of each matcher and the positions of the live matchers.
+        Returns the target row of each matcher and the positions of the live matchers
+        (all of them, unchecked, when ``check_terminated`` is false).
         """
         if arr.shape[1] != words:
             raise EngineError(f"{what} must have {words} int32 words per row, got {arr.shape[1]}")
@@ -435,6 +464,8 @@ class CompiledGrammar(ABC):
         for m in matchers:
             if m.compiled is not self:
                 raise EngineError("a matcher of another compiled grammar was passed")
+        if not check_terminated:
+            return rows, list(range(len(matchers)))
         live: list[int] = []
         for j, m in enumerate(matchers):
             if m.is_terminated():
@@ -442,6 +473,12 @@ class CompiledGrammar(ABC):
             else:
                 live.append(j)
         return rows, live
+
+    @staticmethod
+    def _optimistic(matchers: Sequence[EngineMatcher]) -> bool:
+        """Whether a batch may be filled without checking termination first (the engine
+        raises on a terminated matcher, and the call is then redone with the checks)."""
+        return bool(matchers) and all(m.FILL_RAISES_WHEN_TERMINATED for m in matchers)
 
     def fill_next_token_bitmask_batch(
         self, matchers: Sequence[EngineMatcher], bitmask: Any, indices: Sequence[int] | None = None
@@ -459,7 +496,19 @@ class CompiledGrammar(ABC):
         EngineError, BatchIndexError
         """
         arr = _as_int32_2d(bitmask, "token bitmask")
+        if self._optimistic(matchers):
+            rows, live = self._batch_rows(matchers, arr, self.token_words, "token bitmask", indices, False)
+            try:
+                self._token_batch(matchers, arr, rows, live)
+                return
+            except RuntimeError:
+                pass  # a terminated matcher: redo with the checks (rows are rewritten)
         rows, live = self._batch_rows(matchers, arr, self.token_words, "token bitmask", indices)
+        self._token_batch(matchers, arr, rows, live)
+
+    def _token_batch(
+        self, matchers: Sequence[EngineMatcher], arr: npt.NDArray[np.int32], rows: list[int], live: list[int]
+    ) -> None:
         n = len(live)
         if n == 0:
             return
@@ -487,7 +536,19 @@ class CompiledGrammar(ABC):
         to expand on the logits' device.
         """
         arr = _as_int32_2d(class_bitmask, "class bitmask")
+        if self._optimistic(matchers):
+            rows, live = self._batch_rows(matchers, arr, self.engine_words, "class bitmask", indices, False)
+            try:
+                self._class_batch(matchers, arr, rows, live)
+                return
+            except RuntimeError:
+                pass  # a terminated matcher: redo with the checks
         rows, live = self._batch_rows(matchers, arr, self.engine_words, "class bitmask", indices)
+        self._class_batch(matchers, arr, rows, live)
+
+    def _class_batch(
+        self, matchers: Sequence[EngineMatcher], arr: npt.NDArray[np.int32], rows: list[int], live: list[int]
+    ) -> None:
         if not live:
             return
         if live == list(range(len(matchers))) and rows == live:

@@ -56,6 +56,9 @@ def _xgr() -> Any:
 class XGrammarMatcher(EngineMatcher):
     """Matcher over real token ids backed by an ``xgrammar.GrammarMatcher``."""
 
+    # XGrammar's fills raise "GrammarMatcher has terminated ..." after a stop token
+    FILL_RAISES_WHEN_TERMINATED = True
+
     def __init__(self, compiled: XGrammarCompiled) -> None:
         super().__init__(compiled)
         self._m = _xgr().GrammarMatcher(compiled.engine_grammar)
@@ -65,6 +68,17 @@ class XGrammarMatcher(EngineMatcher):
 
     def _engine_fill(self, bitmask: npt.NDArray[np.int32], index: int) -> None:
         self._m.fill_next_token_bitmask(bitmask, index)
+
+    def _fill_live(self, bitmask: npt.NDArray[np.int32], index: int) -> bool:
+        # the base class's optimistic fill with the engine call inlined (the hot path)
+        try:
+            self._m.fill_next_token_bitmask(bitmask, index)
+            return True
+        except RuntimeError:
+            if not self.is_terminated():
+                raise
+        bitmask[index] = 0
+        return False
 
     def rollback(self, num_tokens: int = 1) -> None:
         """Undo the last ``num_tokens`` accepted tokens."""
