@@ -233,7 +233,9 @@ def compress(
     max_states : int
         Largest number of search states for one token prefix.
     memory_budget : int or None
-        Resident memory in bytes for the search (per process); ``None`` for no limit.
+        Bytes the displacement search may add to each process's resident memory (counted
+        from the search's start, so memory the caller already holds does not count);
+        ``None`` for no limit.
     specialize : bool or None
         Copy single-byte nonterminals per occurrence before the search
         (:func:`~formalgram_cfgzip.displacement.specialize_terminal_symbols`): a sharper

@@ -164,7 +164,9 @@ class DisplacementSearch:
         plus ``EXPANSION_WORK`` per step.  Fitted on xml2rfc_v3 with and without
         specialisation (pure Python): CPU time ≈ 1.2 µs per scanned top + 45 µs per step.
     memory_budget : int or None
-        Peak resident memory, in bytes, checked periodically; exceeding it raises GrammarTooLarge.
+        Bytes the search may add to the process's resident memory, counted from when this
+        object was created (memory the process already held -- a model, other caches --
+        does not count); checked periodically, exceeding it raises GrammarTooLarge.
 
     Raises
     ------
@@ -195,6 +197,9 @@ class DisplacementSearch:
         self.max_states = max_states
         self.max_cells = max_cells
         self.memory_budget = memory_budget
+        # resident memory when the search was created: the budget counts growth from here
+        # (not reset by reset(), which frees tables the allocator may keep)
+        self._rss_base = current_rss() if memory_budget is not None else 0
         self.max_work = max_work
         self.expansions = 0  # steps computed (memo misses), summed over resets
         self.work = 0  # stack tops scanned by those steps, plus EXPANSION_WORK per step
@@ -565,9 +570,12 @@ class DisplacementSearch:
             raise GrammarTooLarge("displacement search", self.max_cells, "trie nodes and memo entries")
         if self.memory_budget is not None:
             rss = current_rss()
-            if rss > self.memory_budget:
+            if rss - self._rss_base > self.memory_budget:
                 raise GrammarTooLarge(
-                    "displacement search", self.memory_budget, f"peak memory reached {rss >> 20} MiB"
+                    "displacement search",
+                    self.memory_budget,
+                    f"bytes: memory grew by {(rss - self._rss_base) >> 20} MiB since the search"
+                    f" started; resident {rss >> 20} MiB",
                 )
 
     def run_classes(self, classes: Iterable[int], node: int = START) -> int:
