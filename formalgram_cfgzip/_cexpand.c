@@ -1061,6 +1061,78 @@ Kernel_info(Kernel *k, PyObject *Py_UNUSED(ignored))
                          k->cost_gather, "cost_split_ns", k->cost_split);
 }
 
+/* apply_bitmask(bits, values, itemsize, pattern): values[i] = pattern (the -inf bit pattern of
+ * a float type of `itemsize` bytes) for every i whose bit is 0; values beyond the bits, too */
+#define APPLY_BODY(T)                                                                    \
+    do {                                                                                 \
+        T *v = (T *)vv.buf, pat = (T)pattern;                                            \
+        Py_ssize_t covered = n < nbits ? n : nbits;                                      \
+        for (Py_ssize_t w = 0; 32 * w < covered; w++) {                                  \
+            uint32_t x = ~bits[w];                                                       \
+            if (32 * w + 32 > covered)                                                   \
+                x &= covered - 32 * w >= 32 ? 0xffffffffu                                \
+                                            : (((uint32_t)1 << (covered - 32 * w)) - 1); \
+            while (x) {                                                                  \
+                v[32 * w + ctz32(x)] = pat;                                              \
+                x &= x - 1;                                                              \
+            }                                                                            \
+        }                                                                                \
+        for (Py_ssize_t i = covered; i < n; i++)                                         \
+            v[i] = pat;                                                                  \
+    } while (0)
+
+static PyObject *
+apply_bitmask(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "apply_bitmask(bits, values, itemsize, pattern)");
+        return NULL;
+    }
+    Py_ssize_t itemsize = PyLong_AsSsize_t(args[2]);
+    if (itemsize == -1 && PyErr_Occurred())
+        return NULL;
+    unsigned long long pattern = PyLong_AsUnsignedLongLong(args[3]);
+    if (pattern == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (itemsize != 2 && itemsize != 4 && itemsize != 8) {
+        PyErr_SetString(PyExc_ValueError, "itemsize must be 2, 4 or 8");
+        return NULL;
+    }
+    Py_buffer bv, vv;
+    if (PyObject_GetBuffer(args[0], &bv, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &vv, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&bv);
+        return NULL;
+    }
+    if (bv.len % 4 != 0 || vv.len % itemsize != 0) {
+        PyBuffer_Release(&bv);
+        PyBuffer_Release(&vv);
+        PyErr_SetString(PyExc_ValueError, "bits must be int32 words and values whole items");
+        return NULL;
+    }
+    const uint32_t *bits = (const uint32_t *)bv.buf;
+    Py_ssize_t nbits = bv.len / 4 * 32, n = vv.len / itemsize;
+    if (itemsize == 2)
+        APPLY_BODY(uint16_t);
+    else if (itemsize == 4)
+        APPLY_BODY(uint32_t);
+    else
+        APPLY_BODY(uint64_t);
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&vv);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"apply_bitmask", (PyCFunction)(void (*)(void))apply_bitmask, METH_FASTCALL,
+     "apply_bitmask(bits, values, itemsize, pattern)\n\n"
+     "Write `pattern` (an unsigned int: the bit pattern of -inf in a float type of\n"
+     "`itemsize` = 2, 4 or 8 bytes) into every item of the writable buffer `values` whose\n"
+     "bit in the int32 bitmask `bits` is 0, and into every item past the bits."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMethodDef Kernel_methods[] = {
     {"expand", (PyCFunction)(void (*)(void))Kernel_expand, METH_FASTCALL,
      "expand(class_row, out, base_out=None, base_class=None, plan=-1) -> int\n\n"
@@ -1107,8 +1179,8 @@ static PyTypeObject KernelType = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "formalgram_cfgzip._cexpand",
-    "Class bitmask -> token bitmask expansion in C (see formalgram_cfgzip.expand).", -1, NULL,
-    NULL, NULL, NULL, NULL,
+    "Class bitmask -> token bitmask expansion in C (see formalgram_cfgzip.expand).", -1,
+    module_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC

@@ -116,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--start", default="root", help="start rule (default: root)")
     c.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     c.add_argument("--budget", type=int, default=2_000_000, help="GNF size budget (rules)")
-    c.add_argument("--memory-budget", type=int, default=4096, help="memory the search may add, in MiB (0: none)")
+    c.add_argument(
+        "--memory-budget", type=int, default=4096, help="memory the search may add, in MiB (0: none)"
+    )
     c.add_argument(
         "--specialize",
         action=argparse.BooleanOptionalAction,

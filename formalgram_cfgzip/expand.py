@@ -174,7 +174,7 @@ def _check_token_class(token_class: npt.ArrayLike, num_classes: int) -> npt.NDAr
 
 
 class MaskExpander:
-    """Expand class bitmasks to full-vocabulary token bitmasks on the CPU (numpy).
+    """Expand class bitmasks to full-vocabulary token bitmasks on the CPU (C kernel or numpy).
 
     Parameters
     ----------
@@ -844,26 +844,46 @@ class MaskExpander:
         Parameters
         ----------
         logits : numpy.ndarray
-            float ``(batch, n)`` with ``n >= logit_width``; columns past ``logit_width`` are
-            set to ``-inf`` as well (padding is never allowed).
+            float16, float32 or float64 ``(batch, n)`` with ``n >= logit_width``; columns
+            past ``logit_width`` are set to ``-inf`` as well (padding is never allowed).
         class_bitmask : numpy.ndarray
             int32 ``(batch, ceil(num_classes / 32))``.
 
         Raises
         ------
         ValueError
-            On a shape mismatch.
+            On a shape mismatch or another dtype.
+
+        Complexity
+        ----------
+        Per row, one expansion (cached rows: a copy) and one pass over the logits (C kernel:
+        only the disallowed ones are written).
         """
-        cm = self._check_class_bitmask(class_bitmask)
         lg = logits if logits.ndim == 2 else logits[None, :]
-        if lg.shape[0] != cm.shape[0] or lg.shape[1] < self.logit_width:
-            raise ValueError(f"logits of shape {logits.shape} do not fit a class bitmask of {cm.shape}")
-        row = self._scratch
+        if lg.dtype.kind != "f" or lg.dtype.itemsize not in (2, 4, 8):
+            raise ValueError(f"logits must be float16, float32 or float64, got {lg.dtype}")
+        unsigned = np.dtype(f"u{lg.dtype.itemsize}")
+        pattern = int(np.array(-np.inf, dtype=lg.dtype).view(unsigned).item())
+        self._mask_raw(lg.view(unsigned), class_bitmask, pattern)
+
+    def _mask_raw(self, raw: npt.NDArray[Any], class_bitmask: npt.NDArray[np.int32], pattern: int) -> None:
+        """:meth:`mask_logits` on the logits' bits: ``raw`` is an unsigned-int view of them
+        (2, 4 or 8 bytes per value; bfloat16 included) and ``pattern`` the bits of ``-inf``."""
+        cm = self._check_class_bitmask(class_bitmask)
+        if raw.ndim != 2 or raw.shape[0] != cm.shape[0] or raw.shape[1] < self.logit_width:
+            raise ValueError(f"logits of shape {raw.shape} do not fit a class bitmask of {cm.shape}")
+        row = self._scratch.view(np.int32)[None, :]
+        apply = None if self._kernel is None else _c_module().apply_bitmask
+        neg_inf = raw.dtype.type(pattern)
         for b in range(cm.shape[0]):
-            self.expand_row(cm[b], row.view(np.int32))
-            bits = np.unpackbits(row.view(np.uint8), count=self.logit_width, bitorder="little")
-            np.putmask(lg[b, : self.logit_width], bits == 0, -np.inf)
-            lg[b, self.logit_width :] = -np.inf
+            self.expand_at(cm[b : b + 1], row, 0)
+            values = raw[b]
+            if apply is not None and values.flags.c_contiguous:
+                apply(row, values[: self.logit_width], raw.dtype.itemsize, pattern)
+            else:
+                bits = np.unpackbits(row.view(np.uint8), count=self.logit_width, bitorder="little")
+                np.putmask(values[: self.logit_width], bits == 0, neg_inf)
+            values[self.logit_width :] = neg_inf
 
 
 def _triton_kernels() -> Any:
@@ -886,8 +906,9 @@ def _torch() -> Any:
 class TorchMaskExpander:
     """Class bitmask -> token bitmask / masked logits with torch tensors, on the CPU or a GPU.
 
-    On the CPU (``backend="auto"``) the numpy :class:`MaskExpander` runs on the tensors'
-    memory (no copy).  On CUDA ``"auto"`` takes the Triton kernels of
+    On the CPU (``backend="auto"``, named ``"numpy"``) a :class:`MaskExpander` (its C kernel
+    when built) runs on the tensors' memory (no copy; any float type, bfloat16 included, for
+    the logits).  On CUDA ``"auto"`` takes the Triton kernels of
     :mod:`formalgram_cfgzip._triton_expand` when Triton is importable (one launch per batch:
     each program reads the class ids of 1024 logit indices, tests their bits in the class
     bitmask and ORs them into 32 words), else the ``"torch"`` backend: a gather on the
@@ -1078,7 +1099,16 @@ class TorchMaskExpander:
             )
         w = self.logit_width
         if self._numpy is not None:
-            self._numpy.mask_logits(logits.detach().numpy(), cm.contiguous().numpy())
+            # through an integer view of the same width, so that bfloat16 / float16 work too
+            torch = _torch()
+            size = logits.element_size()
+            if not logits.dtype.is_floating_point or size not in (2, 4, 8):
+                raise ValueError(f"logits must be a float tensor of 2, 4 or 8 bytes, got {logits.dtype}")
+            int_type = {2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
+            pattern = int(torch.tensor(float("-inf"), dtype=logits.dtype).view(int_type).item())
+            raw = logits.detach().view(int_type).numpy()
+            unsigned = np.dtype(f"u{size}")
+            self._numpy._mask_raw(raw.view(unsigned), cm.contiguous().numpy(), pattern % (1 << (8 * size)))
             return logits
         if self._kernels is not None and logits.stride(1) == 1:
             self._kernels.launch_mask_logits(logits, cm.contiguous(), self._index32, w)

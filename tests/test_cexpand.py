@@ -282,3 +282,25 @@ def test_expand_rows_batches_and_errors() -> None:
         cexpand.Kernel(tc.astype(np.int32), 70, 0, -1, 3, 5)
     with pytest.raises(ValueError, match="cache_rows must be"):
         cexpand.Kernel(tc.astype(np.int32), 70, 0, -1, -1)
+
+
+def test_apply_bitmask_patterns_and_errors() -> None:
+    """-inf patterns of every width written where bits are 0 and past the bits; errors."""
+    rng = np.random.default_rng(14)
+    bits = rng.integers(-(2**31), 2**31, 3, dtype=np.int64).astype(np.int32)
+    allowed = np.unpackbits(bits.view(np.uint8), bitorder="little").astype(bool)
+    for dtype in (np.float16, np.float32, np.float64):
+        values = rng.standard_normal(100).astype(dtype)
+        before = values.copy()
+        unsigned = np.dtype(f"u{values.itemsize}")
+        pattern = int(np.array(-np.inf, dtype=dtype).view(unsigned).item())
+        cexpand.apply_bitmask(bits, values.view(unsigned), values.itemsize, pattern)
+        assert np.array_equal(np.isneginf(values[:96]), ~allowed)
+        assert np.isneginf(values[96:]).all()
+        assert np.array_equal(values[:96][allowed], before[:96][allowed])
+    with pytest.raises(ValueError, match="itemsize"):
+        cexpand.apply_bitmask(bits, np.zeros(9, dtype=np.uint8), 3, 0)
+    with pytest.raises(ValueError, match="whole items"):
+        cexpand.apply_bitmask(bits, np.zeros(9, dtype=np.uint8), 2, 0)
+    with pytest.raises(TypeError):
+        cexpand.apply_bitmask(bits, np.zeros(8, dtype=np.uint16), 2)

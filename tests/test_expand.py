@@ -308,6 +308,30 @@ def test_numpy_mask_logits(kernel: Any) -> None:
     assert np.isneginf(logits[:, 99:]).all()
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_mask_logits_dtypes_and_layouts(kernel: Any, dtype: Any) -> None:
+    """The direct logits path for every float width, C-ordered and strided logits."""
+    rng = np.random.default_rng(6)
+    width, classes = 1_000, 40
+    tc = random_case(rng, width, classes, 1.0, 0.1)
+    ex = MaskExpander(tc, classes, kernel=kernel)
+    cm = random_class_mask(rng, 3, classes, 0.5)
+    bits = np.unpackbits(oracle(tc, cm, classes).view(np.uint8), axis=1, bitorder="little")[:, :width]
+    for layout in ("C", "F", "wider"):
+        base = rng.standard_normal((3, width + 37)).astype(dtype)
+        logits = np.asfortranarray(base) if layout == "F" else base.copy()
+        if layout == "wider":  # a view of every other column of a wider array: strided rows
+            logits = np.repeat(base, 2, axis=1)[:, ::2]
+        ex.mask_logits(logits, cm)
+        assert np.array_equal(np.isneginf(logits[:, :width]), bits == 0), layout
+        assert np.isneginf(logits[:, width:]).all()
+        kept = bits == 1
+        assert np.array_equal(logits[:, :width][kept], base[:, :width][kept])  # others untouched
+    with pytest.raises(ValueError, match="float16, float32 or float64"):
+        ex.mask_logits(np.zeros((3, width), dtype=np.int32), cm)  # type: ignore[arg-type]
+
+
 # -- torch ------------------------------------------------------------------------------
 torch: Any = pytest.importorskip("torch")
 
@@ -334,6 +358,28 @@ def test_torch_expander_equals_numpy(backend: str, width: int, classes: int) -> 
         assert torch.equal(torch.isneginf(logits), torch.isneginf(ref))
         bits = np.unpackbits(want.view(np.uint8), axis=1, bitorder="little")[:, :width].astype(bool)
         assert np.array_equal(torch.isneginf(logits[:, :width]).numpy(), ~bits)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
+def test_torch_cpu_mask_logits_every_float_type(dtype: str) -> None:
+    """CPU tensors of any float type, bfloat16 included (numpy has no bfloat16)."""
+    from formalgram_cfgzip.expand import TorchMaskExpander
+
+    rng = np.random.default_rng(7)
+    width, classes = 999, 30
+    tc = random_case(rng, width, classes, 1.0, 0.05)
+    ex = TorchMaskExpander(tc, classes)
+    cm = random_class_mask(rng, 2, classes, 0.5)
+    bits = np.unpackbits(oracle(tc, cm, classes).view(np.uint8), axis=1, bitorder="little")[:, :width]
+    logits = torch.randn(2, width + 5, dtype=getattr(torch, dtype))
+    before = logits.clone()
+    ex.mask_logits(logits, torch.from_numpy(cm))
+    assert np.array_equal(torch.isneginf(logits[:, :width]).numpy(), bits == 0)
+    assert torch.isneginf(logits[:, width:]).all()
+    kept = torch.from_numpy(bits == 1)
+    assert torch.equal(logits[:, :width][kept], before[:, :width][kept])
+    with pytest.raises(ValueError, match="float tensor"):
+        ex.mask_logits(torch.zeros(2, width, dtype=torch.int32), torch.from_numpy(cm))
 
 
 def test_apply_matches_xgrammar() -> None:
