@@ -321,6 +321,26 @@ def test_batches_with_terminated_matchers(engine: str) -> None:
         assert np.array_equal(got, want[[0, 2]])
 
 
+def test_llguidance_limits_are_passed_to_the_matchers() -> None:
+    """A tiny Earley-item budget puts the matcher in llguidance's error state; the default
+    does not (so ``limits`` reaches llguidance, for compile and compile_full alike)."""
+    import llguidance
+
+    vocab = tiny_vocab()
+    tight = llguidance.LLParserLimits(step_max_items=1)
+    for compiled in (
+        llg_engine.compile_full(vocab, TINY_GRAMMAR, limits=tight),
+        llg_engine.compile(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR, limits=tight),
+    ):
+        m = compiled.matcher()
+        m.fill_next_token_bitmask(compiled.allocate_token_bitmask(1))
+        assert m.accept_token(3) is False or m.engine_error() != ""
+        assert m.engine_error() != ""
+    m = llg_engine.compile_full(vocab, TINY_GRAMMAR).matcher()
+    m.fill_next_token_bitmask(compiled.allocate_token_bitmask(1))
+    assert m.accept_token(3) and m.engine_error() == ""
+
+
 # -- bad input --------------------------------------------------------------------------
 def test_bad_input_errors() -> None:
     vocab = tiny_vocab()
@@ -419,13 +439,28 @@ def _setup(path: Path, vocab_name: str, engine: str) -> tuple[CompiledGrammar, C
         pytest.skip(f"{path.name}: {type(classes).__name__}: {str(classes)[:120]}")
     mod = ENGINES[engine]
     fkey = (str(path), vocab_name, engine)
+    options = _sweep_options(engine)
     try:
         if fkey not in _full_cache:
-            _full_cache[fkey] = mod.compile_full(vocab, text)
-        compressed = mod.compile(classes, text)
+            _full_cache[fkey] = mod.compile_full(vocab, text, **options)
+        compressed = mod.compile(classes, text, **options)
     except EngineError as exc:
         pytest.skip(f"{engine} cannot compile {path.name}: {str(exc)[:120]}")
     return compressed, _full_cache[fkey]
+
+
+# llguidance's default of 50,000 Earley items per mask step stops its full-vocabulary
+# reference matcher on some printed JSON-schema grammars (walks were restarted); the sweep
+# gives both engines the same, larger budget, so walks run to the end.
+SWEEP_LLGUIDANCE_MAX_ITEMS = 2_000_000
+
+
+def _sweep_options(engine: str) -> dict[str, Any]:
+    if engine != "llguidance":
+        return {}
+    import llguidance
+
+    return {"limits": llguidance.LLParserLimits(step_max_items=SWEEP_LLGUIDANCE_MAX_ITEMS)}
 
 
 FAST_CASES = [

@@ -151,6 +151,7 @@ class LLGuidanceCompiled(CompiledGrammar):
         engine_tokens: list[bytes],
         eos_ids: list[int],
         grammar: str,
+        limits: Any = None,
     ) -> None:
         super().__init__(vocab, classes, engine_tokens, eos_ids)
         llg = _llg()
@@ -161,7 +162,7 @@ class LLGuidanceCompiled(CompiledGrammar):
             raise EngineError(
                 f"llguidance built a tokenizer of {self.tokenizer.vocab_size} tokens for {len(engine_tokens)}"
             )
-        self.pristine = llg.LLMatcher(self.tokenizer, grammar, log_level=0)
+        self.pristine = llg.LLMatcher(self.tokenizer, grammar, log_level=0, limits=limits)
         if self.pristine.is_error():
             raise EngineError(f"llguidance cannot compile the grammar: {self.pristine.get_error()[:500]}")
         self._executor: Any = None
@@ -226,6 +227,7 @@ def compile(
     syntax: Syntax = "gbnf",
     vocab: Vocabulary | None = None,
     check: bool = True,
+    limits: Any = None,
 ) -> LLGuidanceCompiled:
     """Compile ``grammar_text`` with llguidance over the representatives of ``classes``.
 
@@ -244,6 +246,10 @@ def compile(
         The caller's vocabulary, checked against ``classes.vocab``.
     check : bool, keyword-only
         Validate fingerprints (GBNF only) and the special-token policy.
+    limits : llguidance.LLParserLimits or None, keyword-only
+        llguidance's parser limits for the grammar and every matcher (``None``: its
+        defaults, e.g. 50,000 Earley items per mask step).  A matcher that exceeds them
+        enters llguidance's error state (:meth:`LLGuidanceMatcher.engine_error`).
 
     Returns
     -------
@@ -261,13 +267,22 @@ def compile(
     else:
         eos = [len(tokens)]
         tokens.append(b"")
-    return LLGuidanceCompiled(classes.vocab, classes, tokens, eos, _grammar(grammar_text, syntax, root))
+    return LLGuidanceCompiled(
+        classes.vocab, classes, tokens, eos, _grammar(grammar_text, syntax, root), limits
+    )
 
 
 def compile_full(
-    vocab: Vocabulary, grammar_text: str, *, root: str = "root", syntax: Syntax = "gbnf"
+    vocab: Vocabulary,
+    grammar_text: str,
+    *,
+    root: str = "root",
+    syntax: Syntax = "gbnf",
+    limits: Any = None,
 ) -> LLGuidanceCompiled:
     """The uncompressed reference: llguidance over every logit index of ``vocab``.
+
+    ``limits``: as for :func:`compile`.
 
     Raises
     ------
@@ -279,4 +294,4 @@ def compile_full(
     if not eos:
         eos = [len(tokens)]
         tokens.append(b"")
-    return LLGuidanceCompiled(vocab, None, tokens, eos, _grammar(grammar_text, syntax, root))
+    return LLGuidanceCompiled(vocab, None, tokens, eos, _grammar(grammar_text, syntax, root), limits)
