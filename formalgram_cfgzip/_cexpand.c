@@ -940,7 +940,7 @@ Kernel_expand_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
     PyObject *result = NULL;
     Py_ssize_t crow = k->cw * 4, orow = k->nw * 4;
     Py_ssize_t batch = cv.len / crow, out_rows = ov.len / orow;
-    if (cv.len % crow != 0 || ov.len % orow != 0 || batch == 0) {
+    if (cv.len % crow != 0 || ov.len % orow != 0) {
         PyErr_Format(PyExc_ValueError,
                      "class bitmask / token bitmask must be whole rows of %zd / %zd int32 words",
                      k->cw, k->nw);

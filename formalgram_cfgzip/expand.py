@@ -783,6 +783,27 @@ class MaskExpander:
         ----------
         Per row: a cache lookup, then min(split cost, gather cost) on a miss.
         """
+        if (  # the C kernel's fast path: plain arrays, the kernel checks the indices
+            self._kernel is not None
+            and strategy == "auto"
+            and type(class_bitmask) is np.ndarray
+            and class_bitmask.ndim == 2
+            and class_bitmask.dtype == np.int32
+            and class_bitmask.shape[1] == self.class_words
+            and class_bitmask.flags.c_contiguous
+            and type(out) is np.ndarray
+            and out.ndim == 2
+            and out.dtype == np.int32
+            and out.shape[1] == self.num_words
+            and out.flags.c_contiguous
+        ):
+            if indices is not None and len(indices) != class_bitmask.shape[0]:
+                raise ValueError(
+                    f"{len(indices)} indices given for {class_bitmask.shape[0]} class-bitmask rows"
+                )
+            index = None if indices is None else np.asarray(indices, dtype=np.int64)
+            self.last_strategy = _C_PLANS[self._kernel.expand_rows(class_bitmask, out, index)]
+            return out
         cm = self._check_class_bitmask(class_bitmask)
         batch = cm.shape[0]
         if out is None:

@@ -293,6 +293,12 @@ def test_indices_out_and_errors(kernel: Any) -> None:
         MaskExpander(tc, 4, cache_bytes=-1)
     with pytest.raises(ValueError, match="kernel must be"):
         MaskExpander(tc, 4, kernel="fortran")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="1 indices given for 2"):
+        ex.expand(cm, out, indices=[1])
+    empty = np.zeros((0, 1), dtype=np.int32)  # an empty batch is a no-op
+    assert ex.expand(empty).shape == (0, 3)
+    before = out.copy()
+    assert ex.expand(empty, out) is out and np.array_equal(out, before)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
