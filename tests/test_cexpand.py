@@ -1,5 +1,6 @@
 """The C expansion kernel (formalgram_cfgzip/_cexpand.c): every plan, forced and chosen,
-against an independent numpy oracle, on small and wide (>= 65535 classes) class ids.
+against an independent numpy oracle, on small and wide (>= 65535 classes) class ids; the
+executable check of Lemma 1 of ``proofs/engine_adapter.md`` for this kernel.
 
 Built by the compiled install (what CI tests); skipped in the pure-Python build, where
 ``tests/test_expand.py`` covers the numpy kernel.

@@ -300,7 +300,8 @@ class EngineMatcher(ABC):
             raise EngineError(
                 f"class bitmask must have {c.engine_words} int32 words per row, got {arr.shape[1]}"
             )
-        _check_index(index, arr.shape[0])
+        if not 0 <= index < arr.shape[0]:
+            _check_index(index, arr.shape[0])
         self._fill_live(arr, index)
 
     def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
