@@ -352,6 +352,19 @@ def test_llguidance_limits_are_passed_to_the_matchers() -> None:
     assert m.accept_token(3) and m.engine_error() == ""
 
 
+def test_full_vocabulary_tokenizers_are_shared_per_vocabulary() -> None:
+    """compile_full builds the engine tokenizer of a vocabulary once (XGrammar's
+    TokenizerInfo, llguidance's LLTokenizer) and shares it, immutable, between grammars."""
+    vocab = tiny_vocab()
+    other = tiny_vocab(64)  # another logit width: another vocabulary
+    a = llg_engine.compile_full(vocab, TINY_GRAMMAR)
+    b = llg_engine.compile_full(vocab, 'root ::= "x"')
+    c = llg_engine.compile_full(other, TINY_GRAMMAR)
+    assert a.tokenizer is b.tokenizer and a.tokenizer is not c.tokenizer
+    m = b.matcher()
+    assert m.accept_token(3) and not a.matcher().accept_token(2)  # grammars stay separate
+
+
 # -- bad input --------------------------------------------------------------------------
 def test_bad_input_errors() -> None:
     vocab = tiny_vocab()
