@@ -114,7 +114,8 @@ def test_llguidance_reads_go_syncode_as_another_language() -> None:
     """Why the heavy sweep marks go_syncode xfail for llguidance (tests/test_engines.py):
     ``const`` followed by an identifier needs no space in this grammar (whitespace between
     its lexemes is optional), so b"constraints" and b"constants" are both valid after the
-    package clause; llguidance's lexer allows only the second."""
+    package clause; llguidance (which splits bytes into lexemes with its own lexer) allows
+    only the second."""
     from pathlib import Path
 
     import formalgram as fg
