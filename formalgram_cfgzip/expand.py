@@ -276,6 +276,7 @@ class MaskExpander:
         #: ``"c"`` (compiled kernel) or ``"numpy"``: which implementation computes rows
         self.kernel: str = "c" if module is not None else "numpy"
         self._kernel: Any = None
+        self._apply_bitmask: Any = None  # the C module's apply_bitmask, with the kernel
         if module is not None:
             budget = memory_budget
             if max_dense is not None:
@@ -283,6 +284,7 @@ class MaskExpander:
                 budget = min(budget, (max(0, max_dense) // _GROUP_BITS) * table_bytes)
             forced = -1 if dense is None else -(-max(0, dense) // _GROUP_BITS)
             delta_mode = 1 if delta is None else 2 if delta else 0
+            self._apply_bitmask = module.apply_bitmask
             self._kernel = module.Kernel(
                 tc.astype(np.int32), num_classes, budget, forced, self._cache_slots, delta_mode
             )
@@ -894,7 +896,7 @@ class MaskExpander:
         if raw.ndim != 2 or raw.shape[0] != cm.shape[0] or raw.shape[1] < self.logit_width:
             raise ValueError(f"logits of shape {raw.shape} do not fit a class bitmask of {cm.shape}")
         row = self._scratch.view(np.int32)[None, :]
-        apply = None if self._kernel is None else _c_module().apply_bitmask
+        apply = None if self._kernel is None else self._apply_bitmask
         neg_inf = raw.dtype.type(pattern)
         for b in range(cm.shape[0]):
             self.expand_at(cm[b : b + 1], row, 0)

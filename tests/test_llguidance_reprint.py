@@ -8,6 +8,8 @@ reprinted text; the compressed llguidance path must equal both at every step.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -80,34 +82,36 @@ def test_unreadable_grammar_still_raises_engine_error() -> None:
         compile_full(vocab, "root ::= (", engine="llguidance")
 
 
-def test_llguidance_reads_sql_syncode_as_another_language() -> None:
-    """Why the heavy sweep marks sql_syncode xfail for llguidance (tests/test_engines.py)."""
+def _byte_engines(rel: str) -> tuple[Any, Any, Any]:
+    """A shared grammar, and llguidance / XGrammar compiled over a byte vocabulary."""
     from pathlib import Path
 
     import formalgram as fg
 
-    path = (
-        Path(__file__).resolve().parents[2]
-        / "shared"
-        / "grammars"
-        / "derived/lark_via_xgrammar/sql_syncode.gbnf"
-    )
+    path = Path(__file__).resolve().parents[2] / "shared" / "grammars" / rel
     if not path.exists():
         pytest.skip("shared grammar corpus not found")
     text = path.read_text(encoding="utf-8")
-    g = fg.parse_gbnf(text)
     vocab = Vocabulary.from_bytes(
         [bytes([i]) for i in range(256)] + [b"</s>"], special_ids=[256], stop_ids=[256]
     )
     llg, xgr = (compile_full(vocab, text, engine=e) for e in ("llguidance", "xgrammar"))
+    return fg.parse_gbnf(text), llg, xgr
 
-    def walk(compiled: object, data: bytes) -> bool:
-        m = compiled.matcher()  # type: ignore[attr-defined]
-        return all(m.accept_token(b) for b in data)
 
+def _walk(compiled: Any, data: bytes) -> bool:
+    m = compiled.matcher()
+    return all(m.accept_token(b) for b in data)
+
+
+def test_llguidance_reads_sql_syncode_as_another_language() -> None:
+    """Why the heavy sweep marks sql_syncode xfail for llguidance (tests/test_engines.py)."""
+    import formalgram as fg
+
+    g, llg, xgr = _byte_engines("derived/lark_via_xgrammar/sql_syncode.gbnf")
     for data in (b"SELECTask", b"SELECTalk"):
-        assert fg.is_prefix(g, data) and walk(xgr, data)
-    assert walk(llg, b"SELECTask") and not walk(llg, b"SELECTalk")
+        assert fg.is_prefix(g, data) and _walk(xgr, data)
+    assert _walk(llg, b"SELECTask") and not _walk(llg, b"SELECTalk")
 
 
 def test_llguidance_reads_go_syncode_as_another_language() -> None:
@@ -116,29 +120,9 @@ def test_llguidance_reads_go_syncode_as_another_language() -> None:
     its lexemes is optional), so b"constraints" and b"constants" are both valid after the
     package clause; llguidance (which splits bytes into lexemes with its own lexer) allows
     only the second."""
-    from pathlib import Path
-
     import formalgram as fg
 
-    path = (
-        Path(__file__).resolve().parents[2]
-        / "shared"
-        / "grammars"
-        / "derived/lark_via_xgrammar/go_syncode.gbnf"
-    )
-    if not path.exists():
-        pytest.skip("shared grammar corpus not found")
-    text = path.read_text(encoding="utf-8")
-    g = fg.parse_gbnf(text)
-    vocab = Vocabulary.from_bytes(
-        [bytes([i]) for i in range(256)] + [b"</s>"], special_ids=[256], stop_ids=[256]
-    )
-    llg, xgr = (compile_full(vocab, text, engine=e) for e in ("llguidance", "xgrammar"))
-
-    def walk(compiled: object, data: bytes) -> bool:
-        m = compiled.matcher()  # type: ignore[attr-defined]
-        return all(m.accept_token(b) for b in data)
-
+    g, llg, xgr = _byte_engines("derived/lark_via_xgrammar/go_syncode.gbnf")
     for data in (b"package main\nconstants", b"package main\nconstraints"):
-        assert fg.is_prefix(g, data) and walk(xgr, data)
-    assert walk(llg, b"package main\nconstants") and not walk(llg, b"package main\nconstraints")
+        assert fg.is_prefix(g, data) and _walk(xgr, data)
+    assert _walk(llg, b"package main\nconstants") and not _walk(llg, b"package main\nconstraints")

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -497,15 +497,28 @@ class CompiledGrammar(ABC):
         EngineError, BatchIndexError
         """
         arr = _as_int32_2d(bitmask, "token bitmask")
+        self._run_batch(matchers, arr, self.token_words, "token bitmask", indices, self._token_batch)
+
+    def _run_batch(
+        self,
+        matchers: Sequence[EngineMatcher],
+        arr: npt.NDArray[np.int32],
+        words: int,
+        what: str,
+        indices: Sequence[int] | None,
+        fill: Callable[[Sequence[EngineMatcher], npt.NDArray[np.int32], list[int], list[int]], None],
+    ) -> None:
+        """Validate a batch and ``fill`` it: optimistically (no termination checks) when the
+        engine raises on a terminated matcher, redone with the checks if it does."""
         if self._optimistic(matchers):
-            rows, live = self._batch_rows(matchers, arr, self.token_words, "token bitmask", indices, False)
+            rows, live = self._batch_rows(matchers, arr, words, what, indices, False)
             try:
-                self._token_batch(matchers, arr, rows, live)
+                fill(matchers, arr, rows, live)
                 return
             except RuntimeError:
                 pass  # a terminated matcher: redo with the checks (rows are rewritten)
-        rows, live = self._batch_rows(matchers, arr, self.token_words, "token bitmask", indices)
-        self._token_batch(matchers, arr, rows, live)
+        rows, live = self._batch_rows(matchers, arr, words, what, indices)
+        fill(matchers, arr, rows, live)
 
     def _token_batch(
         self, matchers: Sequence[EngineMatcher], arr: npt.NDArray[np.int32], rows: list[int], live: list[int]
@@ -537,15 +550,7 @@ class CompiledGrammar(ABC):
         to expand on the logits' device.
         """
         arr = _as_int32_2d(class_bitmask, "class bitmask")
-        if self._optimistic(matchers):
-            rows, live = self._batch_rows(matchers, arr, self.engine_words, "class bitmask", indices, False)
-            try:
-                self._class_batch(matchers, arr, rows, live)
-                return
-            except RuntimeError:
-                pass  # a terminated matcher: redo with the checks
-        rows, live = self._batch_rows(matchers, arr, self.engine_words, "class bitmask", indices)
-        self._class_batch(matchers, arr, rows, live)
+        self._run_batch(matchers, arr, self.engine_words, "class bitmask", indices, self._class_batch)
 
     def _class_batch(
         self, matchers: Sequence[EngineMatcher], arr: npt.NDArray[np.int32], rows: list[int], live: list[int]
