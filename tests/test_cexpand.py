@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+from _lru_model import lru_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -200,23 +201,6 @@ def test_expander_uses_the_c_kernel_and_its_tables() -> None:
         for e in (ex, forced, none):
             for strategy in ("auto", "gather", "split", "sparse"):
                 assert np.array_equal(e.expand(cm, strategy=strategy), want), (strategy, density)
-
-
-def lru_model(keys: list[bytes], capacity: int) -> tuple[int, int, int]:
-    """Hits, misses and evictions of an LRU cache (independent model: a list, LRU first)."""
-    entries: list[bytes] = []
-    hits = misses = evictions = 0
-    for key in keys:
-        if key in entries:
-            hits += 1
-            entries.remove(key)
-        else:
-            misses += 1
-            if len(entries) == capacity:
-                entries.pop(0)
-                evictions += 1
-        entries.append(key)
-    return hits, misses, evictions
 
 
 @pytest.mark.parametrize(("capacity", "distinct"), [(1, 3), (2, 5), (7, 60), (31, 40), (64, 64)])

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+from _lru_model import lru_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -152,23 +153,6 @@ def test_sparse_and_complement_plans_are_exercised() -> None:
         plans.append(ex.last_strategy)
         assert np.array_equal(ex.expand(cm, strategy="sparse"), want)
     assert plans == ["split/sparse", "split/complement"]
-
-
-def lru_model(keys: list[bytes], capacity: int) -> tuple[int, int, int]:
-    """Hits, misses and evictions of an LRU cache of ``capacity`` entries (independent model)."""
-    entries: list[bytes] = []  # least recently used first
-    hits = misses = evictions = 0
-    for k in keys:
-        if k in entries:
-            hits += 1
-            entries.remove(k)
-        else:
-            misses += 1
-            if len(entries) == capacity:
-                entries.pop(0)
-                evictions += 1
-        entries.append(k)
-    return hits, misses, evictions
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
