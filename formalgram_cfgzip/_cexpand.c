@@ -916,7 +916,7 @@ Kernel_expand_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "expand_rows(class_bitmask, out, indices=None)");
         return NULL;
     }
-    Py_buffer cv, ov, iv;
+    Py_buffer cv = {0}, ov = {0}, iv = {0};
     int have_idx = nargs == 3 && args[2] != Py_None;
     int64_t single = 0; /* an int index: one class row into that output row */
     int idx_is_int = have_idx && PyLong_Check(args[2]);
@@ -926,18 +926,10 @@ Kernel_expand_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         have_idx = 0;
     }
-    if (PyObject_GetBuffer(args[0], &cv, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(args[1], &ov, PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&cv);
-        return NULL;
-    }
-    if (have_idx && PyObject_GetBuffer(args[2], &iv, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&cv);
-        PyBuffer_Release(&ov);
-        return NULL;
-    }
     PyObject *result = NULL;
+    if (PyObject_GetBuffer(args[0], &cv, PyBUF_SIMPLE) < 0 || PyObject_GetBuffer(args[1], &ov, PyBUF_WRITABLE) < 0 ||
+        (have_idx && PyObject_GetBuffer(args[2], &iv, PyBUF_SIMPLE) < 0))
+        goto done;
     Py_ssize_t crow = k->cw * 4, orow = k->nw * 4;
     Py_ssize_t batch = cv.len / crow, out_rows = ov.len / orow;
     if (cv.len % crow != 0 || ov.len % orow != 0) {
@@ -968,8 +960,7 @@ Kernel_expand_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
 done:
     PyBuffer_Release(&cv);
     PyBuffer_Release(&ov);
-    if (have_idx)
-        PyBuffer_Release(&iv);
+    PyBuffer_Release(&iv);
     return result;
 }
 
@@ -1018,37 +1009,23 @@ Kernel_expand(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "plan 4 (delta) needs base_out and base_class");
         return NULL;
     }
-    Py_buffer rowv, outv, bov, bcv;
-    if (get_buffer(args[0], &rowv, 0, k->cw, "class row") < 0)
-        return NULL;
-    if (get_buffer(args[1], &outv, 1, k->nw, "token row") < 0) {
-        PyBuffer_Release(&rowv);
-        return NULL;
-    }
-    if (have_base) {
-        if (get_buffer(args[2], &bov, 0, k->nw, "base token row") < 0) {
-            PyBuffer_Release(&rowv);
-            PyBuffer_Release(&outv);
-            return NULL;
-        }
-        if (get_buffer(args[3], &bcv, 0, k->cw, "base class row") < 0) {
-            PyBuffer_Release(&rowv);
-            PyBuffer_Release(&outv);
-            PyBuffer_Release(&bov);
-            return NULL;
-        }
-    }
-    const uint32_t *row = (const uint32_t *)rowv.buf;
-    uint32_t *out = (uint32_t *)outv.buf;
-    const uint32_t *base_out = have_base ? (const uint32_t *)bov.buf : NULL;
-    const uint32_t *base_cls = have_base ? (const uint32_t *)bcv.buf : NULL;
-    int plan = compute_row(k, row, base_cls, base_out, out, (int)force);
+    /* zeroed views: PyBuffer_Release does nothing for a view that was never filled */
+    Py_buffer rowv = {0}, outv = {0}, bov = {0}, bcv = {0};
+    int plan = -1;
+    if (get_buffer(args[0], &rowv, 0, k->cw, "class row") < 0 ||
+        get_buffer(args[1], &outv, 1, k->nw, "token row") < 0 ||
+        (have_base && (get_buffer(args[2], &bov, 0, k->nw, "base token row") < 0 ||
+                       get_buffer(args[3], &bcv, 0, k->cw, "base class row") < 0)))
+        goto done;
+    plan = compute_row(k, (const uint32_t *)rowv.buf, have_base ? (const uint32_t *)bcv.buf : NULL,
+                       have_base ? (const uint32_t *)bov.buf : NULL, (uint32_t *)outv.buf, (int)force);
+done:
     PyBuffer_Release(&rowv);
     PyBuffer_Release(&outv);
-    if (have_base) {
-        PyBuffer_Release(&bov);
-        PyBuffer_Release(&bcv);
-    }
+    PyBuffer_Release(&bov);
+    PyBuffer_Release(&bcv);
+    if (plan < 0)
+        return NULL;
     return PyLong_FromLong(plan);
 }
 
@@ -1098,17 +1075,13 @@ apply_bitmask(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_ValueError, "itemsize must be 2, 4 or 8");
         return NULL;
     }
-    Py_buffer bv, vv;
-    if (PyObject_GetBuffer(args[0], &bv, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(args[1], &vv, PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&bv);
-        return NULL;
-    }
-    if (bv.len % 4 != 0 || vv.len % itemsize != 0) {
+    Py_buffer bv = {0}, vv = {0};
+    if (PyObject_GetBuffer(args[0], &bv, PyBUF_SIMPLE) < 0 || PyObject_GetBuffer(args[1], &vv, PyBUF_WRITABLE) < 0 ||
+        bv.len % 4 != 0 || vv.len % itemsize != 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "bits must be int32 words and values whole items");
         PyBuffer_Release(&bv);
         PyBuffer_Release(&vv);
-        PyErr_SetString(PyExc_ValueError, "bits must be int32 words and values whole items");
         return NULL;
     }
     const uint32_t *bits = (const uint32_t *)bv.buf;
