@@ -29,11 +29,12 @@ import argparse
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander, _c_module
+from formalgram_cfgzip.expand import _C_PLANS, MaskExpander, TorchMaskExpander, _c_module
 
 Array = npt.NDArray[np.int32]
 GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
@@ -72,9 +73,9 @@ def class_masks(rng: np.random.Generator, steps: int, batch: int, classes: int) 
     return out
 
 
-def real_cases(classes_dir: str | None) -> list[tuple[str, npt.NDArray[np.int64], int]]:
-    """(name, token_class, num_classes) of the real grammars that are available."""
-    out: list[tuple[str, npt.NDArray[np.int64], int]] = []
+def real_classes(classes_dir: str | None) -> list[tuple[str, str, Any]]:
+    """(name, grammar text, TokenClasses) of the real grammars that are available."""
+    out: list[tuple[str, str, Any]] = []
     try:
         from formalgram_cfgzip.classes import TokenClasses, compress
         from formalgram_cfgzip.vocabulary import Vocabulary
@@ -99,8 +100,98 @@ def real_cases(classes_dir: str | None) -> list[tuple[str, npt.NDArray[np.int64]
         except Exception as exc:
             print(f"(real classes for {name}: {type(exc).__name__}: {str(exc)[:80]})")
             continue
-        out.append((name, np.asarray(tcl.token_class, dtype=np.int64), tcl.num_classes))
+        out.append((name, text, tcl))
     return out
+
+
+def real_cases(classes_dir: str | None) -> list[tuple[str, npt.NDArray[np.int64], int]]:
+    """(name, token_class, num_classes) of the real grammars that are available."""
+    return [
+        (name, np.asarray(tcl.token_class, dtype=np.int64), tcl.num_classes)
+        for name, _, tcl in real_classes(classes_dir)
+    ]
+
+
+def walk_class_rows(text: str, tcl: Any, walks: int, steps: int, seed: int) -> tuple[Array, int]:
+    """The distinct class rows that XGrammar (over the representatives) fills on seeded
+    random walks (each step accepts a random token of a random allowed class), and the
+    number of engine ids (the classes, and a dummy stop id when the engine needs one)."""
+    from formalgram_cfgzip.engines import compile as compile_compressed
+
+    compiled = compile_compressed(tcl, text, engine="xgrammar")
+    rng = np.random.default_rng(seed)
+    tc = np.asarray(tcl.token_class)
+    members = [np.flatnonzero(tc == c) for c in range(tcl.num_classes)]
+    rows: dict[bytes, Array] = {}
+    for _ in range(walks):
+        m = compiled.matcher()
+        for _ in range(steps):
+            cm = np.zeros((1, compiled.engine_words), dtype=np.int32)
+            m.fill_next_class_bitmask(cm)
+            rows.setdefault(cm.tobytes(), cm[0].copy())
+            bits = np.unpackbits(cm.view(np.uint8), bitorder="little")[: tcl.num_classes]
+            allowed = [c for c in np.flatnonzero(bits) if members[c].size]
+            if not allowed:
+                break
+            token = int(rng.choice(members[int(rng.choice(allowed))]))
+            if not m.accept_token(token) or m.is_terminated():
+                break
+    return np.array(list(rows.values())), compiled.engine_size
+
+
+def real_rows_report(classes_dir: str | None, only: set[str] | None, walks: int, steps: int) -> None:
+    """Per real grammar, the C kernel's automatic choice against every forced plan on the
+    class rows of real walks (row cache off), and the numpy kernel's choice."""
+    kernel_module = _c_module()
+    if kernel_module is None:
+        print("(--real-rows needs the C kernel: a compiled install)")
+        return
+    plans = {"gather": 0, "split": 1, "set": 2, "clear": 3, "t+set": 6, "t+clear": 7}
+    print(
+        "µs per row on the distinct class rows of seeded XGrammar walks (min of 5 runs per row);"
+        " auto = the C kernel's choice, best = the fastest forced plan of each row, numpy = the"
+        " numpy kernel's choice"
+    )
+    print(
+        f"{'case':7} {'C':>6} {'rows':>5} {'auto':>6} {'p50':>6} {'max':>6} {'best':>6} {'gather':>7}"
+        f" {'split':>6} {'numpy':>6}  auto/best  c-plans"
+    )
+    for name, text, tcl in real_classes(classes_dir):
+        if only and name not in only:
+            continue
+        rows, classes = walk_class_rows(text, tcl, walks, steps, seed=0)
+        tc = np.asarray(tcl.token_class, dtype=np.int64)
+        ex = MaskExpander(tc, classes, cache_bytes=0, delta=False, kernel="c")
+        npx = MaskExpander(tc, classes, cache_bytes=0, delta=False, kernel="numpy")
+        kernel = ex._kernel
+        out = np.zeros((1, ex.num_words), dtype=np.int32)
+        times: dict[str, list[float]] = {k: [] for k in ("auto", "numpy", *plans)}
+        chosen: dict[str, int] = {}
+        label = ""
+        for row in rows:
+            r = np.ascontiguousarray(row)
+            best: dict[str, float] = {k: 1e18 for k in times}
+            for _ in range(5):
+                for k in times:
+                    t = time.perf_counter()
+                    if k == "numpy":
+                        npx.expand(r[None, :], out)
+                    else:
+                        used = kernel.expand(r, out[0], None, None, -1 if k == "auto" else plans[k])
+                    best[k] = min(best[k], time.perf_counter() - t)
+                    if k == "auto":
+                        label = _C_PLANS[used]
+            chosen[label] = chosen.get(label, 0) + 1
+            for k, v in best.items():
+                times[k].append(v * 1e6)
+        arr = {k: np.array(v) for k, v in times.items()}
+        oracle = np.minimum.reduce([arr[k] for k in plans])
+        print(
+            f"{name:7} {classes:>6} {len(rows):>5} {arr['auto'].mean():>6.1f} {np.median(arr['auto']):>6.1f}"
+            f" {arr['auto'].max():>6.1f} {oracle.mean():>6.1f} {arr['gather'].mean():>7.1f}"
+            f" {arr['split'].mean():>6.1f} {arr['numpy'].mean():>6.1f}  {arr['auto'].mean() / oracle.mean():>9.2f}"
+            f"  {','.join(f'{k}:{v}' for k, v in sorted(chosen.items()))}"
+        )
 
 
 def median_us(fn: Callable[[Array, Array], None], masks: list[Array], out: Array) -> float:
@@ -141,7 +232,17 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--classes-dir", help="folder of saved TokenClasses, one sub-folder per REAL name")
     ap.add_argument("--only", help="comma-separated case names (shape or real grammar name)")
+    ap.add_argument(
+        "--real-rows",
+        action="store_true",
+        help="time the plans on the class rows of real decoding walks instead (C kernel)",
+    )
+    ap.add_argument("--walks", type=int, default=8, help="with --real-rows: walks per grammar")
     args = ap.parse_args()
+    if args.real_rows:
+        only_real = set(args.only.split(",")) if args.only else None
+        real_rows_report(args.classes_dir, only_real, args.walks, 12 if args.quick else args.steps)
+        return
     import torch
 
     torch.set_num_threads(1)
@@ -173,7 +274,7 @@ def main() -> None:
         expanders: dict[str, MaskExpander] = {}
         for kernel in ("c", "numpy") if have_c else ("numpy",):
             t0 = time.perf_counter()
-            expanders[kernel] = MaskExpander(tc, classes, cache_bytes=0, kernel=kernel)  # type: ignore[arg-type]
+            expanders[kernel] = MaskExpander(tc, classes, cache_bytes=0, kernel=kernel)
             builds[kernel] = (time.perf_counter() - t0) * 1e3
         entry = 4 * ((width + 31) // 32) + 4 * ((classes + 31) // 32) + 100
         cached = MaskExpander(tc, classes, cache_bytes=(steps * max(batches) + 1) * entry)

@@ -56,9 +56,11 @@ ctz32(uint32_t x)
 
 /* Cost model (ns): least-squares fits of forced-plan timings (bench/expand_bench.py rows
  * over real token-class arrays of llama3 / o200k_harmony and flat synthetic ones) on the
- * 2-core AMD EPYC development VM; median relative error 1-2 % for plans 0 and 1.  Plans
- * 2-4 are rougher (their cost depends on cache misses in the per-class index and on how
- * tokens fall into words); their constants were set from the flat and real cases. */
+ * 2-core AMD EPYC development VM; median relative error 1-2 % for plans 0 and 1.  The listed
+ * plans' per-class and per-token constants are fits of forced plans 2, 3, 6 and 7 on the class
+ * rows of real decoding walks (SynCode SQL and Go under llama3: 1.1-1.9 ns per class,
+ * 0.55-0.64 ns per token, also on random rows over the same classes; bench/expand_bench.py
+ * --real-rows); above 16k classes the per-class index leaves L1 and a class costs more. */
 #define NS_FIXED 550.0        /* call, unpacking overhead of plans 0 and 1 */
 #define NS_UNPACK_CLASS 0.1   /* class bits -> allowed bytes, per class */
 #define NS_GATHER_TOKEN 0.213 /* plan 0, per logit index */
@@ -68,10 +70,10 @@ ctz32(uint32_t x)
 #define NS_LIST_FIXED 230.0   /* plans 2-4, call */
 #define NS_COPY_WORD 0.05     /* plans 2-7, memset / memcpy of one word */
 #define NS_OR_ROW_FIXED 100.0 /* plans 6, 7: reading the head classes' table codes */
-#define NS_LIST_CLASS 3.0     /* plans 2-4, per listed class (index in L1/L2) */
+#define NS_LIST_CLASS 1.5     /* plans 2-4, per listed class (index in L1/L2) */
 #define NS_LIST_CLASS_BIG 9.0 /* ... when the per-class index outgrows L1 (> 16k classes) */
-#define NS_LIST_TOKEN 1.0     /* plans 2-4, per listed token */
-#define LIST_SAMPLE 64        /* classes counted before the exact count (see listed_cost) */
+#define NS_LIST_TOKEN 0.6     /* plans 2-4, per listed token */
+#define LIST_SAMPLE 64        /* classes listed before the row estimate is rescaled (apply_listed) */
 
 typedef struct {
     PyObject_HEAD
@@ -93,6 +95,7 @@ typedef struct {
     uint32_t *tail_classes; /* cw words: bit c set for a class without a subset table */
     uint32_t *tail_union;   /* nw words: bits of every tail token */
     Py_ssize_t n_tail_classes;
+    float *tail_mean;       /* cw floats: mean size of the tail classes of each class word */
     uint8_t *tail_bit;
     void *tail_cls;
     Py_ssize_t n_tail;
@@ -130,6 +133,7 @@ Kernel_dealloc(Kernel *self)
     PyMem_Free(self->tail_start);
     PyMem_Free(self->tail_classes);
     PyMem_Free(self->tail_union);
+    PyMem_Free(self->tail_mean);
     PyMem_Free(self->c_keys);
     PyMem_Free(self->c_rows);
     PyMem_Free(self->c_hash);
@@ -351,11 +355,23 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t c = 0; c < C; c++)
-        if (!is_head[c]) {
-            self->tail_classes[c >> 5] |= (uint32_t)1 << (c & 31);
-            self->n_tail_classes++;
-        }
+    self->tail_mean = PyMem_Calloc((size_t)self->cw, sizeof(float));
+    if (!self->tail_mean) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t w = 0; w < self->cw; w++) {
+        double tok = 0;
+        int n = 0;
+        for (Py_ssize_t c = 32 * w; c < 32 * w + 32 && c < C; c++)
+            if (!is_head[c]) {
+                self->tail_classes[w] |= (uint32_t)1 << (c & 31);
+                tok += sizes[c];
+                n++;
+            }
+        self->n_tail_classes += n;
+        self->tail_mean[w] = n ? (float)(tok / n) : 0.0f;
+    }
     for (Py_ssize_t i = 0; i < width; i++) {
         uint32_t c = cls_at(self, i);
         if (c < (uint32_t)C && !is_head[c])
@@ -529,66 +545,88 @@ listed_word(const Kernel *k, const uint32_t *row, const uint32_t *other, int mod
     return x;
 }
 
-/* number of classes in the listed set of `mode` (see listed_word) */
-#define COUNT_BODY                                                                       \
-    Py_ssize_t n = 0;                                                                    \
-    for (Py_ssize_t w = 0; w < k->cw; w++)                                               \
-        n += popcount32(listed_word(k, row, other, mode, w));                            \
-    return n;
+/* The listed set of `mode` (see listed_word): its classes, its tail classes, and the tokens
+ * of those tail classes estimated at the mean class size of each class word (exact in sum
+ * over all the classes of a word; a word holds 32 neighbouring class ids, so this follows
+ * any drift of class size with class id, as in classes numbered by size). */
+typedef struct {
+    Py_ssize_t n, n_tail;
+    double tail_tokens;
+} ListedStats;
 
-static Py_ssize_t
-count_listed_generic(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode)
+#define STATS_BODY                                                                       \
+    ListedStats st = {0, 0, 0.0};                                                        \
+    for (Py_ssize_t w = 0; w < k->cw; w++) {                                             \
+        uint32_t x = listed_word(k, row, other, mode, w);                                \
+        if (!x)                                                                          \
+            continue;                                                                    \
+        int nt = popcount32(x & k->tail_classes[w]);                                     \
+        st.n += popcount32(x);                                                           \
+        st.n_tail += nt;                                                                 \
+        st.tail_tokens += (double)nt * (double)k->tail_mean[w];                          \
+    }                                                                                    \
+    return st;
+
+static ListedStats
+listed_stats_generic(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode)
 {
-    COUNT_BODY
+    STATS_BODY
 }
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 /* Without -mpopcnt, __builtin_popcount is a library call; this copy may use the
  * instruction and is taken only when the CPU has it. */
-__attribute__((target("popcnt"))) static Py_ssize_t
-count_listed_popcnt(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode)
+__attribute__((target("popcnt"))) static ListedStats
+listed_stats_popcnt(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode)
 {
-    COUNT_BODY
+    STATS_BODY
 }
 
-static Py_ssize_t
-count_listed(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode)
+static ListedStats
+listed_stats(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode)
 {
     static int has_popcnt = -1;
     if (has_popcnt < 0) {
         __builtin_cpu_init();
         has_popcnt = __builtin_cpu_supports("popcnt") ? 1 : 0;
     }
-    return has_popcnt ? count_listed_popcnt(k, row, other, mode)
-                      : count_listed_generic(k, row, other, mode);
+    return has_popcnt ? listed_stats_popcnt(k, row, other, mode)
+                      : listed_stats_generic(k, row, other, mode);
 }
 #else
-#define count_listed count_listed_generic
+#define listed_stats listed_stats_generic
 #endif
 
 /* Set (op 0), clear (1) or flip (2) in `out` the bits of the tokens of the listed classes
- * of `mode` (n_list of them).  Returns 0, or -1 once the running cost estimate passes
- * `bound` ns: `out` is then partly written and the caller computes the row by another
- * plan.  After LIST_SAMPLE classes their mean size, extrapolated to n_list classes, also
- * decides whether to go on (stop when over 1.5 * bound), so a row of tens of thousands of
- * classes is given up early. */
+ * of `mode` (n_list of them, est_tokens tokens expected).  Returns 0, or -1 once the running
+ * cost estimate passes `bound` ns: `out` is then partly written and the caller computes the
+ * row by another plan.  From LIST_SAMPLE classes on, the tokens met so far against those
+ * expected so far (tail classes at their word's mean size, head classes exactly) also
+ * rescale the whole row's estimate, and the row is given up when that passes 1.25 * bound;
+ * so a row whose classes are larger than expected is left early, not at the bound. */
 static int
 apply_listed(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int op,
-             uint32_t *out, Py_ssize_t n_list, double bound)
+             uint32_t *out, Py_ssize_t n_list, double est_tokens, double bound)
 {
     double fixed = NS_LIST_FIXED + NS_COPY_WORD * (double)k->nw;
-    Py_ssize_t classes = 0, checked = 0;
+    Py_ssize_t classes = 0;
     uint64_t tokens = 0;
+    double expected = 0.0;
     for (Py_ssize_t w = 0; w < k->cw; w++) {
         uint32_t x = listed_word(k, row, other, mode, w);
         if (!x)
             continue;
+        uint32_t head = x & ~k->tail_classes[w];
+        expected += (double)popcount32(x & k->tail_classes[w]) * (double)k->tail_mean[w];
         while (x) {
-            uint32_t c = (uint32_t)(32 * w) + (uint32_t)ctz32(x);
+            int bit = ctz32(x);
+            uint32_t c = (uint32_t)(32 * w) + (uint32_t)bit;
             x &= x - 1;
             const uint32_t *tok = k->csr_tok + k->csr_start[c];
             const uint32_t *end = k->csr_tok + k->csr_start[c + 1];
             tokens += (uint64_t)(end - tok);
+            if (head >> bit & 1)
+                expected += (double)(end - tok);
             classes++;
             if (fixed + k->ns_list_class * (double)classes + NS_LIST_TOKEN * (double)tokens >= bound)
                 return -1; /* checked before the class is written: a huge class is never started */
@@ -602,12 +640,11 @@ apply_listed(const Kernel *k, const uint32_t *row, const uint32_t *other, int mo
                 for (; tok < end; tok++)
                     out[*tok >> 5] ^= (uint32_t)1 << (*tok & 31);
         }
-        double cost = fixed + k->ns_list_class * (double)classes + NS_LIST_TOKEN * (double)tokens;
-        if (!checked && classes >= LIST_SAMPLE && n_list > 2 * LIST_SAMPLE) {
-            checked = 1;
-            if (fixed + (cost - fixed) * (double)n_list / (double)classes > 1.5 * bound)
-                return -1;
-        }
+        if (classes >= LIST_SAMPLE && expected > 0.0 &&
+            fixed + k->ns_list_class * (double)n_list +
+                    NS_LIST_TOKEN * est_tokens * ((double)tokens / expected) >
+                1.25 * bound)
+            return -1;
     }
     return 0;
 }
@@ -615,28 +652,28 @@ apply_listed(const Kernel *k, const uint32_t *row, const uint32_t *other, int mo
 /* plan 2, 3, 4, 6 or 7 within `bound` ns: 0, or -1 when given up (out partly written) */
 static int
 plan_listed(Kernel *k, int plan, const uint32_t *row, const uint32_t *base_cls,
-            const uint32_t *base_out, uint32_t *out, Py_ssize_t n_list, double bound)
+            const uint32_t *base_out, uint32_t *out, Py_ssize_t n_list, double est_tokens, double bound)
 {
     Py_ssize_t nw = k->nw;
     switch (plan) {
     case 2:
         memset(out, 0, (size_t)nw * 4);
-        return apply_listed(k, row, NULL, 0, 0, out, n_list, bound);
+        return apply_listed(k, row, NULL, 0, 0, out, n_list, est_tokens, bound);
     case 3:
         memcpy(out, k->valid, (size_t)nw * 4);
-        return apply_listed(k, row, NULL, 1, 1, out, n_list, bound);
+        return apply_listed(k, row, NULL, 1, 1, out, n_list, est_tokens, bound);
     case 4:
         if (out != base_out)
             memmove(out, base_out, (size_t)nw * 4);
-        return apply_listed(k, row, base_cls, 2, 2, out, n_list, bound);
+        return apply_listed(k, row, base_cls, 2, 2, out, n_list, est_tokens, bound);
     case 6:
         bound -= NS_OR_ROW_FIXED + (double)head_rows(k, row, out) * NS_OR_WORD * (double)nw;
-        return apply_listed(k, row, NULL, 3, 0, out, n_list, bound);
+        return apply_listed(k, row, NULL, 3, 0, out, n_list, est_tokens, bound);
     default:
         bound -= NS_OR_ROW_FIXED + (double)head_rows(k, row, out) * NS_OR_WORD * (double)nw;
         for (Py_ssize_t w = 0; w < nw; w++)
             out[w] |= k->tail_union[w];
-        return apply_listed(k, row, NULL, 4, 1, out, n_list, bound);
+        return apply_listed(k, row, NULL, 4, 1, out, n_list, est_tokens, bound);
     }
 }
 
@@ -660,10 +697,10 @@ head_listed(const Kernel *k, const uint32_t *row, const uint32_t *other, int mod
 
 /* Plan -1: the cheaper fixed plan (0 or 1), unless a listed plan does better.  Each listed
  * candidate gets an estimate: its listed classes counted exactly, the tokens of the head
- * classes among them exactly and those of the tail classes at the tail's mean class size.
- * Candidates under the fixed plan's cost are tried cheapest first, each given up once its
- * running cost passes min(fixed cost, 2 * estimate + 1 µs).  Returns the plan used (rows
- * of plans 0 and 1 are left to the caller). */
+ * classes among them exactly and those of the tail classes at their class word's mean size
+ * (see ListedStats).  Candidates under the fixed plan's cost are tried cheapest first, each
+ * given up once its running cost passes min(fixed cost, 2 * estimate + 1 µs).  Returns the
+ * plan used (rows of plans 0 and 1 are left to the caller). */
 static int
 choose_and_list(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint32_t *base_out,
                 uint32_t *out)
@@ -671,46 +708,45 @@ choose_and_list(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const 
     int fixed_plan = k->cost_split < k->cost_gather ? 1 : 0;
     double best = fixed_plan ? k->cost_split : k->cost_gather;
     double lfixed = NS_LIST_FIXED + NS_COPY_WORD * (double)k->nw;
-    double tail_mean = k->n_tail_classes ? (double)k->n_tail / (double)k->n_tail_classes : 0.0;
     int tries[3];
     Py_ssize_t counts[3];
-    double est[3];
+    double est[3], toks[3];
     int n_try = 0;
     Py_ssize_t n_head;
     double head_tok;
     /* plan 2 or 3: every class */
-    Py_ssize_t n_set = count_listed(k, row, NULL, 0);
-    int mode = 2 * n_set <= k->num_classes ? 0 : 1;
-    Py_ssize_t n_list = mode == 0 ? n_set : k->num_classes - n_set;
+    ListedStats all = listed_stats(k, row, NULL, 0);
+    int mode = 2 * all.n <= k->num_classes ? 0 : 1;
     head_listed(k, row, NULL, mode, &n_head, &head_tok);
     tries[n_try] = 2 + mode;
-    counts[n_try] = n_list;
-    est[n_try] = lfixed + k->ns_list_class * (double)n_list +
-                 NS_LIST_TOKEN * (head_tok + tail_mean * (double)(n_list - n_head));
+    counts[n_try] = mode == 0 ? all.n : k->num_classes - all.n;
+    toks[n_try] = head_tok + (mode == 0 ? all.tail_tokens : (double)k->n_tail - all.tail_tokens);
     n_try++;
     if (base_cls != NULL) { /* plan 4 */
-        Py_ssize_t n_flip = count_listed(k, row, base_cls, 2);
+        ListedStats flip = listed_stats(k, row, base_cls, 2);
         head_listed(k, row, base_cls, 2, &n_head, &head_tok);
         tries[n_try] = 4;
-        counts[n_try] = n_flip;
-        est[n_try] = lfixed + k->ns_list_class * (double)n_flip +
-                     NS_LIST_TOKEN * (head_tok + tail_mean * (double)(n_flip - n_head));
+        counts[n_try] = flip.n;
+        toks[n_try] = head_tok + flip.tail_tokens;
         n_try++;
     }
+    for (int i = 0; i < n_try; i++)
+        est[i] = lfixed + k->ns_list_class * (double)counts[i] + NS_LIST_TOKEN * toks[i];
     if (k->groups && k->n_tail_classes) { /* plan 6 or 7 */
-        Py_ssize_t n_tail_set = count_listed(k, row, NULL, 3);
-        int setm = 2 * n_tail_set <= k->n_tail_classes;
-        Py_ssize_t n = setm ? n_tail_set : k->n_tail_classes - n_tail_set;
+        int setm = 2 * all.n_tail <= k->n_tail_classes;
         tries[n_try] = setm ? 6 : 7;
-        counts[n_try] = n;
+        counts[n_try] = setm ? all.n_tail : k->n_tail_classes - all.n_tail;
+        toks[n_try] = setm ? all.tail_tokens : (double)k->n_tail - all.tail_tokens;
         est[n_try] = lfixed + NS_OR_ROW_FIXED + (double)k->groups * NS_OR_WORD * (double)k->nw +
-                     (double)n * (k->ns_list_class + NS_LIST_TOKEN * tail_mean);
+                     k->ns_list_class * (double)counts[n_try] + NS_LIST_TOKEN * toks[n_try];
         n_try++;
     }
     for (int i = 1; i < n_try; i++) /* insertion sort by estimate */
         for (int j = i; j > 0 && est[j] < est[j - 1]; j--) {
             double te = est[j];
             est[j] = est[j - 1], est[j - 1] = te;
+            te = toks[j];
+            toks[j] = toks[j - 1], toks[j - 1] = te;
             int tp = tries[j];
             tries[j] = tries[j - 1], tries[j - 1] = tp;
             Py_ssize_t tc = counts[j];
@@ -718,7 +754,7 @@ choose_and_list(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const 
         }
     for (int i = 0; i < n_try && est[i] < best; i++) {
         double bound = 2 * est[i] + 1000.0 < best ? 2 * est[i] + 1000.0 : best;
-        if (plan_listed(k, tries[i], row, base_cls, base_out, out, counts[i], bound) == 0)
+        if (plan_listed(k, tries[i], row, base_cls, base_out, out, counts[i], toks[i], bound) == 0)
             return tries[i];
     }
     return fixed_plan;
@@ -746,11 +782,10 @@ compute_row(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint
 {
     int plan = force;
     if (plan == 5) { /* the listed plan with fewer classes: set or clear */
-        Py_ssize_t n_set = count_listed(k, row, NULL, 0);
-        plan = 2 * n_set <= k->num_classes ? 2 : 3;
+        plan = 2 * listed_stats(k, row, NULL, 0).n <= k->num_classes ? 2 : 3;
     }
     if (plan >= 2) {
-        plan_listed(k, plan, row, base_cls, base_out, out, 0, HUGE_VAL);
+        plan_listed(k, plan, row, base_cls, base_out, out, 0, 0.0, HUGE_VAL);
     } else if (plan < 0) {
         plan = choose_and_list(k, row, base_cls, base_out, out);
     }

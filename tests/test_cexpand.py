@@ -106,6 +106,12 @@ def test_auto_reaches_every_plan() -> None:
         tc = skewed(rng, width, classes, skew, 0.01)
         kernel = cexpand.Kernel(tc.astype(np.int32), classes, 32 << 20)
         chosen |= check_all_plans(kernel, tc, classes, rng)
+    # a few huge classes and thousands of one- or two-token ones: at half density listing the
+    # tail classes costs more than gathering the tail tokens, so the split plan (1) wins
+    tc = np.concatenate([rng.integers(0, 16, 50_000), np.arange(16, 8016), rng.integers(16, 8016, 2_000)])
+    rng.shuffle(tc)
+    kernel = cexpand.Kernel(tc.astype(np.int32), 8016, 32 << 20)
+    chosen |= check_all_plans(kernel, tc, 8016, rng)
     assert chosen >= {0, 1, 2, 3, 6, 7}, chosen
     # plan 4 (delta) needs a base that differs in a few classes
     tc = skewed(rng, 60_000, 3_000, 0.0, 0.0)
