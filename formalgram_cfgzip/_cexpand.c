@@ -51,6 +51,32 @@ ctz32(uint32_t x)
 #define popcount32(x) __builtin_popcount(x)
 #endif
 
+#if defined(_WIN32)
+#include <windows.h>
+static double
+now_ns(void)
+{
+    static double scale = 0.0;
+    LARGE_INTEGER c;
+    if (scale == 0.0) {
+        LARGE_INTEGER f;
+        QueryPerformanceFrequency(&f);
+        scale = 1e9 / (double)f.QuadPart;
+    }
+    QueryPerformanceCounter(&c);
+    return (double)c.QuadPart * scale;
+}
+#else
+#include <time.h>
+static double
+now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+#endif
+
 #define GROUP_BITS 8
 #define GROUP_ROWS 256
 
@@ -108,6 +134,10 @@ typedef struct {
     Py_ssize_t cap;         /* rows; 0: no cache */
     Py_ssize_t n_cached;
     int delta_mode;         /* 0 never patch the MRU row, 1 when the cost model says so, 2 always */
+    /* self-correction of the cost model (see learn): per plan, measured / modelled time */
+    int adapt;
+    double corr[8];
+    uint64_t n_auto;        /* rows whose plan was chosen */
     uint32_t *c_keys;       /* cap * cw */
     uint32_t *c_rows;       /* cap * nw */
     uint64_t *c_hash;       /* cap */
@@ -167,12 +197,12 @@ static int
 Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"token_class", "num_classes", "table_budget", "groups", "cache_rows",
-                             "delta", NULL};
+                             "delta", "adapt", NULL};
     Py_buffer tc;
     Py_ssize_t num_classes, budget, force_groups = -1, cache_rows = 0;
-    int delta_mode = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nn|nni", kwlist, &tc, &num_classes, &budget,
-                                     &force_groups, &cache_rows, &delta_mode))
+    int delta_mode = 1, adapt = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nn|nnip", kwlist, &tc, &num_classes, &budget,
+                                     &force_groups, &cache_rows, &delta_mode, &adapt))
         return -1;
     if (self->cls_of != NULL) {
         PyBuffer_Release(&tc);
@@ -385,6 +415,9 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
                               : self->cost_gather * 2 + 1.0;
     /* row cache */
     self->delta_mode = delta_mode;
+    self->adapt = adapt;
+    for (int p = 0; p < 8; p++)
+        self->corr[p] = 1.0;
     self->c_head = self->c_tail = -1;
     self->c_key = PyMem_Calloc((size_t)self->cw + 1, sizeof(uint32_t));
     if (!self->c_key) {
@@ -606,12 +639,13 @@ listed_stats(const Kernel *k, const uint32_t *row, const uint32_t *other, int mo
  * so a row whose classes are larger than expected is left early, not at the bound. */
 static int
 apply_listed(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int op,
-             uint32_t *out, Py_ssize_t n_list, double est_tokens, double bound)
+             uint32_t *out, Py_ssize_t n_list, double est_tokens, double bound, double *model)
 {
     double fixed = NS_LIST_FIXED + NS_COPY_WORD * (double)k->nw;
     Py_ssize_t classes = 0;
     uint64_t tokens = 0;
     double expected = 0.0;
+#define RUNNING (fixed + k->ns_list_class * (double)classes + NS_LIST_TOKEN * (double)tokens)
     for (Py_ssize_t w = 0; w < k->cw; w++) {
         uint32_t x = listed_word(k, row, other, mode, w);
         if (!x)
@@ -628,8 +662,12 @@ apply_listed(const Kernel *k, const uint32_t *row, const uint32_t *other, int mo
             if (head >> bit & 1)
                 expected += (double)(end - tok);
             classes++;
-            if (fixed + k->ns_list_class * (double)classes + NS_LIST_TOKEN * (double)tokens >= bound)
-                return -1; /* checked before the class is written: a huge class is never started */
+            if (RUNNING >= bound) { /* checked before the class is written: a huge class is never started */
+                classes--;
+                tokens -= (uint64_t)(end - tok);
+                *model = RUNNING;
+                return -1;
+            }
             if (op == 0)
                 for (; tok < end; tok++)
                     out[*tok >> 5] |= (uint32_t)1 << (*tok & 31);
@@ -643,38 +681,51 @@ apply_listed(const Kernel *k, const uint32_t *row, const uint32_t *other, int mo
         if (classes >= LIST_SAMPLE && expected > 0.0 &&
             fixed + k->ns_list_class * (double)n_list +
                     NS_LIST_TOKEN * est_tokens * ((double)tokens / expected) >
-                1.25 * bound)
+                1.25 * bound) {
+            *model = RUNNING;
             return -1;
+        }
     }
+    *model = RUNNING;
     return 0;
+#undef RUNNING
 }
 
-/* plan 2, 3, 4, 6 or 7 within `bound` ns: 0, or -1 when given up (out partly written) */
+/* plan 2, 3, 4, 6 or 7 within `bound` ns: 0, or -1 when given up (out partly written);
+ * *model is the modelled cost of the work done */
 static int
 plan_listed(Kernel *k, int plan, const uint32_t *row, const uint32_t *base_cls,
-            const uint32_t *base_out, uint32_t *out, Py_ssize_t n_list, double est_tokens, double bound)
+            const uint32_t *base_out, uint32_t *out, Py_ssize_t n_list, double est_tokens, double bound,
+            double *model)
 {
     Py_ssize_t nw = k->nw;
+    double tables = 0.0;
+    int mode = 3, op = 0, rc;
     switch (plan) {
     case 2:
         memset(out, 0, (size_t)nw * 4);
-        return apply_listed(k, row, NULL, 0, 0, out, n_list, est_tokens, bound);
+        return apply_listed(k, row, NULL, 0, 0, out, n_list, est_tokens, bound, model);
     case 3:
         memcpy(out, k->valid, (size_t)nw * 4);
-        return apply_listed(k, row, NULL, 1, 1, out, n_list, est_tokens, bound);
+        return apply_listed(k, row, NULL, 1, 1, out, n_list, est_tokens, bound, model);
     case 4:
         if (out != base_out)
             memmove(out, base_out, (size_t)nw * 4);
-        return apply_listed(k, row, base_cls, 2, 2, out, n_list, est_tokens, bound);
+        return apply_listed(k, row, base_cls, 2, 2, out, n_list, est_tokens, bound, model);
     case 6:
-        bound -= NS_OR_ROW_FIXED + (double)head_rows(k, row, out) * NS_OR_WORD * (double)nw;
-        return apply_listed(k, row, NULL, 3, 0, out, n_list, est_tokens, bound);
+        tables = NS_OR_ROW_FIXED + (double)head_rows(k, row, out) * NS_OR_WORD * (double)nw;
+        break;
     default:
-        bound -= NS_OR_ROW_FIXED + (double)head_rows(k, row, out) * NS_OR_WORD * (double)nw;
+        tables = NS_OR_ROW_FIXED + (double)head_rows(k, row, out) * NS_OR_WORD * (double)nw;
         for (Py_ssize_t w = 0; w < nw; w++)
             out[w] |= k->tail_union[w];
-        return apply_listed(k, row, NULL, 4, 1, out, n_list, est_tokens, bound);
+        mode = 4;
+        op = 1;
+        break;
     }
+    rc = apply_listed(k, row, NULL, mode, op, out, n_list, est_tokens, bound - tables, model);
+    *model += tables;
+    return rc;
 }
 
 /* classes of the listed set of `mode` among the head classes: count and tokens */
@@ -695,22 +746,44 @@ head_listed(const Kernel *k, const uint32_t *row, const uint32_t *other, int mod
     }
 }
 
+/* Self-correction of the cost model.  Its constants were fitted with warm caches on one
+ * machine; in a decoding loop the engine's own fill runs between two rows and may evict
+ * the kernel's tables (a plan that reads them at random suffers more than the streaming
+ * gather), and other CPUs differ.  So every row whose plan is chosen is timed, and
+ * corr[plan], a running mean (weight 1/8) of measured over modelled time, scales that
+ * plan's estimates; given-up attempts count with the modelled cost of the work they did.
+ * One row in 32 is chosen by the uncorrected model, so that a plan the corrections rule
+ * out is measured again.  The rows themselves never depend on the choice. */
+static void
+learn(Kernel *k, int plan, double ns, double model)
+{
+    if (!k->adapt || model <= 0.0)
+        return;
+    double r = ns / model;
+    r = r < 0.2 ? 0.2 : r > 5.0 ? 5.0 : r;
+    k->corr[plan] += 0.125 * (r - k->corr[plan]);
+}
+
 /* Plan -1: the cheaper fixed plan (0 or 1), unless a listed plan does better.  Each listed
  * candidate gets an estimate: its listed classes counted exactly, the tokens of the head
  * classes among them exactly and those of the tail classes at their class word's mean size
- * (see ListedStats).  Candidates under the fixed plan's cost are tried cheapest first, each
- * given up once its running cost passes min(fixed cost, 2 * estimate + 1 µs).  Returns the
- * plan used (rows of plans 0 and 1 are left to the caller). */
+ * (see ListedStats); all estimates are scaled by the plans' corrections (see learn).
+ * Candidates under the fixed plan's cost are tried cheapest first, each given up once its
+ * running cost passes min(fixed cost, 2 * estimate + 1 µs).  Returns the plan used (rows
+ * of plans 0 and 1 are left to the caller). */
 static int
 choose_and_list(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint32_t *base_out,
                 uint32_t *out)
 {
-    int fixed_plan = k->cost_split < k->cost_gather ? 1 : 0;
-    double best = fixed_plan ? k->cost_split : k->cost_gather;
+    int explore = !k->adapt || (k->n_auto++ & 31) == 0;
+    double cg = k->cost_gather * (explore ? 1.0 : k->corr[0]);
+    double cs = k->cost_split * (explore ? 1.0 : k->corr[1]);
+    int fixed_plan = cs < cg ? 1 : 0;
+    double best = fixed_plan ? cs : cg;
     double lfixed = NS_LIST_FIXED + NS_COPY_WORD * (double)k->nw;
-    int tries[3];
+    int tries[3], order[3];
     Py_ssize_t counts[3];
-    double est[3], toks[3];
+    double est[3], toks[3], adj[3];
     int n_try = 0;
     Py_ssize_t n_head;
     double head_tok;
@@ -741,20 +814,24 @@ choose_and_list(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const 
                      k->ns_list_class * (double)counts[n_try] + NS_LIST_TOKEN * toks[n_try];
         n_try++;
     }
-    for (int i = 1; i < n_try; i++) /* insertion sort by estimate */
-        for (int j = i; j > 0 && est[j] < est[j - 1]; j--) {
-            double te = est[j];
-            est[j] = est[j - 1], est[j - 1] = te;
-            te = toks[j];
-            toks[j] = toks[j - 1], toks[j - 1] = te;
-            int tp = tries[j];
-            tries[j] = tries[j - 1], tries[j - 1] = tp;
-            Py_ssize_t tc = counts[j];
-            counts[j] = counts[j - 1], counts[j - 1] = tc;
+    for (int i = 0; i < n_try; i++) {
+        adj[i] = est[i] * (explore ? 1.0 : k->corr[tries[i]]);
+        order[i] = i;
+    }
+    for (int i = 1; i < n_try; i++) /* insertion sort by corrected estimate */
+        for (int j = i; j > 0 && adj[order[j]] < adj[order[j - 1]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1], order[j - 1] = t;
         }
-    for (int i = 0; i < n_try && est[i] < best; i++) {
-        double bound = 2 * est[i] + 1000.0 < best ? 2 * est[i] + 1000.0 : best;
-        if (plan_listed(k, tries[i], row, base_cls, base_out, out, counts[i], toks[i], bound) == 0)
+    for (int r = 0; r < n_try && adj[order[r]] < best; r++) {
+        int i = order[r];
+        double c = explore ? 1.0 : k->corr[tries[i]];
+        double bound = 2 * est[i] + 1000.0 < best / c ? 2 * est[i] + 1000.0 : best / c;
+        double model = 0.0, t0 = k->adapt ? now_ns() : 0.0;
+        int rc = plan_listed(k, tries[i], row, base_cls, base_out, out, counts[i], toks[i], bound, &model);
+        if (k->adapt)
+            learn(k, tries[i], now_ns() - t0, model);
+        if (rc == 0)
             return tries[i];
     }
     return fixed_plan;
@@ -784,17 +861,22 @@ compute_row(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint
     if (plan == 5) { /* the listed plan with fewer classes: set or clear */
         plan = 2 * listed_stats(k, row, NULL, 0).n <= k->num_classes ? 2 : 3;
     }
+    int chosen = plan < 0;
+    double model;
     if (plan >= 2) {
-        plan_listed(k, plan, row, base_cls, base_out, out, 0, 0.0, HUGE_VAL);
-    } else if (plan < 0) {
+        plan_listed(k, plan, row, base_cls, base_out, out, 0, 0.0, HUGE_VAL, &model);
+    } else if (chosen) {
         plan = choose_and_list(k, row, base_cls, base_out, out);
     }
-    if (plan == 0) {
+    if (plan <= 1) {
+        double t0 = chosen && k->adapt ? now_ns() : 0.0;
         unpack_row(k, row);
-        plan_gather(k, out);
-    } else if (plan == 1) {
-        unpack_row(k, row);
-        plan_split(k, row, out);
+        if (plan == 0)
+            plan_gather(k, out);
+        else
+            plan_split(k, row, out);
+        if (chosen && k->adapt)
+            learn(k, plan, now_ns() - t0, plan == 0 ? k->cost_gather : k->cost_split);
     }
     return plan;
 }
@@ -1067,10 +1149,13 @@ done:
 static PyObject *
 Kernel_info(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:d,s:d}", "groups", k->groups, "tail_tokens", k->n_tail,
-                         "valid_tokens", k->n_valid, "table_bytes",
+    const double *c = k->corr;
+    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:d,s:d,s:i,s:{s:d,s:d,s:d,s:d,s:d,s:d,s:d}}", "groups",
+                         k->groups, "tail_tokens", k->n_tail, "valid_tokens", k->n_valid, "table_bytes",
                          (Py_ssize_t)(k->groups * GROUP_ROWS * k->nw * 4), "cost_gather_ns",
-                         k->cost_gather, "cost_split_ns", k->cost_split);
+                         k->cost_gather, "cost_split_ns", k->cost_split, "adapt", k->adapt,
+                         "corrections", "gather", c[0], "split", c[1], "set", c[2], "clear", c[3],
+                         "delta", c[4], "split/set", c[6], "split/clear", c[7]);
 }
 
 /* apply_bitmask(bits, values, itemsize, pattern): values[i] = pattern (the -inf bit pattern of
@@ -1162,7 +1247,9 @@ static PyMethodDef Kernel_methods[] = {
      "Row-cache counters: hits, misses, evictions, deltas, entries, capacity."},
     {"clear_cache", (PyCFunction)Kernel_clear_cache, METH_NOARGS,
      "Drop every cached row and reset the counters."},
-    {"info", (PyCFunction)Kernel_info, METH_NOARGS, "Sizes of the precomputed structures."},
+    {"info", (PyCFunction)Kernel_info, METH_NOARGS,
+     "Sizes of the precomputed structures, the modelled costs of plans 0 and 1, and the\n"
+     "cost-model corrections learnt so far (measured / modelled time per plan)."},
     {NULL, NULL, 0, NULL},
 };
 

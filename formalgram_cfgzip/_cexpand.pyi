@@ -6,7 +6,14 @@ class Kernel:
     """Precomputed class -> token expansion for one int32 token-class array."""
 
     def __init__(
-        self, token_class: ReadableBuffer, num_classes: int, table_budget: int, groups: int = -1
+        self,
+        token_class: ReadableBuffer,
+        num_classes: int,
+        table_budget: int,
+        groups: int = -1,
+        cache_rows: int = 0,
+        delta: int = 1,
+        adapt: bool = True,
     ) -> None: ...
     def expand(
         self,
@@ -26,7 +33,7 @@ class Kernel:
     ) -> int: ...
     def cache_info(self) -> dict[str, int]: ...
     def clear_cache(self) -> None: ...
-    def info(self) -> dict[str, int | float]: ...
+    def info(self) -> dict[str, int | float | dict[str, float]]: ...
 
 def apply_bitmask(bits: ReadableBuffer, values: WriteableBuffer, itemsize: int, pattern: int, /) -> None:
     """Write ``pattern`` into every item of ``values`` whose bit is 0 (and past the bits)."""

@@ -204,6 +204,14 @@ class MaskExpander:
         Which implementation computes rows: ``"auto"`` the C kernel when it is built (the
         normal compiled install; not with ``FORMALGRAM_NO_CEXPAND=1``), else numpy; ``"c"``
         requires it.  Both give bit-identical rows.  See :attr:`kernel`.
+    adapt : bool, keyword-only
+        C kernel only: time the rows whose plan it chooses and scale each plan's modelled
+        cost by its measured / modelled ratio (default ``True``).  The cost model was fitted
+        with warm caches on one machine; between two rows of a decoding loop the engine's
+        fill can evict the kernel's tables, which slows the listed plans far more than the
+        streaming gather (SynCode SQL, caches flushed: 57 -> 35 µs per row).  ``False``
+        gives a choice that depends on the rows only (benchmarks of the model itself).
+        The rows are identical either way.
 
     Notes
     -----
@@ -241,6 +249,7 @@ class MaskExpander:
         cache_bytes: int = 8 << 20,
         delta: bool | None = None,
         kernel: Literal["auto", "c", "numpy"] = "auto",
+        adapt: bool = True,
     ) -> None:
         tc = _check_token_class(token_class, num_classes)
         if memory_budget < 0 or cache_bytes < 0:
@@ -286,7 +295,7 @@ class MaskExpander:
             delta_mode = 1 if delta is None else 2 if delta else 0
             self._apply_bitmask = module.apply_bitmask
             self._kernel = module.Kernel(
-                tc.astype(np.int32), num_classes, budget, forced, self._cache_slots, delta_mode
+                tc.astype(np.int32), num_classes, budget, forced, self._cache_slots, delta_mode, adapt
             )
             return
         self._cache_store = np.zeros((self._cache_slots, self.num_words), dtype=np.uint32)

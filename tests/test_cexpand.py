@@ -17,7 +17,7 @@ from _lru_model import lru_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from formalgram_cfgzip.expand import MaskExpander, _c_module, expand_reference
+from formalgram_cfgzip.expand import _C_PLANS, MaskExpander, _c_module, expand_reference
 
 cexpand: Any = _c_module()
 pytestmark = pytest.mark.skipif(cexpand is None, reason="C kernel not built (pure-Python install)")
@@ -99,18 +99,19 @@ def test_wide_class_ids() -> None:
 
 def test_auto_reaches_every_plan() -> None:
     """Across skewed and flat distributions and densities, the cost model picks each plan
-    somewhere (so every path is exercised as it runs in production), always correctly."""
+    somewhere (so every path is exercised as it runs in production), always correctly.
+    (Uncorrected model: with ``adapt`` the choice also depends on measured times.)"""
     rng = np.random.default_rng(8)
     chosen: set[int] = set()
     for width, classes, skew in ((60_000, 40, 2.0), (60_000, 2_000, 1.2), (60_000, 20_000, 0.0)):
         tc = skewed(rng, width, classes, skew, 0.01)
-        kernel = cexpand.Kernel(tc.astype(np.int32), classes, 32 << 20)
+        kernel = cexpand.Kernel(tc.astype(np.int32), classes, 32 << 20, adapt=False)
         chosen |= check_all_plans(kernel, tc, classes, rng)
     # a few huge classes and thousands of one- or two-token ones: at half density listing the
     # tail classes costs more than gathering the tail tokens, so the split plan (1) wins
     tc = np.concatenate([rng.integers(0, 16, 50_000), np.arange(16, 8016), rng.integers(16, 8016, 2_000)])
     rng.shuffle(tc)
-    kernel = cexpand.Kernel(tc.astype(np.int32), 8016, 32 << 20)
+    kernel = cexpand.Kernel(tc.astype(np.int32), 8016, 32 << 20, adapt=False)
     chosen |= check_all_plans(kernel, tc, 8016, rng)
     assert chosen >= {0, 1, 2, 3, 6, 7}, chosen
     # plan 4 (delta) needs a base that differs in a few classes
@@ -141,6 +142,38 @@ def test_hypothesis_plans(width: int, classes: int, seed: int, groups: int, plan
     out = np.full((width + 31) // 32, -1, dtype=np.int32)
     kernel.expand(row, out, oracle_row(tc, base_row, classes).copy(), base_row, plan)
     assert np.array_equal(out, expand_reference(tc, row[None, :], width)[0])
+
+
+def test_cost_corrections_are_learnt_from_chosen_rows_only() -> None:
+    """With ``adapt`` the kernel times the rows whose plan it chooses and keeps, per plan, a
+    running measured / modelled ratio; forced plans and ``adapt=False`` leave it at 1.  The
+    rows stay exact whatever the corrections make it choose."""
+    rng = np.random.default_rng(21)
+    tc = skewed(rng, 60_000, 2_000, 1.2, 0.01)
+    nw = (tc.shape[0] + 31) // 32
+    fixed = cexpand.Kernel(tc.astype(np.int32), 2_000, 32 << 20, adapt=False)
+    adaptive = cexpand.Kernel(tc.astype(np.int32), 2_000, 32 << 20)
+    assert adaptive.info()["adapt"] == 1 and fixed.info()["adapt"] == 0
+    out = np.zeros(nw, dtype=np.int32)
+    for plan in PLANS:  # forced: nothing learnt
+        if plan != 4:
+            adaptive.expand(class_row(rng, 2_000, 0.5, junk=False), out, None, None, plan)
+    assert set(adaptive.info()["corrections"].values()) == {1.0}
+    used: set[int] = set()
+    for step in range(200):
+        row = class_row(rng, 2_000, (0.002, 0.3, 0.7, 0.998)[step % 4], junk=step % 3 == 0)
+        want = oracle_row(tc, row, 2_000)
+        for kernel in (fixed, adaptive):
+            out[:] = -1
+            plan = kernel.expand(row, out)
+            assert np.array_equal(out, want), (plan, step)
+            if kernel is adaptive:
+                used.add(plan)
+    assert set(fixed.info()["corrections"].values()) == {1.0}
+    learnt = adaptive.info()["corrections"]
+    moved = {_C_PLANS[p] for p in used if learnt[_C_PLANS[p]] != 1.0}
+    assert moved, (used, learnt)  # every chosen plan was timed; a ratio of exactly 1.0 is all but impossible
+    assert all(0.2 <= v <= 5.0 for v in learnt.values()), learnt
 
 
 def test_delta_into_its_own_base() -> None:
