@@ -139,14 +139,20 @@ def walk_class_rows(text: str, tcl: Any, walks: int, steps: int, seed: int) -> t
     return np.array(list(rows.values())), compiled.engine_size
 
 
-def real_rows_report(classes_dir: str | None, only: set[str] | None, walks: int, steps: int) -> None:
+def real_rows_report(
+    classes_dir: str | None, only: set[str] | None, walks: int, steps: int, flush_mb: int = 0
+) -> None:
     """Per real grammar, the C kernel's automatic choice against every forced plan on the
-    class rows of real walks (row cache off), and the numpy kernel's choice."""
+    class rows of real walks (row cache off), and the numpy kernel's choice.  With
+    ``flush_mb``, a buffer of that many MiB is rewritten before every timed call, so the
+    kernel's tables are cold, as after a large grammar's engine fill in a decoding loop."""
     kernel_module = _c_module()
     if kernel_module is None:
         print("(--real-rows needs the C kernel: a compiled install)")
         return
     plans = {"gather": 0, "split": 1, "set": 2, "clear": 3, "t+set": 6, "t+clear": 7}
+    if flush_mb:
+        print(f"(caches flushed: {flush_mb} MiB rewritten before every timed call)")
     print(
         "µs per row on the distinct class rows of seeded XGrammar walks (min of 5 runs per row);"
         " auto = the C kernel's choice, best = the fastest forced plan of each row, numpy = the"
@@ -166,6 +172,7 @@ def real_rows_report(classes_dir: str | None, only: set[str] | None, walks: int,
         kernel = ex._kernel
         out = np.zeros((1, ex.num_words), dtype=np.int32)
         times: dict[str, list[float]] = {k: [] for k in ("auto", "numpy", *plans)}
+        flush = np.zeros(flush_mb << 18, dtype=np.float32)
         chosen: dict[str, int] = {}
         label = ""
         for row in rows:
@@ -173,6 +180,8 @@ def real_rows_report(classes_dir: str | None, only: set[str] | None, walks: int,
             best: dict[str, float] = {k: 1e18 for k in times}
             for _ in range(5):
                 for k in times:
+                    if flush_mb:
+                        flush += 1.0
                     t = time.perf_counter()
                     if k == "numpy":
                         npx.expand(r[None, :], out)
@@ -238,10 +247,18 @@ def main() -> None:
         help="time the plans on the class rows of real decoding walks instead (C kernel)",
     )
     ap.add_argument("--walks", type=int, default=8, help="with --real-rows: walks per grammar")
+    ap.add_argument(
+        "--flush-mb",
+        type=int,
+        default=0,
+        help="with --real-rows: rewrite this many MiB before every timed call (cold caches)",
+    )
     args = ap.parse_args()
     if args.real_rows:
         only_real = set(args.only.split(",")) if args.only else None
-        real_rows_report(args.classes_dir, only_real, args.walks, 12 if args.quick else args.steps)
+        real_rows_report(
+            args.classes_dir, only_real, args.walks, 12 if args.quick else args.steps, args.flush_mb
+        )
         return
     import torch
 
