@@ -52,7 +52,7 @@ thousands of classes of a few tokens) leave almost every token to the gather: ab
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -555,6 +555,17 @@ class MaskExpander:
             self.last_strategy = _C_PLANS[self._kernel.expand_rows(class_rows, out, index)]
         else:
             self.expand_row(class_rows[0], out[index])
+
+    def row_writer(self) -> Callable[[npt.NDArray[np.int32], npt.NDArray[np.int32], int], object]:
+        """:meth:`expand_at` as one callable for a hot loop: with the C kernel its bound
+        ``expand_rows`` itself (no Python frame in between; :attr:`last_strategy` is then
+        not updated), else :meth:`expand_at`.  Same arguments and checks as ``expand_at``."""
+        if self._kernel is not None:
+            writer: Callable[[npt.NDArray[np.int32], npt.NDArray[np.int32], int], object] = (
+                self._kernel.expand_rows
+            )
+            return writer
+        return self.expand_at
 
     def _compute_row(
         self, class_row: npt.NDArray[np.int32], out: npt.NDArray[np.uint32], strategy: str

@@ -403,6 +403,13 @@ def test_bad_input_errors() -> None:
         m.fill_next_token_bitmask(np.zeros((1, 1), dtype=np.int32))
     with pytest.raises(EngineError, match="int32"):
         m.fill_next_token_bitmask(np.zeros((1, 2), dtype=np.int64))
+    # arguments the inline fast path leaves to the checked path: same errors
+    with pytest.raises(BatchIndexError):
+        m.fill_next_token_bitmask(bm, -1)
+    with pytest.raises(EngineError, match="C-contiguous"):
+        m.fill_next_token_bitmask(np.zeros((2, 4), dtype=np.int32)[:, ::2])
+    with pytest.raises(EngineError, match="int32"):
+        m.fill_next_token_bitmask(np.zeros((1, 2), dtype=">i4"))
     other_compiled = xgr_engine.compile_full(vocab, TINY_GRAMMAR)
     with pytest.raises(EngineError, match="another compiled grammar"):
         compiled.fill_next_token_bitmask_batch([other_compiled.matcher()], bm)
@@ -418,6 +425,16 @@ def test_torch_cpu_bitmask_and_lazy_engines() -> None:
     t = torch.zeros((1, compiled.token_words), dtype=torch.int32)
     compiled.matcher().fill_next_token_bitmask(t)
     assert set(allowed_ids(t.numpy()[0], vocab.logit_width).tolist()) == {0, 1, 3, 5, 19}
+    # a torch tensor takes the checked path, a numpy array the inline one: same row, and
+    # the other rows untouched
+    m = compiled.matcher()
+    assert m.accept_token(3)
+    t3 = torch.full((3, compiled.token_words), -1, dtype=torch.int32)
+    a3 = np.full((3, compiled.token_words), -1, dtype=np.int32)
+    m.fill_next_token_bitmask(t3, 2)
+    m.fill_next_token_bitmask(a3, 2)
+    assert np.array_equal(t3.numpy(), a3) and (a3[:2] == -1).all()
+    assert set(allowed_ids(a3[2], vocab.logit_width).tolist()) == {11, 18}
     code = "import sys, formalgram_cfgzip, formalgram_cfgzip.engines; print('xgrammar' in sys.modules, 'llguidance' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]

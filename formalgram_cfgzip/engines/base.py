@@ -189,6 +189,9 @@ def class_vocabulary(classes: TokenClasses) -> list[bytes]:
     return out
 
 
+_INT32 = np.dtype(np.int32)
+
+
 def _as_int32_2d(bitmask: Any, what: str) -> npt.NDArray[np.int32]:
     """A writable numpy view of an int32 bitmask (numpy array or CPU torch tensor)."""
     if (  # the common case first: a C-contiguous 2-D int32 numpy array
@@ -232,6 +235,11 @@ class EngineMatcher(ABC):
     def __init__(self, compiled: CompiledGrammar) -> None:
         self.compiled = compiled
         self._scratch = np.zeros((1, compiled.engine_words), dtype=np.int32)
+        # fill_next_token_bitmask's fast path: the expander's row writer, for the common
+        # argument (a C-contiguous int32 numpy array of the right width)
+        ex = compiled.expander
+        self._write_row = ex.row_writer() if ex is not None and not compiled.direct_fill else None
+        self._token_words = compiled.token_words
 
     def _fill_live(self, bitmask: npt.NDArray[np.int32], index: int) -> bool:
         """Engine fill of row ``index``; ``False`` (row zeroed, nothing filled) when the
@@ -318,6 +326,22 @@ class EngineMatcher(ABC):
         BatchIndexError
             If ``index`` is not a row of ``bitmask``.
         """
+        write = self._write_row
+        if (  # the common case, checked inline: no helper calls before the engine's fill
+            write is not None
+            and type(bitmask) is np.ndarray
+            and bitmask.dtype is _INT32
+            and bitmask.ndim == 2
+            and bitmask.shape[1] == self._token_words
+            and 0 <= index < bitmask.shape[0]
+            and bitmask.flags.c_contiguous
+        ):
+            scratch = self._scratch
+            if self._fill_live(scratch, 0):
+                write(scratch, bitmask, index)
+            else:
+                bitmask[index] = 0
+            return
         arr = _as_int32_2d(bitmask, "token bitmask")
         c = self.compiled
         if arr.shape[1] != c.token_words:
