@@ -658,16 +658,16 @@ apply_listed(const Kernel *k, const uint32_t *row, const uint32_t *other, int mo
             x &= x - 1;
             const uint32_t *tok = k->csr_tok + k->csr_start[c];
             const uint32_t *end = k->csr_tok + k->csr_start[c + 1];
-            tokens += (uint64_t)(end - tok);
-            if (head >> bit & 1)
-                expected += (double)(end - tok);
-            classes++;
-            if (RUNNING >= bound) { /* checked before the class is written: a huge class is never started */
-                classes--;
-                tokens -= (uint64_t)(end - tok);
+            uint64_t size = (uint64_t)(end - tok);
+            /* checked before the class is written: a huge class is never started */
+            if (RUNNING + k->ns_list_class + NS_LIST_TOKEN * (double)size >= bound) {
                 *model = RUNNING;
                 return -1;
             }
+            classes++;
+            tokens += size;
+            if (head >> bit & 1)
+                expected += (double)size;
             if (op == 0)
                 for (; tok < end; tok++)
                     out[*tok >> 5] |= (uint32_t)1 << (*tok & 31);
@@ -712,15 +712,14 @@ plan_listed(Kernel *k, int plan, const uint32_t *row, const uint32_t *base_cls,
         if (out != base_out)
             memmove(out, base_out, (size_t)nw * 4);
         return apply_listed(k, row, base_cls, 2, 2, out, n_list, est_tokens, bound, model);
-    case 6:
+    default: /* 6, 7: the head classes' table rows, then the tail classes set (or cleared) */
         tables = NS_OR_ROW_FIXED + (double)head_rows(k, row, out) * NS_OR_WORD * (double)nw;
-        break;
-    default:
-        tables = NS_OR_ROW_FIXED + (double)head_rows(k, row, out) * NS_OR_WORD * (double)nw;
-        for (Py_ssize_t w = 0; w < nw; w++)
-            out[w] |= k->tail_union[w];
-        mode = 4;
-        op = 1;
+        if (plan == 7) {
+            for (Py_ssize_t w = 0; w < nw; w++)
+                out[w] |= k->tail_union[w];
+            mode = 4;
+            op = 1;
+        }
         break;
     }
     rc = apply_listed(k, row, NULL, mode, op, out, n_list, est_tokens, bound - tables, model);
@@ -803,18 +802,17 @@ choose_and_list(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const 
         toks[n_try] = head_tok + flip.tail_tokens;
         n_try++;
     }
-    for (int i = 0; i < n_try; i++)
-        est[i] = lfixed + k->ns_list_class * (double)counts[i] + NS_LIST_TOKEN * toks[i];
     if (k->groups && k->n_tail_classes) { /* plan 6 or 7 */
         int setm = 2 * all.n_tail <= k->n_tail_classes;
         tries[n_try] = setm ? 6 : 7;
         counts[n_try] = setm ? all.n_tail : k->n_tail_classes - all.n_tail;
         toks[n_try] = setm ? all.tail_tokens : (double)k->n_tail - all.tail_tokens;
-        est[n_try] = lfixed + NS_OR_ROW_FIXED + (double)k->groups * NS_OR_WORD * (double)k->nw +
-                     k->ns_list_class * (double)counts[n_try] + NS_LIST_TOKEN * toks[n_try];
         n_try++;
     }
+    double tables = NS_OR_ROW_FIXED + (double)k->groups * NS_OR_WORD * (double)k->nw;
     for (int i = 0; i < n_try; i++) {
+        est[i] = lfixed + (tries[i] >= 6 ? tables : 0.0) + k->ns_list_class * (double)counts[i] +
+                 NS_LIST_TOKEN * toks[i];
         adj[i] = est[i] * (explore ? 1.0 : k->corr[tries[i]]);
         order[i] = i;
     }
