@@ -235,8 +235,8 @@ class EngineMatcher(ABC):
     def __init__(self, compiled: CompiledGrammar) -> None:
         self.compiled = compiled
         self._scratch = np.zeros((1, compiled.engine_words), dtype=np.int32)
-        # fill_next_token_bitmask's fast path: the expander's row writer, for the common
-        # argument (a C-contiguous int32 numpy array of the right width)
+        # for fill_next_token_bitmask: the expander's row writer (None without classes), and
+        # the row width, read once here rather than through ``compiled`` on every call
         ex = compiled.expander
         self._write_row = ex.row_writer() if ex is not None and not compiled.direct_fill else None
         self._token_words = compiled.token_words
@@ -326,22 +326,33 @@ class EngineMatcher(ABC):
         BatchIndexError
             If ``index`` is not a row of ``bitmask``.
         """
-        write = self._write_row
         if (  # the common case, checked inline: no helper calls before the engine's fill
-            write is not None
-            and type(bitmask) is np.ndarray
+            type(bitmask) is np.ndarray
             and bitmask.dtype is _INT32
             and bitmask.ndim == 2
             and bitmask.shape[1] == self._token_words
             and 0 <= index < bitmask.shape[0]
             and bitmask.flags.c_contiguous
         ):
-            scratch = self._scratch
-            if self._fill_live(scratch, 0):
-                write(scratch, bitmask, index)
-            else:
-                bitmask[index] = 0
+            arr = bitmask
+        else:
+            arr = self._checked_token_bitmask(bitmask, index)
+        write = self._write_row
+        if write is None and self.compiled.direct_fill:
+            if self._fill_live(arr, index):
+                self.compiled.clear_padding(arr[index : index + 1])
             return
+        scratch = self._scratch
+        if not self._fill_live(scratch, 0):
+            arr[index] = 0
+        elif write is not None:
+            write(scratch, arr, index)
+        else:
+            self.compiled.finish_row(scratch[0], arr[index])
+
+    def _checked_token_bitmask(self, bitmask: Any, index: int) -> npt.NDArray[np.int32]:
+        """``bitmask`` as a numpy int32 array whose row ``index`` has the token width, or the
+        typed error saying why not."""
         arr = _as_int32_2d(bitmask, "token bitmask")
         c = self.compiled
         if arr.shape[1] != c.token_words:
@@ -349,19 +360,8 @@ class EngineMatcher(ABC):
                 f"token bitmask must have ceil({c.logit_width}/32) = {c.token_words} int32 words per row, "
                 f"got {arr.shape[1]}"
             )
-        if not 0 <= index < arr.shape[0]:
-            _check_index(index, arr.shape[0])
-        if c.direct_fill:
-            if self._fill_live(arr, index):
-                c.clear_padding(arr[index : index + 1])
-            return
-        scratch = self._scratch
-        if not self._fill_live(scratch, 0):
-            arr[index] = 0
-        elif c.expander is not None:
-            c.expander.expand_at(scratch, arr, index)
-        else:
-            c.finish_row(scratch[0], arr[index])
+        _check_index(index, arr.shape[0])
+        return arr
 
 
 def _check_index(index: int, rows: int) -> None:
