@@ -33,6 +33,7 @@ is never allowed.  The proof that the adapter is lossless under this policy is
 from __future__ import annotations
 
 import hashlib
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -187,6 +188,26 @@ def class_vocabulary(classes: TokenClasses) -> list[bytes]:
             t = tokens[rep]
             out.append(t if t is not None else b"")
     return out
+
+
+_vocab_cache_lock = threading.Lock()
+
+
+def per_vocabulary(cache: dict[str, Any], vocab: Vocabulary, build: Callable[[], Any]) -> Any:
+    """``cache[vocab.fingerprint()]``, made by ``build()`` on a miss and kept (the engines'
+    full-vocabulary tokenizers: immutable, and 0.3 s or more to build at 128k tokens).
+
+    Lookups and stores are locked; ``build`` runs outside the lock, so two threads missing at
+    once may both build, and the last stored wins (the values are equal).
+    """
+    key = vocab.fingerprint()
+    with _vocab_cache_lock:
+        value = cache.get(key)
+    if value is None:
+        value = build()
+        with _vocab_cache_lock:
+            cache[key] = value
+    return value
 
 
 _INT32 = np.dtype(np.int32)

@@ -18,7 +18,6 @@ int32 layout; ``fill_next_token_bitmask_par`` with an ``LLExecutor`` fills a bat
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -32,6 +31,7 @@ from formalgram_cfgzip.engines.base import (
     check_classes,
     class_vocabulary,
     engine_vocabulary,
+    per_vocabulary,
 )
 
 if TYPE_CHECKING:
@@ -281,21 +281,13 @@ def _tokenizer(engine_tokens: list[bytes], eos_ids: list[int]) -> Any:
     return llg.LLTokenizer(wrapper, eos_token=list(eos_ids))
 
 
-_lock = threading.Lock()
 _full_tokenizer_cache: dict[str, Any] = {}
 
 
 def _full_tokenizer(vocab: Vocabulary, tokens: list[bytes], eos: list[int]) -> Any:
     """``llguidance.LLTokenizer`` over every logit index of ``vocab`` (cached per vocabulary:
     building it takes ~0.3 s at 128k tokens, and it is immutable)."""
-    key = vocab.fingerprint()
-    with _lock:
-        tok = _full_tokenizer_cache.get(key)
-    if tok is None:
-        tok = _tokenizer(tokens, eos)
-        with _lock:
-            _full_tokenizer_cache[key] = tok
-    return tok
+    return per_vocabulary(_full_tokenizer_cache, vocab, lambda: _tokenizer(tokens, eos))
 
 
 def compile_full(

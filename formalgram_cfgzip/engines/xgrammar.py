@@ -17,7 +17,6 @@ state unchanged; ``BatchGrammarMatcher.batch_fill_next_token_bitmask`` fills man
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +30,7 @@ from formalgram_cfgzip.engines.base import (
     check_classes,
     class_vocabulary,
     engine_vocabulary,
+    per_vocabulary,
 )
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = ["XGrammarCompiled", "XGrammarMatcher", "compile", "compile_full"]
 
-_lock = threading.Lock()
 _full_tokenizer_cache: dict[str, Any] = {}
 
 
@@ -206,16 +205,13 @@ def _full_tokens(vocab: Vocabulary) -> list[bytes]:
 
 def full_tokenizer_info(vocab: Vocabulary) -> Any:
     """``xgrammar.TokenizerInfo`` over every token of ``vocab`` (policy applied; cached)."""
-    key = vocab.fingerprint()
-    with _lock:
-        info = _full_tokenizer_cache.get(key)
-    if info is None:
-        info = _xgr().TokenizerInfo(
+    return per_vocabulary(
+        _full_tokenizer_cache,
+        vocab,
+        lambda: _xgr().TokenizerInfo(
             _full_tokens(vocab), vocab_size=vocab.logit_width, stop_token_ids=sorted(vocab.stop_ids)
-        )
-        with _lock:
-            _full_tokenizer_cache[key] = info
-    return info
+        ),
+    )
 
 
 def compile_full(
