@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from formalgram.errors import FormalgramError
 
-__all__ = ["CacheError", "CfgzipError", "VocabularyError"]
+__all__ = [
+    "BatchIndexError",
+    "CacheError",
+    "CfgzipError",
+    "ClassesMismatchError",
+    "EngineError",
+    "GrammarViolation",
+    "TokenIdError",
+    "VocabularyError",
+]
 
 
 class CfgzipError(FormalgramError):
@@ -21,3 +30,23 @@ class VocabularyError(CfgzipError, ValueError):
 
 class CacheError(CfgzipError):
     """A cache directory is missing, corrupted, or was computed for other inputs."""
+
+
+class EngineError(CfgzipError, ValueError):
+    """A grammar engine rejected the grammar, or an adapter or expander was misused."""
+
+
+class ClassesMismatchError(EngineError):
+    """TokenClasses computed for another vocabulary or grammar, or inconsistent with its vocabulary."""
+
+
+class TokenIdError(EngineError, IndexError):
+    """A token id outside the vocabulary's logit range."""
+
+
+class BatchIndexError(EngineError, IndexError):
+    """A batch row index outside the bitmask."""
+
+
+class GrammarViolation(EngineError):
+    """A token the grammar forbids reached a logits processor (the mask was bypassed)."""

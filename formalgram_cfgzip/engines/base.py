@@ -41,7 +41,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from formalgram_cfgzip.errors import CfgzipError
+from formalgram_cfgzip.errors import (
+    BatchIndexError,
+    ClassesMismatchError,
+    EngineError,
+    TokenIdError,
+)
 from formalgram_cfgzip.expand import MaskExpander
 
 if TYPE_CHECKING:
@@ -60,22 +65,6 @@ __all__ = [
     "engine_vocabulary",
     "grammar_matches",
 ]
-
-
-class EngineError(CfgzipError, ValueError):
-    """A grammar engine rejected the grammar, or an adapter was misused."""
-
-
-class ClassesMismatchError(EngineError):
-    """TokenClasses computed for another vocabulary or grammar, or inconsistent with its vocabulary."""
-
-
-class TokenIdError(EngineError, IndexError):
-    """A token id outside the vocabulary's logit range."""
-
-
-class BatchIndexError(EngineError, IndexError):
-    """A batch row index outside the bitmask."""
 
 
 @runtime_checkable

@@ -23,17 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from formalgram_cfgzip.engines.base import EngineError
+from formalgram_cfgzip.errors import GrammarViolation
 from formalgram_cfgzip.expand import TorchMaskExpander, apply_token_bitmask_inplace
 
 if TYPE_CHECKING:
     from formalgram_cfgzip.engines.base import CompiledGrammar, EngineMatcher
 
 __all__ = ["GrammarLogitsProcessor", "GrammarViolation"]
-
-
-class GrammarViolation(EngineError):
-    """A token the grammar forbids reached the processor (the mask was bypassed)."""
 
 
 if TYPE_CHECKING:

@@ -30,9 +30,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from formalgram_cfgzip.engines.base import EngineError
+from formalgram_cfgzip.errors import EngineError, GrammarViolation
 from formalgram_cfgzip.expand import TorchMaskExpander, apply_token_bitmask_inplace
-from formalgram_cfgzip.integrations.transformers import GrammarViolation
 
 if TYPE_CHECKING:
     from formalgram_cfgzip.engines.base import CompiledGrammar
