@@ -382,7 +382,7 @@ def test_small_tekken_file(tmp_path: Path) -> None:
         (_tekken(default_vocab_size=10_000), "not a valid tekken file"),
         ({**_tekken(), "vocab": [{"rank": 0}]}, "not a valid tekken file"),
         ({**_tekken(), "vocab": ["x"] * 300}, "not a valid tekken file"),
-        ({**_tekken(), "audio": [1]}, "not a valid tekken file"),
+        ({**_tekken(), "audio": "x"}, "not a valid tekken file: .str. object has no attribute"),
         ({**_tekken(), "multimodal": "x"}, "not a valid tekken file"),
         ({**_tekken(), "special_tokens": [7]}, "not a valid tekken file"),
     ],
