@@ -95,7 +95,7 @@ def test_memory_budget_counts_the_search_growth_only() -> None:
     """memory_budget bounds what the search adds, not what the process already holds: a
     caller holding more than the budget (here 192 MiB of touched pages against 64 MiB)
     still gets its classes; a budget of one byte is exceeded by the search's own tables."""
-    from formalgram_cfgzip.displacement import current_rss
+    from formalgram_cfgzip.search.displacement import current_rss
 
     text, vocab = _budget_grammar_and_vocab()
     held = np.ones(192 << 17)  # 192 MiB, every page touched
@@ -158,8 +158,8 @@ def test_search_tables_reset_between_depths_keep_the_classes() -> None:
 
     from formalgram import is_prefix
     from formalgram.transforms.gnf import to_gnf
-    from formalgram_cfgzip.classes import _run_levels
-    from formalgram_cfgzip.displacement import DisplacementSearch
+    from formalgram_cfgzip.search.displacement import DisplacementSearch
+    from formalgram_cfgzip.search.driver import run_levels
 
     g = parse_gbnf('root ::= "(" root ")" root | "x" | "[" [a-c]* "]"')
     toks = sorted({bytes(p) for n in (1, 2, 3, 4) for p in itertools.product(b"()x[ab]", repeat=n)})
@@ -171,7 +171,7 @@ def test_search_tables_reset_between_depths_keep_the_classes() -> None:
     for reset_size in (0, 10**9):
         search = DisplacementSearch(gnf)
         class_bytes = np.frombuffer(bytes(search.byte_class), dtype=np.uint8)[flat]
-        codes, digests = _run_levels(search, class_bytes, offsets, lengths, False, reset_size, False)
+        codes, digests = run_levels(search, class_bytes, offsets, lengths, False, reset_size, False)
         assert (len(digests) > 0) == (reset_size == 0)  # a reset switches to digests
         runs.append(codes.tolist())
     with_resets, without = runs
@@ -209,8 +209,9 @@ def test_specialization_is_chosen_by_a_bounded_trial() -> None:
 
     from formalgram import is_prefix
     from formalgram.transforms.gnf import to_gnf
-    from formalgram_cfgzip.classes import _pick_specialization, _token_table
-    from formalgram_cfgzip.displacement import specialize_terminal_symbols
+    from formalgram.transforms.specialize import specialize_terminal_symbols
+    from formalgram_cfgzip.compress import SPECIALIZE_LIMIT, SPECIALIZE_SAMPLE
+    from formalgram_cfgzip.search.driver import pick_specialization, token_table
 
     text = _many_words_grammar()
     g = parse_gbnf(text)
@@ -220,11 +221,11 @@ def test_specialization_is_chosen_by_a_bounded_trial() -> None:
     vocab = Vocabulary(toks)
     plain = to_gnf(g)
     special = specialize_terminal_symbols(plain)
-    assert len(special.names) > max(2500, 4 * len(plain.names))  # the default must try
-    table = _token_table(vocab)
+    assert len(special.names) > max(SPECIALIZE_LIMIT, 4 * len(plain.names))  # the default must try
+    table = token_table(vocab)
     # no budget at all: the plain GNF is kept; a huge one: the specialised GNF is kept
-    assert _pick_specialization(plain, special, table, 200_000, None, factor=0)[0] is plain
-    assert _pick_specialization(plain, special, table, 200_000, None, factor=10**6)[0] is special
+    assert pick_specialization(plain, special, table, 200_000, None, 0, SPECIALIZE_SAMPLE)[0] is plain
+    assert pick_specialization(plain, special, table, 200_000, None, 10**6, SPECIALIZE_SAMPLE)[0] is special
     tc = compress(g, vocab, progress=False)
     assert tc.stats["specialize_trial"] in (0.0, 1.0)
     assert tc.stats["specialized"] == tc.stats["specialize_trial"]
