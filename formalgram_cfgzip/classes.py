@@ -75,7 +75,7 @@ class TokenClasses:
     >>> TokenClasses(np.zeros(4, dtype=np.int32), np.array([0], dtype=np.int32), -1, -1, v, "")
     Traceback (most recent call last):
     ...
-    formalgram_cfgzip.errors.ClassesInvariantError: the vocabulary has stop tokens but there is no stop class
+    formalgram_cfgzip.errors.ClassesInvariantError: a hole, padding id, empty token or special token is not in the invalid class
     """
 
     token_class: npt.NDArray[np.int32]
@@ -183,7 +183,7 @@ class TokenClasses:
         >>> d = tempfile.mkdtemp()
         >>> tc.save(d)
         >>> TokenClasses.load(d, grammar='root ::= "(" root ")" | "x"', vocab=v).num_classes
-        4
+        3
         """
         meta: dict[str, object] = {
             "kind": _KIND,
@@ -254,9 +254,9 @@ class TokenClasses:
             invalid_class = int(meta["invalid_class"])  # type: ignore[call-overload]
             stop_class = int(meta["stop_class"])  # type: ignore[call-overload]
             raw_stats = meta.get("stats", {})
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CacheError(f"cache in {where!r} is incomplete: {exc}") from exc
-        stats = {str(k): float(v) for k, v in raw_stats.items()} if isinstance(raw_stats, dict) else {}
+            stats = {str(k): float(v) for k, v in raw_stats.items()} if isinstance(raw_stats, dict) else {}
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise CacheError(f"cache in {where!r} is incomplete or malformed: {exc}") from exc
         try:
             return TokenClasses(token_class, reps, invalid_class, stop_class, vocab, stored, stats, text_sha)
         except ClassesInvariantError as exc:

@@ -1,8 +1,9 @@
 """Token displacements over a GNF grammar (CFGzip, Algorithm 1), computed by lazy subset construction.
 
-Let ``G`` be a trimmed grammar in Greibach normal form and ``P`` its one-state PDA (stack of
-nonterminals; reading byte ``c`` with ``A`` on top pops ``A`` and pushes ``B1..Bn`` for each
-rule ``A -> a B1..Bn`` with ``c`` in ``a``).  The *displacement* of a byte string ``t`` is the
+Let ``G`` be a trimmed grammar in Greibach normal form and ``P`` its one-state PDA
+(:class:`formalgram.pda.PDA`, whose transition table and byte classes the search uses:
+reading byte ``c`` with ``A`` on top pops ``A`` and pushes ``B1..Bn`` for each rule
+``A -> a B1..Bn`` with ``c`` in ``a``).  The *displacement* of a byte string ``t`` is the
 set of pairs ``(σ_in, σ_out)`` such that ``P``, started on any stack ``σ_in·γ``, can read ``t``
 by popping exactly the symbols of ``σ_in`` from the original stack (top first) and end with
 ``σ_out·γ``.  Equal displacements imply syntactic congruence (``proofs/congruence.md``).
@@ -17,7 +18,8 @@ The search follows every path of Algorithm 1 at once:
   previous consumed symbol (the stack-adjacency relation; ``proofs/stack_adjacency.md``).
 
 All paths are kept in one structure: the set of strings ``σ_out · # · reverse(σ_in)`` as a
-hash-consed trie (a DAG with shared subtries).  A step only rewrites the root of the trie
+hash-consed trie (a DAG with shared subtries; merging two tries walks them on an explicit
+stack, as deep as they share paths, never on Python's call stack).  A step only rewrites the root of the trie
 (pop the top symbol, push a rule tail in front of the shared rest), so its cost depends on
 the number of distinct *top* symbols, not on the number of stacks, which can be exponential
 (a token such as ``"))))"`` closes many combinations of contexts).  When ``σ_out`` becomes
@@ -75,7 +77,21 @@ def _add(groups: dict[int, list[int]], sym: int, child: int) -> None:
 
 
 def current_rss() -> int:
-    """Resident memory of this process in bytes (Linux ``/proc``; peak RSS elsewhere)."""
+    """Resident memory of this process in bytes (Linux ``/proc``; peak RSS elsewhere).
+
+    Returns
+    -------
+    int
+
+    Notes
+    -----
+    One small file read.
+
+    Examples
+    --------
+    >>> current_rss() > 1 << 20
+    True
+    """
     try:
         with open("/proc/self/statm", "rb") as f:
             pages = int(f.read().split()[1])
@@ -129,8 +145,9 @@ class DisplacementSearch:
     Parameters
     ----------
     gnf : Grammar
-        A trimmed grammar in Greibach normal form (every rule ``A -> a B1..Bn`` with ``a`` a
-        terminal and ``Bi`` nonterminals; only the start may have an empty rule).
+        A trimmed grammar in Greibach normal form
+        (:func:`~formalgram.transforms.gnf.gnf_violation`); the empty rule of the start plays
+        no part, and rules that derive no string are left out as the PDA leaves them out.
     max_states : int
         Largest number of distinct top symbols of one trie; exceeding it raises GrammarTooLarge.
     max_cells : int
@@ -138,15 +155,22 @@ class DisplacementSearch:
     max_work : int or None
         Largest amount of work (see ``work`` below); exceeding it raises GrammarTooLarge.
         A deterministic measure, used to bound a trial search.
+    memory_budget : int or None
+        See the attribute.
 
     Attributes
     ----------
+    pda : PDA
+        The grammar's one-state PDA (transition table and byte classes).
+    byte_class : bytes
+        Byte value -> byte class (``pda.byte_class_of``).
+    num_byte_classes : int
+        Number of byte classes.
     expansions : int
         Steps computed so far (memo misses), summed over resets.
     work : int
         Deterministic cost estimate of those steps: the stack tops (root edges) they scanned
-        plus ``EXPANSION_WORK`` per step.  Fitted on xml2rfc_v3 with and without
-        specialisation (pure Python): CPU time ≈ 1.2 µs per scanned top + 45 µs per step.
+        plus ``EXPANSION_WORK`` per step (the ratio of the two costs, measured in CPU time).
     memory_budget : int or None
         Bytes the search may add to the process's resident memory, counted from when this
         object was created (memory the process already held -- a model, other caches --
@@ -156,6 +180,11 @@ class DisplacementSearch:
     ------
     GrammarError
         If ``gnf`` is not in Greibach normal form.
+
+    Notes
+    -----
+    Building costs what :meth:`PDA.from_gnf <formalgram.pda.PDA.from_gnf>` and
+    :func:`~formalgram.adjacency.can_be_below` cost; see :meth:`step` for a step.
 
     Examples
     --------
@@ -222,6 +251,22 @@ class DisplacementSearch:
 
         Digests from :meth:`canonical` stay valid across a reset, so a long search can
         bound its memory by recording digests and resetting.
+
+        Notes
+        -----
+        O(1) (the old tables are dropped).
+
+        Examples
+        --------
+        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+        >>> S = Nonterminal("S")
+        >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"("), S, S]),
+        ...              Production(S, [ByteSet.from_bytes(b")")])], "S")
+        >>> d = DisplacementSearch(g)
+        >>> before = d.canonical(d.run(b"(("))
+        >>> d.reset()
+        >>> d.size() < 10, d.canonical(d.run(b"((")) == before
+        (True, True)
         """
         # trie nodes: ids 0, 1, 2 are DEAD, START, EPS.  A *branch* node has a final flag and
         # sorted edges (and is final or has 0 or >= 2 edges); a *chain* node is a run of
@@ -245,9 +290,35 @@ class DisplacementSearch:
 
         A copying collection: the nodes reachable from ``roots`` are interned again, children
         first, in fresh tables (same structure, so still canonical); everything else, memo
-        tables included, is dropped.  Costs O(nodes reachable from ``roots``), far less than
-        recomputing the sets.  Ids from before (other than the returned ones and DEAD, START,
-        EPS) become meaningless, as after :meth:`reset`.
+        tables included, is dropped.  Ids from before (other than the returned ones and DEAD,
+        START, EPS) become meaningless, as after :meth:`reset`.
+
+        Parameters
+        ----------
+        roots : list of int
+            Node ids to keep.
+
+        Returns
+        -------
+        list of int
+            Their ids in the new tables, in the same order.
+
+        Notes
+        -----
+        O(nodes reachable from ``roots``), far less than recomputing the sets; iterative.
+
+        Examples
+        --------
+        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+        >>> S = Nonterminal("S")
+        >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"("), S, S]),
+        ...              Production(S, [ByteSet.from_bytes(b")")])], "S")
+        >>> d = DisplacementSearch(g)
+        >>> node = d.run(b"((")
+        >>> digest = d.canonical(node)
+        >>> [kept] = d.compact([node])
+        >>> d.canonical(kept) == digest, d.canonical(d.step(kept, d.byte_class[ord(")")])) == d.canonical(d.run(b"(()"))
+        (True, True)
         """
         finals, edges_of, syms_of, base_of = self._final, self._edges, self._syms, self._base
         self.reset()
@@ -504,7 +575,42 @@ class DisplacementSearch:
             _add(groups, head, self._chain(rest_sep, self._node(False, tuple(edges))))
 
     def step(self, node: int, c: int) -> int:
-        """The set reached from ``node`` by reading one byte of class ``c``."""
+        """The set reached from ``node`` by reading one byte of class ``c``.
+
+        Parameters
+        ----------
+        node : int
+            A node id (``START`` for nothing read yet).
+        c : int
+            A byte class (``byte_class[b]`` for byte ``b``).
+
+        Returns
+        -------
+        int
+            The node id of the resulting set (``DEAD`` when no path survives).
+
+        Raises
+        ------
+        GrammarTooLarge
+            If the set has more than ``max_states`` top symbols, or the tables, the work or
+            the memory pass their budgets.
+
+        Notes
+        -----
+        Memoised: O(1) for a (node, class) pair seen before; otherwise O(top symbols of
+        ``node`` times the rule tails per symbol), plus the merges of the groups' children.
+
+        Examples
+        --------
+        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+        >>> S = Nonterminal("S")
+        >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"("), S, S]),
+        ...              Production(S, [ByteSet.from_bytes(b")")])], "S")
+        >>> d = DisplacementSearch(g)
+        >>> open_ = d.byte_class[ord("(")]
+        >>> d.step(d.step(START, open_), open_) == d.run(b"((")
+        True
+        """
         k = (node, c)
         r = self._memo.get(k)
         if r is not None:
@@ -568,7 +674,24 @@ class DisplacementSearch:
                 )
 
     def run_classes(self, classes: Iterable[int], node: int = START) -> int:
-        """Run a sequence of byte-class ids from ``node``; returns the final node id."""
+        """Run a sequence of byte-class ids from ``node``; returns the final node id.
+
+        Parameters
+        ----------
+        classes : iterable of int
+            Byte classes.
+        node : int
+            Where to start (default ``START``).
+
+        Returns
+        -------
+        int
+            The final node id (``DEAD`` as soon as no path survives).
+
+        Notes
+        -----
+        One :meth:`step` per class.
+        """
         for c in classes:
             node = self.step(node, c)
             if node == DEAD:
@@ -576,13 +699,63 @@ class DisplacementSearch:
         return node
 
     def run(self, data: bytes) -> int:
-        """Run the bytes of one token from the initial set."""
+        """Run the bytes of one token from the initial set.
+
+        Parameters
+        ----------
+        data : bytes
+            The token's bytes.
+
+        Returns
+        -------
+        int
+            The node id of its set (``DEAD`` for a token valid nowhere).
+
+        Notes
+        -----
+        One :meth:`step` per byte.
+
+        Examples
+        --------
+        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+        >>> S = Nonterminal("S")
+        >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"("), S, S]),
+        ...              Production(S, [ByteSet.from_bytes(b")")])], "S")
+        >>> d = DisplacementSearch(g)
+        >>> d.run(b"x") == DEAD, d.run(b"()") == DEAD
+        (True, False)
+        """
         bc = self.byte_class
         return self.run_classes([bc[b] for b in data])
 
     # -- displacement keys ---------------------------------------------------------------
     def key_of(self, node: int) -> int:
-        """Canonical id of the displacement of a set (``last`` labels dropped); equal ids <=> equal displacements."""
+        """Canonical id of the displacement of a set (``last`` labels dropped); equal ids <=> equal displacements.
+
+        Parameters
+        ----------
+        node : int
+            A node id from this search (since the last reset).
+
+        Returns
+        -------
+        int
+            A node id, valid until the next :meth:`reset` or :meth:`compact`.
+
+        Notes
+        -----
+        Memoised; the first call merges the node's separator edges once.
+
+        Examples
+        --------
+        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+        >>> S = Nonterminal("S")
+        >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"("), S, S]),
+        ...              Production(S, [ByteSet.from_bytes(b")")])], "S")
+        >>> d = DisplacementSearch(g)
+        >>> d.key_of(d.run(b"()")) == d.key_of(d.run(b"(())")), d.key_of(d.run(b"(")) == d.key_of(d.run(b"(("))
+        (True, False)
+        """
         r = self._keys.get(node)
         if r is None:
             if node in (DEAD, START):
@@ -603,7 +776,22 @@ class DisplacementSearch:
         return r
 
     def strings(self, node: int) -> frozenset[tuple[int, ...]]:
-        """All strings of a set (exponential in the worst case; for tests and debugging)."""
+        """All strings of a set (for tests and debugging).
+
+        Parameters
+        ----------
+        node : int
+            A node id.
+
+        Returns
+        -------
+        frozenset of tuple of int
+            The strings ``σ_out · # · reverse(σ_in)`` (separators are negative).
+
+        Notes
+        -----
+        Exponential in the worst case.
+        """
         out: set[tuple[int, ...]] = set()
         todo: list[tuple[int, tuple[int, ...]]] = [(node, ())]
         while todo:
@@ -615,7 +803,31 @@ class DisplacementSearch:
         return frozenset(out)
 
     def displacement(self, node: int) -> frozenset[tuple[tuple[int, ...], tuple[int, ...]]]:
-        """The displacement as explicit ``(σ_in, σ_out)`` id tuples, top first (for tests; can be huge)."""
+        """The displacement as explicit ``(σ_in, σ_out)`` id tuples, top first (for tests).
+
+        Parameters
+        ----------
+        node : int
+            A node id.
+
+        Returns
+        -------
+        frozenset of (tuple of int, tuple of int)
+
+        Notes
+        -----
+        As :meth:`strings`: can be huge.
+
+        Examples
+        --------
+        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+        >>> S = Nonterminal("S")
+        >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"("), S, S]),
+        ...              Production(S, [ByteSet.from_bytes(b")")])], "S")
+        >>> d = DisplacementSearch(g)
+        >>> sorted(d.displacement(d.run(b"))")))
+        [((0, 0), ())]
+        """
         if node in (DEAD, START):
             return frozenset()
         out: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
@@ -625,11 +837,43 @@ class DisplacementSearch:
         return frozenset(out)
 
     def canonical(self, node: int) -> CanonicalKey:
-        """A process-independent digest of the displacement (equal displacements <=> equal digests)."""
+        """A process-independent digest of the displacement (equal displacements <=> equal digests).
+
+        Parameters
+        ----------
+        node : int
+            A node id from this search.
+
+        Returns
+        -------
+        bytes
+            ``digest(key_of(node))``; survives :meth:`reset` and can be compared across
+            processes.
+
+        Notes
+        -----
+        As :meth:`key_of` plus :meth:`digest`.
+        """
         return self.digest(self.key_of(node))
 
     def digest(self, node: int) -> CanonicalKey:
-        """Digest of a trie (iterative post-order, memoised; chains hashed as unrolled nodes)."""
+        """SHA-256 digest of a trie: equal sets of strings <=> equal digests.
+
+        Parameters
+        ----------
+        node : int
+            A node id (for the digest of a displacement, a key from :meth:`key_of`).
+
+        Returns
+        -------
+        bytes
+
+        Notes
+        -----
+        Iterative post-order over the nodes not digested yet (memoised until the next
+        reset); chains are hashed as if unrolled, so the digest does not depend on how the
+        set is stored.
+        """
         done = self._digest
         todo = [node]
         while todo:
@@ -662,17 +906,17 @@ class DisplacementSearch:
         return done[node]
 
     def size(self) -> int:
-        """Interned trie nodes plus memo entries (what a reset frees)."""
+        """Interned trie nodes plus memo entries (what a reset frees); O(1)."""
         return (
             len(self._final) + len(self._memo) + len(self._unions) + len(self._filter) + len(self._backtracks)
         )
 
     def state_count(self, node: int) -> int:
-        """Number of distinct top symbols (root edges) of a set."""
+        """Number of distinct top symbols (root edges) of a set; O(1)."""
         return len(self._edges_of(node))
 
     def stats(self) -> dict[str, int]:
-        """Sizes of the interned tables."""
+        """Sizes of the interned tables, steps and work so far; O(1)."""
         return {
             "trie_nodes": len(self._final),
             "unions": len(self._unions),

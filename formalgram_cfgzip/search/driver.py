@@ -258,8 +258,8 @@ def search_vocabulary(
     >>> gnf = to_gnf(parse_gbnf('root ::= "(" root ")" | "x"'))
     >>> toks = token_table(Vocabulary([b"(", b"((", b")", b"x)", b"y"]))
     >>> codes, _, _ = search_vocabulary(gnf, DisplacementSearch(gnf), toks, 1, False, 1000, None)
-    >>> codes.tolist()
-    [0, 1, 2, 3, -1]
+    >>> codes.tolist()  # "(" and "((" differ, "y" is valid nowhere
+    [0, 2, 1, 3, -1]
     """
     class_bytes = _class_bytes(search, toks)
     cells = reset_size(memory_budget)
