@@ -253,6 +253,16 @@ def read_cache(
     -----
     O(total array bytes).  Checks integrity (the checksum) and the expected fields; what
     the arrays mean is checked by their owner (``TokenClasses.load``).
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np
+    >>> d = tempfile.mkdtemp()
+    >>> write_cache(d, {"x": np.arange(3)}, {"grammar_sha256": "ab"})
+    >>> read_cache(d, expect={"grammar_sha256": "cd"})
+    Traceback (most recent call last):
+    ...
+    formalgram_cfgzip.errors.CacheError: cache was computed for another grammar (grammar_sha256 differs)
     """
     root = Path(directory)
     if not root.is_dir():
