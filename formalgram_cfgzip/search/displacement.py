@@ -258,11 +258,8 @@ class DisplacementSearch:
 
         Examples
         --------
-        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
-        >>> S = Nonterminal("S")
-        >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"("), S, S]),
-        ...              Production(S, [ByteSet.from_bytes(b")")])], "S")
-        >>> d = DisplacementSearch(g)
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
         >>> before = d.canonical(d.run(b"(("))
         >>> d.reset()
         >>> d.size() < 10, d.canonical(d.run(b"((")) == before
@@ -309,11 +306,8 @@ class DisplacementSearch:
 
         Examples
         --------
-        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
-        >>> S = Nonterminal("S")
-        >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"("), S, S]),
-        ...              Production(S, [ByteSet.from_bytes(b")")])], "S")
-        >>> d = DisplacementSearch(g)
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
         >>> node = d.run(b"((")
         >>> digest = d.canonical(node)
         >>> [kept] = d.compact([node])
@@ -602,11 +596,8 @@ class DisplacementSearch:
 
         Examples
         --------
-        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
-        >>> S = Nonterminal("S")
-        >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"("), S, S]),
-        ...              Production(S, [ByteSet.from_bytes(b")")])], "S")
-        >>> d = DisplacementSearch(g)
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
         >>> open_ = d.byte_class[ord("(")]
         >>> d.step(d.step(START, open_), open_) == d.run(b"((")
         True
@@ -717,11 +708,8 @@ class DisplacementSearch:
 
         Examples
         --------
-        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
-        >>> S = Nonterminal("S")
-        >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"("), S, S]),
-        ...              Production(S, [ByteSet.from_bytes(b")")])], "S")
-        >>> d = DisplacementSearch(g)
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
         >>> d.run(b"x") == DEAD, d.run(b"()") == DEAD
         (True, False)
         """
@@ -748,11 +736,8 @@ class DisplacementSearch:
 
         Examples
         --------
-        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
-        >>> S = Nonterminal("S")
-        >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"("), S, S]),
-        ...              Production(S, [ByteSet.from_bytes(b")")])], "S")
-        >>> d = DisplacementSearch(g)
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
         >>> d.key_of(d.run(b"()")) == d.key_of(d.run(b"(())")), d.key_of(d.run(b"(")) == d.key_of(d.run(b"(("))
         (True, False)
         """
@@ -820,11 +805,8 @@ class DisplacementSearch:
 
         Examples
         --------
-        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
-        >>> S = Nonterminal("S")
-        >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"("), S, S]),
-        ...              Production(S, [ByteSet.from_bytes(b")")])], "S")
-        >>> d = DisplacementSearch(g)
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
         >>> sorted(d.displacement(d.run(b"))")))
         [((0, 0), ())]
         """
