@@ -22,10 +22,13 @@ COMPILED = [
     "formalgram/transforms/left_recursion.py",
     "formalgram/transforms/gnf.py",
     "formalgram/transforms/byte_classes.py",
+    "formalgram/transforms/specialize.py",
     "formalgram/pda.py",
     "formalgram/recognize/earley.py",
-    "formalgram_cfgzip/displacement.py",
+    "formalgram_cfgzip/search/displacement.py",
+    "formalgram_cfgzip/search/driver.py",
     "formalgram_cfgzip/classes.py",
+    "formalgram_cfgzip/compress.py",
 ]
 
 

@@ -20,7 +20,8 @@ def main() -> None:
     text = Path(sys.argv[1]).read_text("utf-8") if len(sys.argv) > 1 else builtin_grammar_text("minic")
     g = fg.parse_gbnf(text)
     print(f"grammar: {g.stats()}")
-    print(f"unreachable rules: {fg.unreachable(g) or 'none'}; nullable: {len(fg.nullable(g))} nonterminals")
+    unused = ", ".join(g.names[i] for i in sorted(fg.unreachable(g))) or "none"
+    print(f"unreachable rules: {unused}; nullable: {len(fg.nullable(g))} nonterminals")
 
     steps = [
         ("remove_useless", fg.remove_useless),

@@ -31,11 +31,13 @@ from formalgram.syntax import load, parse_gbnf, to_gbnf
 from formalgram.transforms import (
     byte_class_map,
     byte_classes,
+    gnf_violation,
     is_gnf,
     remove_epsilon,
     remove_left_recursion,
     remove_unit,
     remove_useless,
+    specialize_terminal_symbols,
     to_gnf,
 )
 
@@ -66,6 +68,7 @@ __all__ = [
     "can_be_below",
     "enumerate_strings",
     "generating",
+    "gnf_violation",
     "is_gnf",
     "is_prefix",
     # parser
@@ -78,6 +81,7 @@ __all__ = [
     "remove_unit",
     "remove_useless",
     "sample",
+    "specialize_terminal_symbols",
     "stack_adjacency",
     "to_gbnf",
     "to_gnf",

@@ -1,5 +1,8 @@
 """Stack adjacency of the one-state PDA of a GNF grammar (CFGzip paper, 3.2.2 and appendix).
 
+Every function here speaks in nonterminal ids (graph nodes, pairs, indices), like the rest
+of the toolkit; ``gnf.names[i]`` gives a name.
+
 The relation
 ------------
 Let ``P`` be the PDA of a GNF grammar (:class:`formalgram.pda.PDA`).  A stack is
@@ -34,51 +37,22 @@ from __future__ import annotations
 
 import networkx as nx
 
-from formalgram.errors import GrammarError
+from formalgram.analysis import generating_rules, reachable
 from formalgram.grammar import Grammar
+from formalgram.transforms.gnf import require_gnf
+
+__all__ = ["backtrack_pairs", "can_be_below", "rightmost_graph", "stack_adjacency"]
 
 
 def _usable_rules(gnf: Grammar, reachable_only: bool, trim: bool) -> list[tuple[int, tuple[int, ...]]]:
     """Rules (non-empty, GNF) kept for the relation, as ``(lhs, (B1, ..., Bn))``."""
-    n = len(gnf.names)
-    masks = gnf.masks
-    gen = [True] * n
-    if trim:
-        gen = [False] * n
-        changed = True
-        while changed:
-            changed = False
-            for lhs, rhs in gnf.rules:
-                if not gen[lhs] and all((gen[s] if s >= 0 else masks[~s] != 0) for s in rhs):
-                    gen[lhs] = True
-                    changed = True
-    rules: list[tuple[int, tuple[int, ...]]] = []
-    for lhs, rhs in gnf.rules:
-        if not rhs:
-            continue
-        if rhs[0] >= 0 or any(s < 0 for s in rhs[1:]):
-            raise GrammarError(f"stack_adjacency needs a GNF grammar; rule of {gnf.names[lhs]} is not GNF")
-        push = rhs[1:]
-        if trim and (masks[~rhs[0]] == 0 or not gen[lhs] or not all(gen[s] for s in push)):
-            continue
-        rules.append((lhs, push))
-    if not reachable_only:
-        return rules
-    by_lhs: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
-    for lhs, push in rules:
-        by_lhs[lhs].append(push)
-    seen = [False] * n
-    start = gnf.start_id
-    seen[start] = True
-    todo = [start]
-    while todo:
-        a = todo.pop()
-        for push in by_lhs[a]:
-            for s in push:
-                if not seen[s]:
-                    seen[s] = True
-                    todo.append(s)
-    return [(lhs, push) for lhs, push in rules if seen[lhs]]
+    require_gnf(gnf, "stack adjacency")
+    rules = gnf.rules
+    kept = [rules[ri] for ri in generating_rules(gnf)] if trim else list(rules)
+    if reachable_only:
+        reach = reachable(Grammar.from_ids(gnf.names, gnf.masks, gnf.start_id, kept))
+        kept = [rule for rule in kept if rule[0] in reach]
+    return [(lhs, rhs[1:]) for lhs, rhs in kept if rhs]
 
 
 def rightmost_graph(gnf: Grammar, *, reachable_only: bool = True, trim: bool = True) -> nx.DiGraph:
@@ -98,8 +72,13 @@ def rightmost_graph(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
     networkx.DiGraph
         Nodes are nonterminal ids (all of them).
 
-    Complexity
-    ----------
+    Raises
+    ------
+    GrammarError
+        If ``gnf`` is not in GNF (:func:`~formalgram.transforms.gnf.gnf_violation`).
+
+    Notes
+    -----
     O(total rule length).
 
     Examples
@@ -111,22 +90,23 @@ def rightmost_graph(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
     >>> sorted(rightmost_graph(g).edges)
     [(0, 1)]
     """
+    return _rightmost(len(gnf.names), _usable_rules(gnf, reachable_only, trim))
+
+
+def _rightmost(n: int, rules: list[tuple[int, tuple[int, ...]]]) -> nx.DiGraph:
+    """The graph ``H`` on ids ``0 .. n-1``: edge ``A -> Bn`` for each rule ``(A, (B1, ..., Bn))``."""
     h = nx.DiGraph()
-    h.add_nodes_from(range(len(gnf.names)))
-    for lhs, push in _usable_rules(gnf, reachable_only, trim):
-        if push:
-            h.add_edge(lhs, push[-1])
+    h.add_nodes_from(range(n))
+    h.add_edges_from((lhs, push[-1]) for lhs, push in rules if push)
     return h
 
 
 def _pairs(gnf: Grammar, reachable_only: bool, trim: bool) -> set[tuple[int, int]]:
+    """The relation as a set of id pairs (the seeds closed along ``H``)."""
     rules = _usable_rules(gnf, reachable_only, trim)
-    h = nx.DiGraph()
-    h.add_nodes_from(range(len(gnf.names)))
+    h = _rightmost(len(gnf.names), rules)
     seeds: dict[int, set[int]] = {}  # upper symbol X -> set of Z with seed (X, Z)
-    for lhs, push in rules:
-        if push:
-            h.add_edge(lhs, push[-1])
+    for _, push in rules:
         for i in range(len(push) - 1):
             seeds.setdefault(push[i], set()).add(push[i + 1])
     out: set[tuple[int, int]] = set()
@@ -159,16 +139,16 @@ def stack_adjacency(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
     Returns
     -------
     networkx.DiGraph
-        One node per nonterminal *name* (all of them, isolated ones included) with node
-        attribute ``id`` (the grammar's nonterminal id) and one edge per adjacent pair.
+        One node per nonterminal id (all of them, isolated ones included) with node
+        attribute ``name``, and one edge per adjacent pair of ids.
 
     Raises
     ------
     GrammarError
-        If a rule is not in GNF form.
+        If ``gnf`` is not in GNF (:func:`~formalgram.transforms.gnf.gnf_violation`).
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(K * (V + E) + |result|) with K the number of distinct upper symbols of seeds, V the
     nonterminals and E the edges of the rightmost-nonterminal graph.
 
@@ -178,15 +158,16 @@ def stack_adjacency(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
     >>> S, A, B = Nonterminal("S"), Nonterminal("A"), Nonterminal("B")
     >>> x = ByteSet.single(ord("x"))
     >>> g = Grammar([Production(S, [x, A, B]), Production(A, [x]), Production(B, [x])], "S")
-    >>> sorted(stack_adjacency(g).edges)
+    >>> adj = stack_adjacency(g)
+    >>> [(g.names[u], g.names[v]) for u, v in sorted(adj.edges)]
     [('A', 'B')]
+    >>> adj.nodes[1]["name"]
+    'A'
     """
-    names = gnf.names
     d = nx.DiGraph()
-    for i, name in enumerate(names):
-        d.add_node(name, id=i)
-    for x, y in sorted(_pairs(gnf, reachable_only, trim)):
-        d.add_edge(names[x], names[y])
+    for i, name in enumerate(gnf.names):
+        d.add_node(i, name=name)
+    d.add_edges_from(sorted(_pairs(gnf, reachable_only, trim)))
     return d
 
 
@@ -212,10 +193,10 @@ def can_be_below(
     Raises
     ------
     GrammarError
-        If a rule is not in GNF form.
+        If ``gnf`` is not in GNF.
 
-    Complexity
-    ----------
+    Notes
+    -----
     As :func:`stack_adjacency`.
 
     Examples
@@ -256,15 +237,11 @@ def backtrack_pairs(
     Raises
     ------
     GrammarError
-        If a rule is not in GNF form.
-
-    Complexity
-    ----------
-    As :func:`stack_adjacency`.
+        If ``gnf`` is not in GNF.
 
     Notes
     -----
-    With ``reachable_only=False, trim=False`` this is exactly the relation built by the
+    Cost as :func:`stack_adjacency`.  With ``reachable_only=False, trim=False`` this is exactly the relation built by the
     paper's appendix (BFS from ``Bn`` for each ``A -> a ... Bn Z ...``), provided that BFS counts
     ``Bn`` itself; see ``proofs/stack_adjacency.md``, section 5.
 

@@ -1,17 +1,20 @@
-"""Basic grammar analyses: nullable, generating and reachable nonterminals.
+"""Least-fixpoint analyses of a grammar: nullable, generating and reachable nonterminals.
 
-All three are least fixpoints computed with worklists in time linear in the size of
-the grammar (the total length of all right-hand sides plus the number of rules).
-They work on the integer view of :class:`~formalgram.grammar.Grammar` and return
-frozensets of nonterminal ids.
+Each is computed once here, with a worklist, in time linear in the size of the grammar
+(the total length of all right-hand sides plus the number of rules), on the integer view
+of :class:`~formalgram.grammar.Grammar`; every other module calls these functions instead
+of running its own fixpoint.  Results are nonterminal ids (``Grammar.names`` turns them
+into names).
 
-A terminal whose byte set is empty matches no byte, so it never counts as
-generating: a rule that contains one derives no string at all.
+A terminal whose byte set is empty matches no byte, so it never counts as generating: a
+rule that contains one derives no string at all.
 """
 
 from __future__ import annotations
 
 from formalgram.grammar import Grammar
+
+__all__ = ["generating", "generating_rules", "nullable", "reachable", "unreachable"]
 
 
 def _counting_fixpoint(g: Grammar, terminal_ok: list[bool]) -> frozenset[int]:
@@ -64,16 +67,16 @@ def nullable(g: Grammar) -> frozenset[int]:
     frozenset of int
         Nonterminal ids ``A`` with ``A =>* ε``.
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(|G|): each rule keeps a counter of right-hand-side items not yet known to be
     nullable; each occurrence of a nonterminal is visited once.
 
-    Example
-    -------
-    >>> from formalgram import parse_gbnf  # doctest: +SKIP
-    >>> g = parse_gbnf('root ::= ws "x"\\nws ::= [ ]*')  # doctest: +SKIP
-    >>> sorted(g.names[i] for i in nullable(g))  # doctest: +SKIP
+    Examples
+    --------
+    >>> from formalgram import parse_gbnf
+    >>> g = parse_gbnf('root ::= ws "x"\\nws ::= [ ]*')
+    >>> sorted(g.names[i] for i in nullable(g))
     ['ws']
     """
     return _counting_fixpoint(g, [False] * len(g.masks))
@@ -93,15 +96,74 @@ def generating(g: Grammar) -> frozenset[int]:
         Nonterminal ids ``A`` with ``A =>* w`` for some ``w`` in bytes*.  Terminals with
         an empty byte set are not generating.
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(|G|), the same counter scheme as :func:`nullable`.
 
-    Example
-    -------
-    >>> # S -> a S has no base case, so S is not generating.
+    Examples
+    --------
+    ``S -> a S`` has no base case, so ``S`` derives nothing:
+
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, X = Nonterminal("S"), Nonterminal("X")
+    >>> a = ByteSet.single(97)
+    >>> g = Grammar([Production(S, [a, S]), Production(S, [X, a]), Production(X, [a])], "S")
+    >>> sorted(g.names[i] for i in generating(g))
+    ['S', 'X']
+    >>> sorted(generating(Grammar([Production(S, [a, S])], "S")))
+    []
     """
     return _counting_fixpoint(g, [m != 0 for m in g.masks])
+
+
+def generating_rules(g: Grammar, gen: frozenset[int] | None = None) -> tuple[int, ...]:
+    """Indices (into ``g.rules``) of the rules whose every item derives some string.
+
+    A rule survives when each nonterminal of its right-hand side is generating and each
+    terminal matches some byte; these are the rules that can occur in a derivation of a
+    byte string (the ones the trimming transforms, the PDA and the recognizers keep).
+
+    Parameters
+    ----------
+    g : Grammar
+        Any grammar.
+    gen : frozenset of int, optional
+        ``generating(g)`` when the caller already has it.
+
+    Returns
+    -------
+    tuple of int
+        Rule indices in increasing order.
+
+    Notes
+    -----
+    O(|G|).
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, X = Nonterminal("S"), Nonterminal("X")
+    >>> a = ByteSet.single(97)
+    >>> g = Grammar([Production(S, [a]), Production(S, [X]), Production(X, [a, X]),
+    ...              Production(S, [ByteSet.empty()])], "S")
+    >>> generating_rules(g)
+    (0,)
+    """
+    if gen is None:
+        gen = generating(g)
+    masks = g.masks
+    out: list[int] = []
+    for ri, (lhs, rhs) in enumerate(g.rules):
+        if lhs not in gen:
+            continue
+        ok = True
+        for s in rhs:
+            if (s >= 0 and s not in gen) or (s < 0 and masks[~s] == 0):
+                ok = False
+                break
+        if ok:
+            out.append(ri)
+    return tuple(out)
 
 
 def reachable(g: Grammar) -> frozenset[int]:
@@ -117,13 +179,17 @@ def reachable(g: Grammar) -> frozenset[int]:
     frozenset of int
         Nonterminal ids occurring in some sentential form derived from the start.
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(|G|) depth-first search over rule right-hand sides.
 
-    Example
-    -------
-    >>> # in S -> a, X -> b the nonterminal X is unreachable.
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, X = Nonterminal("S"), Nonterminal("X")
+    >>> g = Grammar([Production(S, [ByteSet.single(97)]), Production(X, [ByteSet.single(98)])], "S")
+    >>> sorted(g.names[i] for i in reachable(g))
+    ['S']
     """
     seen = [False] * len(g.names)
     seen[g.start_id] = True
@@ -140,8 +206,8 @@ def reachable(g: Grammar) -> frozenset[int]:
     return frozenset(i for i in range(len(seen)) if seen[i])
 
 
-def unreachable(g: Grammar) -> tuple[str, ...]:
-    """Names of the nonterminals that have rules but cannot be reached from the start.
+def unreachable(g: Grammar) -> frozenset[int]:
+    """The ids of the nonterminals that have rules but cannot be reached from the start.
 
     Parameters
     ----------
@@ -150,17 +216,22 @@ def unreachable(g: Grammar) -> tuple[str, ...]:
 
     Returns
     -------
-    tuple of str
-        Names in nonterminal id order.
+    frozenset of int
+        Nonterminal ids (:meth:`Grammar.unreachable <formalgram.grammar.Grammar.unreachable>`
+        gives their names).
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(|G|).
 
-    Example
-    -------
-    >>> # for S -> a, X -> b this returns ('X',)
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, X = Nonterminal("S"), Nonterminal("X")
+    >>> g = Grammar([Production(S, [ByteSet.single(97)]), Production(X, [ByteSet.single(98)])], "S")
+    >>> [g.names[i] for i in sorted(unreachable(g))]
+    ['X']
     """
     reach = reachable(g)
     by_lhs = g.rules_by_lhs
-    return tuple(name for i, name in enumerate(g.names) if by_lhs[i] and i not in reach)
+    return frozenset(i for i in range(len(g.names)) if by_lhs[i] and i not in reach)

@@ -382,7 +382,7 @@ class Grammar:
         """Names of nonterminals with rules that the start cannot reach; see :func:`formalgram.unreachable`."""
         from formalgram.analysis import unreachable
 
-        return unreachable(self)
+        return tuple(self._names[i] for i in sorted(unreachable(self)))
 
     def remove_useless(self) -> Grammar:
         """See :func:`formalgram.remove_useless`."""

@@ -1,8 +1,8 @@
-"""The one-state pushdown automaton of a grammar in Greibach normal form.
+"""The one-state pushdown automaton of a grammar in Greibach normal form: its transition table.
 
-A grammar is in GNF (as used here) when every rule is ``A -> a B1 ... Bn`` with ``a`` a
-byte-set terminal followed only by nonterminals, except possibly ``S -> ε`` for the
-start symbol ``S``, which then appears on no right-hand side.
+A grammar is in GNF when every rule is ``A -> a B1 ... Bn`` with ``a`` a byte-set terminal
+followed only by nonterminals, except possibly ``S -> ε`` for the start symbol ``S``, which
+then appears on no right-hand side (:func:`formalgram.transforms.gnf.gnf_violation`).
 
 Such a grammar is its own pushdown automaton.  The automaton has a single state; its
 configuration is a stack of nonterminals, initially ``(S)``.  Reading byte ``c`` with
@@ -24,90 +24,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import final
 
+from formalgram.analysis import generating, generating_rules
 from formalgram.errors import GrammarError, GrammarTooLarge
 from formalgram.grammar import Grammar
+from formalgram.transforms.byte_classes import byte_class_map
+from formalgram.transforms.gnf import require_gnf
+
+__all__ = ["DEFAULT_MAX_STACKS", "PDA", "Stack"]
 
 Stack = tuple[int, ...]
 """A PDA stack: nonterminal ids, top at the end."""
 
 DEFAULT_MAX_STACKS = 200_000
-
-
-def _gnf_violation(g: Grammar) -> str:
-    """An explanation of why ``g`` is not in GNF, or ``""`` when it is."""
-    start = g.start_id
-    names = g.names
-    start_has_eps = False
-    for lhs, rhs in g.rules:
-        if not rhs:
-            if lhs != start:
-                return f"rule {names[lhs]} -> ε: only the start symbol may have an empty rule"
-            start_has_eps = True
-            continue
-        if rhs[0] >= 0:
-            return f"a rule of {names[lhs]} starts with nonterminal {names[rhs[0]]}, not with a terminal"
-        for s in rhs[1:]:
-            if s < 0:
-                return f"a rule of {names[lhs]} has a terminal after its first symbol"
-    if start_has_eps:
-        for lhs, rhs in g.rules:
-            if start in rhs[1:]:
-                return (
-                    f"start symbol {names[start]} has an empty rule and appears on the right-hand side "
-                    f"of a rule of {names[lhs]}"
-                )
-    return ""
-
-
-def _generating_ids(g: Grammar) -> list[bool]:
-    """Nonterminal id -> True when it derives some string (least fixpoint over the rules).
-
-    A rule whose terminal is the empty byte set derives nothing.
-    """
-    n = len(g.names)
-    gen = [False] * n
-    changed = True
-    while changed:
-        changed = False
-        for lhs, rhs in g.rules:
-            if gen[lhs]:
-                continue
-            ok = True
-            for s in rhs:
-                # a nonterminal must be generating; a terminal must match some byte
-                if (s >= 0 and not gen[s]) or (s < 0 and g.masks[~s] == 0):
-                    ok = False
-                    break
-            if ok:
-                gen[lhs] = True
-                changed = True
-    return gen
-
-
-def _byte_classes(masks: tuple[int, ...]) -> tuple[bytes, int]:
-    """Partition the 256 byte values by the set of terminals containing them.
-
-    Returns ``(byte_class_of, n_classes)``; class ids are numbered in order of the
-    smallest byte of each class, so class 0 contains byte 0.
-    """
-    signature = [0] * 256
-    for t, mask in enumerate(masks):
-        m = mask
-        bit = 1 << t
-        while m:
-            low = m & -m
-            signature[low.bit_length() - 1] |= bit
-            m ^= low
-    ids: dict[int, int] = {}
-    out = bytearray(256)
-    for b in range(256):
-        sig = signature[b]
-        c = ids.get(sig)
-        if c is None:
-            c = len(ids)
-            ids[sig] = c
-        out[b] = c
-    return bytes(out), len(ids)
 
 
 @final
@@ -139,7 +67,8 @@ class PDA:
     generating : tuple of bool
         Nonterminal id -> whether it derives some string.
     dropped_rules : int
-        How many grammar rules were left out because they mention a non-generating nonterminal.
+        How many non-empty grammar rules were left out because they derive no string (they
+        mention a non-generating nonterminal or a terminal with an empty byte set).
     max_stacks : int
         Bound on the number of distinct stacks kept during a simulation.
 
@@ -211,9 +140,9 @@ class PDA:
         Parameters
         ----------
         g : Grammar
-            A GNF grammar: every rule ``A -> a B1 ... Bn`` (a terminal, then nonterminals
-            only), except possibly ``S -> ε`` for the start ``S``, which then appears on no
-            right-hand side.
+            A GNF grammar (:func:`~formalgram.transforms.gnf.gnf_violation`): every rule
+            ``A -> a B1 ... Bn`` (a terminal, then nonterminals only), except possibly
+            ``S -> ε`` for the start ``S``, which then appears on no right-hand side.
         max_stacks : int, keyword-only
             Bound on the number of distinct stacks a simulation may hold at once.
 
@@ -228,45 +157,52 @@ class PDA:
         ValueError
             If ``max_stacks < 1``.
 
-        Complexity
-        ----------
-        O(|rules| * |byte classes| + total rule length) time and space.
-
         Notes
         -----
-        Rules whose right-hand side mentions a non-generating nonterminal are dropped: a stack
-        holding such a symbol can never be emptied, so those rules take part in no accepting
-        run, and dropping them makes "some stack survives" mean "is a prefix".
+        Rules that derive no string (:func:`~formalgram.analysis.generating_rules`) are
+        dropped: a stack holding a non-generating symbol can never be emptied, so those rules
+        take part in no accepting run, and dropping them makes "some stack survives" mean
+        "is a prefix".  The byte classes are those of
+        :func:`~formalgram.transforms.byte_classes.byte_class_map`.
+
+        O(|rules| * |byte classes| + total rule length) time and space.
+
+        Examples
+        --------
+        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+        >>> S, A = Nonterminal("S"), Nonterminal("A")
+        >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"ab"), A]),
+        ...              Production(A, [ByteSet.single(99)])], "S")
+        >>> pda = PDA.from_gnf(g)
+        >>> pda.n_classes, pda.transitions(ord("b"), 0), pda.transitions(ord("c"), 0)
+        (3, ((1,),), ())
         """
-        why = _gnf_violation(g)
-        if why:
-            raise GrammarError(f"grammar is not in Greibach normal form: {why}")
-        byte_class_of, n_classes = _byte_classes(g.masks)
-        gen = _generating_ids(g)
-        # classes of each terminal
+        require_gnf(g, "PDA.from_gnf")
+        byte_class_of = byte_class_map(g)
+        n_classes = max(byte_class_of) + 1
+        gen_set = generating(g)
+        gen = tuple(a in gen_set for a in range(len(g.names)))
+        # byte classes of each terminal
         term_classes: list[list[int]] = []
         for mask in g.masks:
             seen: list[int] = []
             m = mask
             while m:
                 low = m & -m
-                b = low.bit_length() - 1
-                c = byte_class_of[b]
+                c = byte_class_of[low.bit_length() - 1]
                 if c not in seen:
                     seen.append(c)
                 m ^= low
             term_classes.append(seen)
         acc: dict[tuple[int, int], list[tuple[int, ...]]] = {}
-        accepts_empty = False
-        dropped = 0
-        for lhs, rhs in g.rules:
+        accepts_empty = any(not rhs for _, rhs in g.rules)
+        usable = generating_rules(g, gen_set)
+        rules = g.rules
+        for ri in usable:
+            lhs, rhs = rules[ri]
             if not rhs:
-                accepts_empty = True
                 continue
             push = rhs[1:]
-            if not gen[lhs] or any(not gen[s] for s in push):
-                dropped += 1
-                continue
             for c in term_classes[~rhs[0]]:
                 key = (c, lhs)
                 lst = acc.get(key)
@@ -274,6 +210,7 @@ class PDA:
                     acc[key] = [push]
                 elif push not in lst:
                     lst.append(push)
+        dropped = sum(1 for _, rhs in rules if rhs) - sum(1 for ri in usable if rules[ri][1])
         table: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
         for key, lst in acc.items():
             table[key] = tuple(lst)
@@ -284,7 +221,7 @@ class PDA:
             byte_class_of,
             n_classes,
             table,
-            tuple(gen),
+            gen,
             dropped,
             max_stacks,
         )
@@ -293,7 +230,21 @@ class PDA:
     def transitions(self, byte: int, nonterminal: int) -> tuple[tuple[int, ...], ...]:
         """The tuples ``(B1, ..., Bn)`` that may replace ``nonterminal`` on reading ``byte``.
 
-        ``B1`` ends on top.  Empty tuple when no rule applies.
+        Parameters
+        ----------
+        byte : int
+            A byte value, ``0 <= byte <= 255``.
+        nonterminal : int
+            A nonterminal id (the top of the stack).
+
+        Returns
+        -------
+        tuple of tuple of int
+            ``B1`` ends on top.  Empty when no rule applies.
+
+        Notes
+        -----
+        One dictionary lookup.
         """
         return self.table.get((self.byte_class_of[byte], nonterminal), ())
 
@@ -323,9 +274,19 @@ class PDA:
         ValueError
             If ``byte`` is out of range.
 
-        Complexity
-        ----------
+        Notes
+        -----
         O(sum over stacks of (transitions of its top) * stack depth).
+
+        Examples
+        --------
+        >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+        >>> S, B = Nonterminal("S"), Nonterminal("B")
+        >>> a, b = ByteSet.single(97), ByteSet.single(98)
+        >>> pda = PDA.from_gnf(Grammar([Production(S, [a, S, B]), Production(S, [a, B]),
+        ...                             Production(B, [b])], "S"))
+        >>> sorted(pda.step(pda.initial_stacks, ord("a")))
+        [(1,), (1, 0)]
         """
         if byte < 0 or byte > 255:
             raise ValueError(f"byte value out of range: {byte}")
@@ -351,8 +312,23 @@ class PDA:
     def stacks_after(self, data: bytes) -> set[Stack]:
         """The set of stacks reachable from the initial stack by reading ``data``.
 
-        For ``data == b""`` this is ``{(S,)}``.  Raises :class:`GrammarTooLarge` when a step
-        holds more than ``max_stacks`` stacks.
+        Parameters
+        ----------
+        data : bytes
+            The input; for ``b""`` the result is ``{(S,)}``.
+
+        Returns
+        -------
+        set of tuple of int
+
+        Raises
+        ------
+        GrammarTooLarge
+            When a step holds more than ``max_stacks`` stacks.
+
+        Notes
+        -----
+        ``len(data)`` calls of :meth:`step`.
         """
         cur: set[Stack] = {(self.start_id,)}
         for b in data:
@@ -427,8 +403,8 @@ class PDA:
             For ``b""``: whether ``S -> ε`` is a rule.  Otherwise: whether some run ends with
             the empty stack.
 
-        Complexity
-        ----------
+        Notes
+        -----
         O(len(data) * (C + E)) with C the number of distinct pushed tuples (cells per step) and
         E the parent links touched per step: the set of stacks is simulated on a shared
         graph-structured stack, never expanded (no ``max_stacks`` bound applies).
@@ -448,13 +424,9 @@ class PDA:
         -------
         bool
 
-        Complexity
-        ----------
-        As :meth:`accepts` (graph-structured stack).
-
         Notes
         -----
-        A non-empty ``data`` is a prefix exactly when some reachable stack can still be
+        As :meth:`accepts` (graph-structured stack).  A non-empty ``data`` is a prefix exactly when some reachable stack can still be
         emptied.  A stack can be emptied iff every symbol on it is generating; since the
         automaton leaves out every rule mentioning a non-generating nonterminal, every stack
         it reaches from a generating start consists of generating symbols, so "some stack

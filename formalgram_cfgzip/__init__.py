@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 # vocabulary helper: vocabularies, errors, cache
-from formalgram_cfgzip.cache import fingerprint_text, read_cache, write_cache
+from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint, read_cache, write_cache
 
-# lead: displacements and classes
-from formalgram_cfgzip.classes import TokenClasses, compress, grammar_fingerprint
-from formalgram_cfgzip.displacement import DisplacementSearch
+# displacements and classes
+from formalgram_cfgzip.classes import TokenClasses
+from formalgram_cfgzip.compress import compress
 
 # engines helper: mask expansion and engine adapters (engines themselves load lazily)
 from formalgram_cfgzip.engines.base import BatchIndexError, ClassesMismatchError, EngineError, TokenIdError
-from formalgram_cfgzip.errors import CacheError, CfgzipError, VocabularyError
+from formalgram_cfgzip.errors import CacheError, CfgzipError, ClassesInvariantError, VocabularyError
 from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander
+from formalgram_cfgzip.search import DisplacementSearch
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __version__ = "0.1.0"
@@ -20,6 +21,7 @@ __all__ = [
     "BatchIndexError",
     "CacheError",
     "CfgzipError",
+    "ClassesInvariantError",
     "ClassesMismatchError",
     "DisplacementSearch",
     "EngineError",

@@ -11,7 +11,12 @@ A cache directory holds two files:
     caller's fingerprints (grammar, vocabulary, algorithm version) checked on load.
 
 Both files are written to temporary names and renamed into place, ``meta.json`` last,
-so a reader never sees a half-written cache as valid.
+so a reader never sees a half-written cache as valid.  The checksum is integrity, not
+authenticity: whoever can write the directory can write a matching checksum.
+
+The fingerprints a cache carries are computed here too: :func:`grammar_fingerprint` (the
+canonical one: the grammar's start and sorted rules) and :func:`fingerprint_text` (the
+hash of a text, e.g. the grammar source: a check that needs no parse).
 """
 
 from __future__ import annotations
@@ -25,12 +30,23 @@ import tempfile
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from formalgram_cfgzip.errors import CacheError
 
-__all__ = ["CACHE_FORMAT", "CACHE_VERSION", "fingerprint_text", "read_cache", "write_cache"]
+if TYPE_CHECKING:
+    from formalgram.grammar import Grammar
+
+__all__ = [
+    "CACHE_FORMAT",
+    "CACHE_VERSION",
+    "fingerprint_text",
+    "grammar_fingerprint",
+    "read_cache",
+    "write_cache",
+]
 
 CACHE_FORMAT = "formalgram-cache"
 CACHE_VERSION = 1
@@ -51,9 +67,10 @@ def fingerprint_text(text: str) -> str:
     str
         64 lowercase hex digits.
 
-    Complexity
-    ----------
-    O(len(text)).
+    Notes
+    -----
+    O(len(text)).  Two texts that differ in formatting only have different text
+    fingerprints; :func:`grammar_fingerprint` is the one that identifies a grammar.
 
     Examples
     --------
@@ -61,6 +78,56 @@ def fingerprint_text(text: str) -> str:
     'e3b0c44298fc1c14'
     """
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def grammar_fingerprint(grammar: Grammar | str) -> str:
+    """SHA-256 (hex) of a canonical form of a grammar: its start name and sorted productions.
+
+    Formatting, comments and rule order of the source text do not matter; two texts that
+    parse to equal grammars have the same fingerprint.
+
+    Parameters
+    ----------
+    grammar : Grammar or str
+        A grammar, or GBNF text (parsed with start rule ``root``).
+
+    Returns
+    -------
+    str
+        64 lowercase hex digits.
+
+    Raises
+    ------
+    GrammarSyntaxError
+        If ``grammar`` is text that does not parse.
+
+    Notes
+    -----
+    O(|G| log |G|) after parsing (the rules are printed and sorted).
+
+    Examples
+    --------
+    >>> a = grammar_fingerprint('root ::= "x" | "(" root ")"')
+    >>> a == grammar_fingerprint('# same grammar\\nroot ::= "(" root ")" | "x"\\n')
+    True
+    >>> a == grammar_fingerprint('root ::= "y" | "(" root ")"')
+    False
+    """
+    if isinstance(grammar, str):
+        from formalgram.syntax.gbnf import parse_gbnf
+
+        g = parse_gbnf(grammar)
+    else:
+        g = grammar
+    names = g.names
+    masks = g.masks
+    lines = []
+    for lhs, rhs in g.rules:
+        body = " ".join(f"N{names[s]!r}" if s >= 0 else f"T{masks[~s]:x}" for s in rhs)
+        lines.append(f"{names[lhs]!r} -> {body}")
+    lines.sort()
+    text = f"start {names[g.start_id]!r}\n" + "\n".join(lines)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -109,8 +176,8 @@ def write_cache(
         If an array has dtype ``object`` (it would need pickle), a name is unusable, the
         metadata is not JSON-serialisable, or the directory cannot be written.
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(total array bytes); the archive is built in memory once and hashed.
 
     Examples
@@ -182,9 +249,20 @@ def read_cache(
         message names the field, e.g. ``cache was computed for another grammar
         (grammar_sha256 differs)``.
 
-    Complexity
-    ----------
-    O(total array bytes).
+    Notes
+    -----
+    O(total array bytes).  Checks integrity (the checksum) and the expected fields; what
+    the arrays mean is checked by their owner (``TokenClasses.load``).
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np
+    >>> d = tempfile.mkdtemp()
+    >>> write_cache(d, {"x": np.arange(3)}, {"grammar_sha256": "ab"})
+    >>> read_cache(d, expect={"grammar_sha256": "cd"})
+    Traceback (most recent call last):
+    ...
+    formalgram_cfgzip.errors.CacheError: cache was computed for another grammar (grammar_sha256 differs)
     """
     root = Path(directory)
     if not root.is_dir():

@@ -12,6 +12,7 @@ __all__ = [
     "BatchIndexError",
     "CacheError",
     "CfgzipError",
+    "ClassesInvariantError",
     "ClassesMismatchError",
     "EngineError",
     "GrammarViolation",
@@ -30,6 +31,10 @@ class VocabularyError(CfgzipError, ValueError):
 
 class CacheError(CfgzipError):
     """A cache directory is missing, corrupted, or was computed for other inputs."""
+
+
+class ClassesInvariantError(CfgzipError, ValueError):
+    """A TokenClasses breaks an invariant the engines rely on (see ``TokenClasses.validate``)."""
 
 
 class EngineError(CfgzipError, ValueError):

@@ -1,4 +1,4 @@
-"""compress(), TokenClasses persistence and the command line (issue 4)."""
+"""compress(), TokenClasses persistence, the search driver and the command line."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from formalgram import GrammarTooLarge, parse_gbnf
+from formalgram import Grammar, GrammarTooLarge, parse_gbnf
 from formalgram_cfgzip import CacheError, TokenClasses, Vocabulary, VocabularyError, compress
 from formalgram_cfgzip.cli import main
 
@@ -95,7 +95,7 @@ def test_memory_budget_counts_the_search_growth_only() -> None:
     """memory_budget bounds what the search adds, not what the process already holds: a
     caller holding more than the budget (here 192 MiB of touched pages against 64 MiB)
     still gets its classes; a budget of one byte is exceeded by the search's own tables."""
-    from formalgram_cfgzip.displacement import current_rss
+    from formalgram_cfgzip.search.displacement import current_rss
 
     text, vocab = _budget_grammar_and_vocab()
     held = np.ones(192 << 17)  # 192 MiB, every page touched
@@ -158,8 +158,8 @@ def test_search_tables_reset_between_depths_keep_the_classes() -> None:
 
     from formalgram import is_prefix
     from formalgram.transforms.gnf import to_gnf
-    from formalgram_cfgzip.classes import _run_levels
-    from formalgram_cfgzip.displacement import DisplacementSearch
+    from formalgram_cfgzip.search.displacement import DisplacementSearch
+    from formalgram_cfgzip.search.driver import run_levels
 
     g = parse_gbnf('root ::= "(" root ")" root | "x" | "[" [a-c]* "]"')
     toks = sorted({bytes(p) for n in (1, 2, 3, 4) for p in itertools.product(b"()x[ab]", repeat=n)})
@@ -171,7 +171,7 @@ def test_search_tables_reset_between_depths_keep_the_classes() -> None:
     for reset_size in (0, 10**9):
         search = DisplacementSearch(gnf)
         class_bytes = np.frombuffer(bytes(search.byte_class), dtype=np.uint8)[flat]
-        codes, digests = _run_levels(search, class_bytes, offsets, lengths, False, reset_size, False)
+        codes, digests = run_levels(search, class_bytes, offsets, lengths, False, reset_size, False)
         assert (len(digests) > 0) == (reset_size == 0)  # a reset switches to digests
         runs.append(codes.tolist())
     with_resets, without = runs
@@ -194,6 +194,46 @@ def test_search_tables_reset_between_depths_keep_the_classes() -> None:
                 assert is_prefix(g, w + first + z) == is_prefix(g, w + tok + z), (first, tok, w, z)
 
 
+def _deep_merge_grammar() -> Grammar:
+    """After ``s a^k``, two sets with the same ``k``-level trie over ``{P, Q}`` and different
+    bottoms (``X`` or ``Y``) are merged when ``c`` pushes the same symbol on both: a trie merge
+    ``k`` levels deep.  The language is ``x s a^k c c {p,q}^k`` (also with ``e`` for ``c``)."""
+    names = ["S", "X", "Y", "A", "B", "C", "P", "Q"]
+    s_, x, y, a, b, c, p, q = range(8)
+    letters = "xsacpqe"
+    t = {ch: ~i for i, ch in enumerate(letters)}
+    rules = [
+        (s_, (t["x"], x)), (s_, (t["x"], y)), (x, (t["s"], a)), (y, (t["s"], b)),
+        (a, (t["a"], a, p)), (a, (t["a"], a, q)), (a, (t["c"], c)),
+        (b, (t["a"], b, p)), (b, (t["a"], b, q)), (b, (t["c"], c)), (b, (t["e"], c)),
+        (c, (t["c"],)), (p, (t["p"],)), (q, (t["q"],)),
+    ]  # fmt: skip
+    return Grammar.from_ids(names, [1 << ord(ch) for ch in letters], s_, rules)
+
+
+def test_deep_trie_merges_need_no_recursion_limit() -> None:
+    """A token whose search merges tries 2,000 levels deep, at a recursion limit of 1,000."""
+    from formalgram import accepts
+
+    g = _deep_merge_grammar()
+    k = 2000
+    deep, deeper = b"s" + b"a" * k + b"c", b"s" + b"a" * (k + 1) + b"c"
+    vocab = Vocabulary([deep, deeper, b"p", b"q", b"c", b"z"])
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)  # the interpreter's default; library code must not raise it
+    try:
+        tc = compress(g, vocab, progress=False, specialize=False)
+        assert sys.getrecursionlimit() == 1000
+    finally:
+        sys.setrecursionlimit(old)
+    cls = tc.token_class.tolist()
+    # Earley: ``deep`` and ``deeper`` are valid and need different numbers of closing letters
+    assert accepts(g, b"x" + deep + b"c" + b"p" * k) and not accepts(g, b"x" + deeper + b"c" + b"p" * k)
+    assert accepts(g, b"x" + deeper + b"c" + b"q" * (k + 1))
+    assert cls[0] != cls[1] and tc.invalid_class not in (cls[0], cls[1])
+    assert tc.invalid.tolist() == [5]  # "z" occurs nowhere
+
+
 def _many_words_grammar() -> str:
     """400 ten-letter words: specialising copies about 3,200 single-byte symbols (a trial)."""
     import random
@@ -209,8 +249,9 @@ def test_specialization_is_chosen_by_a_bounded_trial() -> None:
 
     from formalgram import is_prefix
     from formalgram.transforms.gnf import to_gnf
-    from formalgram_cfgzip.classes import _pick_specialization, _token_table
-    from formalgram_cfgzip.displacement import specialize_terminal_symbols
+    from formalgram.transforms.specialize import specialize_terminal_symbols
+    from formalgram_cfgzip.compress import SPECIALIZE_LIMIT, SPECIALIZE_SAMPLE
+    from formalgram_cfgzip.search.driver import pick_specialization, token_table
 
     text = _many_words_grammar()
     g = parse_gbnf(text)
@@ -220,11 +261,11 @@ def test_specialization_is_chosen_by_a_bounded_trial() -> None:
     vocab = Vocabulary(toks)
     plain = to_gnf(g)
     special = specialize_terminal_symbols(plain)
-    assert len(special.names) > max(2500, 4 * len(plain.names))  # the default must try
-    table = _token_table(vocab)
+    assert len(special.names) > max(SPECIALIZE_LIMIT, 4 * len(plain.names))  # the default must try
+    table = token_table(vocab)
     # no budget at all: the plain GNF is kept; a huge one: the specialised GNF is kept
-    assert _pick_specialization(plain, special, table, 200_000, None, factor=0)[0] is plain
-    assert _pick_specialization(plain, special, table, 200_000, None, factor=10**6)[0] is special
+    assert pick_specialization(plain, special, table, 200_000, None, 0, SPECIALIZE_SAMPLE)[0] is plain
+    assert pick_specialization(plain, special, table, 200_000, None, 10**6, SPECIALIZE_SAMPLE)[0] is special
     tc = compress(g, vocab, progress=False)
     assert tc.stats["specialize_trial"] in (0.0, 1.0)
     assert tc.stats["specialized"] == tc.stats["specialize_trial"]

@@ -121,15 +121,17 @@ def test_byte_classes_are_the_coarsest_partition() -> None:
         assert all(pda.byte_class_of[b] == c for b in ByteSet(pda.class_bytes[c]))
 
 
-@pytest.mark.skipif(not hasattr(formalgram, "byte_class_map"), reason="byte_class_map not available yet")
 @given(gnf_grammars())
 @settings(max_examples=60, deadline=None)
-def test_byte_classes_match_byte_class_map(g: Grammar) -> None:
-    """The PDA's byte partition is the one of formalgram.byte_class_map (numbering aside)."""
-    ours = PDA.from_gnf(g).byte_class_of
-    theirs = formalgram.byte_class_map(g)
-    pairs = {(ours[b], theirs[b]) for b in range(256)}
-    assert len(pairs) == len(set(ours)) == len(set(theirs))
+def test_byte_classes_are_the_terminal_signatures(g: Grammar) -> None:
+    """Two bytes share a PDA class iff the same terminals contain them; classes numbered by smallest byte."""
+    pda = PDA.from_gnf(g)
+    signature = [frozenset(t for t, m in enumerate(g.masks) if (m >> b) & 1) for b in range(256)]
+    number: dict[frozenset[int], int] = {}
+    for b in range(256):
+        number.setdefault(signature[b], len(number))
+    assert list(pda.byte_class_of) == [number[signature[b]] for b in range(256)]
+    assert pda.n_classes == len(number)
 
 
 @given(gnf_grammars())

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from formalgram import (
+    PDA,
     ByteSet,
     EmptyLanguageError,
     Grammar,
@@ -19,6 +20,7 @@ from formalgram import (
     Nonterminal,
     Production,
     generating,
+    gnf_violation,
     is_gnf,
     nullable,
     reachable,
@@ -29,8 +31,9 @@ from formalgram import (
     to_gnf,
     unreachable,
 )
+from formalgram.analysis import generating_rules
 from formalgram.recognize import accepts, enumerate_strings
-from formalgram.recognize.enumerate import default_alphabet
+from formalgram.recognize.enumerate import _INF, _min_lengths, default_alphabet
 from formalgram.testing import grammar_and_strings, grammars
 from formalgram.transforms.gnf import STRATEGIES
 
@@ -124,9 +127,22 @@ def test_analyses_match_definitions(g: Grammar) -> None:
             continue
         sub = g.with_start(g.names[a])
         assert enumerate_strings(sub, 4, _alphabet(g)) == []
-    assert set(unreachable(g)) == {g.names[a] for a in range(len(g.names)) if g.rules_by_lhs[a]} - {
-        g.names[a] for a in reach
-    }
+    assert unreachable(g) == {a for a in range(len(g.names)) if g.rules_by_lhs[a]} - reach
+
+
+@SETTINGS
+@given(grammars(allow_empty_terminal=True))
+def test_generating_rules_match_shortest_lengths(g: Grammar) -> None:
+    """A rule derives some string iff each item has a finite shortest yield (enumerator's tables)."""
+    minlen, _ = _min_lengths(g)
+    finite = {a for a, k in enumerate(minlen) if k < _INF}
+    assert generating(g) == finite
+    want = tuple(
+        ri
+        for ri, (_, rhs) in enumerate(g.rules)
+        if all((s in finite) if s >= 0 else g.masks[~s] != 0 for s in rhs)
+    )
+    assert generating_rules(g) == want
 
 
 # -- the transforms (proofs §2-§6) ------------------------------------------------------
@@ -184,7 +200,16 @@ def test_to_gnf_enumeration(g: Grammar) -> None:
         return
     h = to_gnf(g)
     assert is_gnf(h)
+    _assert_strict_gnf(h)
     _same_language(g, h)
+
+
+def _assert_strict_gnf(h: Grammar) -> None:
+    """What ``to_gnf`` promises beyond the GNF check: non-empty byte sets, start on no right-hand side."""
+    assert gnf_violation(h) == ""
+    assert all(h.masks[~rhs[0]] != 0 for _, rhs in h.rules if rhs)
+    assert all(h.start_id not in rhs for _, rhs in h.rules)
+    PDA.from_gnf(h)  # the PDA accepts what is_gnf accepts
 
 
 @SETTINGS
@@ -195,6 +220,7 @@ def test_every_gnf_strategy(g: Grammar, strategy: str) -> None:
         return
     h = to_gnf(g, strategy=strategy)
     assert is_gnf(h)
+    _assert_strict_gnf(h)
     _same_language(g, h)
 
 
@@ -320,9 +346,10 @@ def test_empty_language_errors() -> None:
         to_gnf(g3)
 
 
-def test_unreachable_names() -> None:
+def test_unreachable_ids_and_names() -> None:
     g = Grammar([Production(S, [a]), Production(A, [b]), Production(B, [A])], "S")
-    assert unreachable(g) == ("A", "B")
+    assert unreachable(g) == frozenset({g.id_of("A"), g.id_of("B")})
+    assert g.unreachable() == ("A", "B")
     assert remove_useless(g).names == ("S",)
 
 
@@ -336,9 +363,10 @@ def test_is_gnf_rejects() -> None:
     assert not is_gnf(Grammar([Production(S, [A]), Production(A, [b])], "S"))  # leading nonterminal
     assert not is_gnf(Grammar([Production(S, [a, b])], "S"))  # terminal after the first
     assert not is_gnf(Grammar([Production(S, [a, A]), Production(A, [])], "S"))  # ε not on start
-    assert not is_gnf(Grammar([Production(S, [a, S]), Production(S, [])], "S"))  # start on rhs
-    assert not is_gnf(Grammar([Production(S, [a, S]), Production(S, [b])], "S"))  # start on rhs
-    assert not is_gnf(Grammar([Production(S, [ByteSet.empty()])], "S"))  # empty byte set
+    assert not is_gnf(Grammar([Production(S, [a, S]), Production(S, [])], "S"))  # start on rhs, S -> ε
+    assert not is_gnf(Grammar([Production(S, []), Production(S, [a, A]), Production(A, [a, S])], "S"))
+    assert is_gnf(Grammar([Production(S, [a, S]), Production(S, [b])], "S"))  # start on rhs, no ε
+    assert is_gnf(Grammar([Production(S, [ByteSet.empty()])], "S"))  # a terminal that never fires
     assert is_gnf(Grammar([Production(S, [])], "S"))  # only the empty string
 
 

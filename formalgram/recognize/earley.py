@@ -53,8 +53,11 @@ from __future__ import annotations
 
 from typing import Final, final
 
+from formalgram.analysis import generating, generating_rules, nullable
 from formalgram.byteset import ByteSet
 from formalgram.grammar import Grammar
+
+__all__ = ["EarleyRecognizer", "EarleyTables", "accepts", "earley_tables", "is_prefix"]
 
 # next-symbol value of a dotted rule whose dot is at the end (nonterminal ids are smaller)
 _DONE: Final = 1 << 40
@@ -105,31 +108,13 @@ class EarleyTables:
         n = len(g.names)
         masks = list(g.masks)
         rules = g.rules
-        # -- 1. generating nonterminals (least fixpoint) and pruning --------------------
-        generating = [False] * n
-        changed = True
-        while changed:
-            changed = False
-            for lhs, rhs in rules:
-                if generating[lhs]:
-                    continue
-                if all((generating[s] if s >= 0 else masks[~s] != 0) for s in rhs):
-                    generating[lhs] = True
-                    changed = True
-        kept: list[tuple[int, tuple[int, ...]]] = [
-            (lhs, rhs)
-            for lhs, rhs in rules
-            if generating[lhs] and all((generating[s] if s >= 0 else masks[~s] != 0) for s in rhs)
-        ]
-        # -- 2. nullable nonterminals (least fixpoint over the kept rules) ---------------
-        nullable = [False] * n
-        changed = True
-        while changed:
-            changed = False
-            for lhs, rhs in kept:
-                if not nullable[lhs] and all(s >= 0 and nullable[s] for s in rhs):
-                    nullable[lhs] = True
-                    changed = True
+        # -- 1. rules that derive some string (the others take part in no parse) ----------
+        gen = generating(g)
+        generating_ids = [a in gen for a in range(n)]
+        kept = [rules[ri] for ri in generating_rules(g, gen)]
+        # -- 2. nullable nonterminals (all their ε-derivations use kept rules) -----------
+        null = nullable(g)
+        nullable_ids = [a in null for a in range(n)]
         # -- 3. dotted rules -----------------------------------------------------------
         next_sym: list[int] = []
         lhs_of: list[int] = []
@@ -162,15 +147,15 @@ class EarleyTables:
                         seen_nt.add(s)
                         nts.append(s)
                         todo.extend(first_lr[s])
-                    if nullable[s]:
+                    if nullable_ids[s]:
                         todo.append(lr + 1)
             closure.append(order)
             closure_nts.append(nts)
         self.n_lr: int = len(next_sym)
         self.next_sym: list[int] = next_sym
         self.lhs: list[int] = lhs_of
-        self.nullable: list[bool] = nullable
-        self.generating: list[bool] = generating
+        self.nullable: list[bool] = nullable_ids
+        self.generating: list[bool] = generating_ids
         self.closure: list[list[int]] = closure
         self.closure_nts: list[list[int]] = closure_nts
         self.masks: list[int] = masks
@@ -187,9 +172,27 @@ def earley_tables(g: Grammar) -> EarleyTables:
     The cache is keyed by object identity (equal grammars may intern symbols differently) and
     holds the last few grammars only.
 
-    Complexity
+    Parameters
     ----------
+    g : Grammar
+        Any grammar.
+
+    Returns
+    -------
+    EarleyTables
+
+    Notes
+    -----
     O(|G| * n) the first time for a grammar with ``n`` nonterminals (closures), O(1) afterwards.
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S = Nonterminal("S")
+    >>> g = Grammar([Production(S, [ByteSet.single(97), S]), Production(S, [])], "S")
+    >>> t = earley_tables(g)
+    >>> t is earley_tables(g), t.n_lr, t.nullable
+    (True, 4, [True])
     """
     hit = _CACHE.get(id(g))
     if hit is not None and hit[0] is g:
@@ -301,8 +304,6 @@ class EarleyRecognizer:
     non-empty exactly when the prefix can be completed (see the module docstring).  Finished
     Earley sets are immutable, so :meth:`copy` is O(position) and copies share them.
 
-    Complexity
-    ----------
     Each byte costs O(|set|) for scanning plus the usual Earley completion cost; O(n^3) worst
     case for ambiguous grammars, O(n^2) for unambiguous, linear for most practical grammars.
 
@@ -444,8 +445,8 @@ def accepts(g: Grammar, data: bytes) -> bool:
     bool
         True iff ``g``'s start symbol derives exactly ``data``.
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(n^3) worst case in ``n = len(data)``; see :class:`EarleyRecognizer`.
 
     Examples
@@ -479,8 +480,8 @@ def is_prefix(g: Grammar, data: bytes) -> bool:
     bool
         True iff ``data`` is in Pr(L(g)); False for every input when L(g) is empty.
 
-    Complexity
-    ----------
+    Notes
+    -----
     As :func:`accepts`.
 
     Examples

@@ -11,8 +11,11 @@ from __future__ import annotations
 from formalgram.byteset import FULL_MASK, ByteSet
 from formalgram.grammar import Grammar
 
+__all__ = ["byte_class_map", "byte_classes"]
+
 
 def _partition(g: Grammar) -> list[int]:
+    """The blocks (256-bit masks) of the coarsest partition no terminal splits, by smallest byte."""
     blocks = [FULL_MASK]
     for m in g.masks:
         if m == 0 or m == FULL_MASK:
@@ -44,13 +47,13 @@ def byte_classes(g: Grammar) -> tuple[ByteSet, ...]:
         A partition of ``{0..255}``, ordered by smallest member.  Two bytes share a class
         iff every terminal mask of ``g`` contains both or neither.
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(|terminals| * |classes|) big-integer operations (at most 256 classes): each
     mask refines the current blocks.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
     >>> S = Nonterminal("S")
     >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"ab")])], "S")
@@ -63,13 +66,29 @@ def byte_classes(g: Grammar) -> tuple[ByteSet, ...]:
 def byte_class_map(g: Grammar) -> bytes:
     """Byte value -> index of its class in :func:`byte_classes` (256 entries).
 
-    Complexity
-    ----------
-    O(256) after the partition.
+    The partition every consumer uses (the PDA's byte classes, the displacement search).
 
-    Example
+    Parameters
+    ----------
+    g : Grammar
+        Any grammar.
+
+    Returns
     -------
-    >>> # byte_class_map(g)[ord("a")] == byte_class_map(g)[ord("b")] for the grammar above
+    bytes
+        256 class ids; classes are numbered by their smallest byte, so byte 0 is in class 0.
+
+    Notes
+    -----
+    The partition's cost (see :func:`byte_classes`) plus O(256).
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S = Nonterminal("S")
+    >>> m = byte_class_map(Grammar([Production(S, [ByteSet.from_bytes(b"ab")])], "S"))
+    >>> m[0], m[ord("a")], m[ord("b")], m[ord("c")]
+    (0, 1, 1, 0)
     """
     out = bytearray(256)
     for i, blk in enumerate(_partition(g)):

@@ -12,6 +12,8 @@ from formalgram.analysis import nullable
 from formalgram.grammar import Grammar, IdRule, fresh_name
 from formalgram.transforms.useless import compact
 
+__all__ = ["remove_epsilon"]
+
 # A rule with more nullable occurrences than this is cut into a right chain first, so
 # that expansion produces at most 2**(_MAX_NULLABLE + 1) variants per rule.
 _MAX_NULLABLE = 3
@@ -87,13 +89,13 @@ def remove_epsilon(g: Grammar) -> Grammar:
         ``S' -> ε`` as described above.  Self loops ``A -> A`` created by the
         expansion are dropped (they add nothing).
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(|G|) nullable analysis; the expansion writes at most 16 variants per rule after
     splitting, so time and output size are O(|G|).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
     >>> S = Nonterminal("S")
     >>> a = ByteSet.single(97)

@@ -1,8 +1,10 @@
-"""Greibach normal form with byte-set terminals, kept small.
+"""Greibach normal form with byte-set terminals: the one definition, and a conversion that stays small.
 
-A grammar is in GNF (as the CFGzip paper defines it) when every rule is
-``A -> a B1 .. Bn`` with ``a`` a non-empty byte set and ``B1 .. Bn`` nonterminals other
-than the start, except possibly the single rule ``S -> ε`` for the start ``S``.
+A grammar is in GNF when every rule is ``A -> a B1 .. Bn`` with ``a`` a byte-set terminal
+and ``B1 .. Bn`` nonterminals, except possibly the rule ``S -> ε`` for the start ``S``,
+which then occurs on no right-hand side (:func:`gnf_violation`: the check every consumer
+uses).  :func:`to_gnf` produces a stricter form: its byte sets are non-empty and its start
+occurs on no right-hand side at all.
 
 The conversion (see :func:`to_gnf`) is a pipeline of exact rewritings; what keeps
 the result small is
@@ -28,12 +30,14 @@ Correctness: ``proofs/normal_forms.md`` §6.
 from __future__ import annotations
 
 from formalgram.analysis import generating, nullable
-from formalgram.errors import GrammarTooLarge
+from formalgram.errors import GrammarError, GrammarTooLarge
 from formalgram.grammar import Grammar, IdRule, fresh_name
 from formalgram.transforms.epsilon import remove_epsilon
 from formalgram.transforms.left_recursion import remove_left_recursion_table
 from formalgram.transforms.unit import merge_unit_cycles, sccs
 from formalgram.transforms.useless import compact, remove_useless
+
+__all__ = ["DEFAULT_BUDGET", "STRATEGIES", "gnf_violation", "is_gnf", "require_gnf", "to_gnf"]
 
 Body = tuple[int, ...]
 
@@ -50,19 +54,120 @@ _LC_VARIANTS: dict[str, tuple[bool, bool, bool, bool]] = {
 STRATEGIES: tuple[str, ...] = ("auto", "left-corner", "substitution", *_LC_VARIANTS)
 
 
-def is_gnf(g: Grammar) -> bool:
-    """True when ``g`` is in Greibach normal form.
+def gnf_violation(g: Grammar) -> str:
+    """Why ``g`` is not in Greibach normal form, or ``""`` when it is.
 
-    Every rule must be ``A -> a B1 .. Bn`` (``a`` a non-empty byte set, ``Bi``
-    nonterminals) and the start symbol must occur on no right-hand side; the start
-    (and only the start) may also have the rule ``S -> ε``.
+    The one definition of GNF that every consumer checks (:func:`is_gnf`,
+    :meth:`formalgram.pda.PDA.from_gnf`, :func:`formalgram.adjacency.stack_adjacency` and the
+    displacement search): every rule is ``A -> a B1 .. Bn`` with ``a`` a byte-set terminal and
+    ``B1 .. Bn`` nonterminals (``n >= 0``); only the start ``S`` may have the empty rule
+    ``S -> ε``, and when it has one, ``S`` occurs on no right-hand side.
 
-    Complexity
+    Parameters
     ----------
-    O(|G|).
+    g : Grammar
+        Any grammar.
 
-    Example
+    Returns
     -------
+    str
+        An explanation naming the first offending rule, or ``""``.
+
+    Notes
+    -----
+    This is exactly what the one-state PDA needs: a rule pops ``A`` on reading a byte of
+    ``a`` and pushes ``B1 .. Bn``.  The start may occur on right-hand sides (``S -> a S B |
+    a B`` is GNF) unless ``S -> ε`` is a rule: a pushed ``S`` could then vanish without
+    reading a byte, which no PDA move expresses.  A terminal with an empty byte set keeps the
+    form (the rule simply never fires); usefulness is not part of the form (see
+    :func:`~formalgram.transforms.useless.remove_useless`).  O(|G|) time.
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, B = Nonterminal("S"), Nonterminal("B")
+    >>> a, b = ByteSet.single(97), ByteSet.single(98)
+    >>> gnf_violation(Grammar([Production(S, [a, S, B]), Production(S, [a, B]), Production(B, [b])], "S"))
+    ''
+    >>> gnf_violation(Grammar([Production(S, [B, a]), Production(B, [b])], "S"))
+    'a rule of S starts with nonterminal B, not with a terminal'
+    """
+    start = g.start_id
+    names = g.names
+    start_has_eps = False
+    for lhs, rhs in g.rules:
+        if not rhs:
+            if lhs != start:
+                return f"rule {names[lhs]} -> ε: only the start symbol may have an empty rule"
+            start_has_eps = True
+            continue
+        if rhs[0] >= 0:
+            return f"a rule of {names[lhs]} starts with nonterminal {names[rhs[0]]}, not with a terminal"
+        for s in rhs[1:]:
+            if s < 0:
+                return f"a rule of {names[lhs]} has a terminal after its first symbol"
+    if start_has_eps:
+        for lhs, rhs in g.rules:
+            if start in rhs:
+                return (
+                    f"start symbol {names[start]} has an empty rule and appears on the right-hand side "
+                    f"of a rule of {names[lhs]}"
+                )
+    return ""
+
+
+def require_gnf(g: Grammar, user: str) -> None:
+    """Raise :class:`~formalgram.errors.GrammarError` unless ``g`` is in GNF (:func:`gnf_violation`).
+
+    Parameters
+    ----------
+    g : Grammar
+        The grammar a GNF consumer was given.
+    user : str
+        What needs GNF, for the message (e.g. ``"PDA.from_gnf"``).
+
+    Raises
+    ------
+    GrammarError
+        ``"<user>: grammar is not in Greibach normal form: <why>"``.
+
+    Notes
+    -----
+    O(|G|) time.
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S = Nonterminal("S")
+    >>> require_gnf(Grammar([Production(S, [ByteSet.single(97)])], "S"), "example")
+    >>> require_gnf(Grammar([Production(S, [S])], "S"), "example")
+    Traceback (most recent call last):
+    ...
+    formalgram.errors.GrammarError: example: grammar is not in Greibach normal form: a rule of S starts with nonterminal S, not with a terminal
+    """
+    why = gnf_violation(g)
+    if why:
+        raise GrammarError(f"{user}: grammar is not in Greibach normal form: {why}")
+
+
+def is_gnf(g: Grammar) -> bool:
+    """True when ``g`` is in Greibach normal form (as :func:`gnf_violation` defines it).
+
+    Parameters
+    ----------
+    g : Grammar
+        Any grammar.
+
+    Returns
+    -------
+    bool
+
+    Notes
+    -----
+    O(|G|) time.
+
+    Examples
+    --------
     >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
     >>> S, A = Nonterminal("S"), Nonterminal("A")
     >>> a = ByteSet.single(97)
@@ -71,20 +176,7 @@ def is_gnf(g: Grammar) -> bool:
     >>> is_gnf(Grammar([Production(S, [A, a]), Production(A, [a])], "S"))
     False
     """
-    start = g.start_id
-    masks = g.masks
-    for lhs, rhs in g.rules:
-        if not rhs:
-            if lhs != start:
-                return False
-            continue
-        first = rhs[0]
-        if first >= 0 or masks[~first] == 0:
-            return False
-        for s in rhs[1:]:
-            if s < 0 or s == start:
-                return False
-    return True
+    return not gnf_violation(g)
 
 
 class _Builder:
@@ -690,8 +782,8 @@ def to_gnf(
     ValueError
         For an unknown ``strategy`` or ``objective``.
 
-    Complexity
-    ----------
+    Notes
+    -----
     Linear for the cleaning stages.  The left-corner construction creates at most
     one continuation per pair (nonterminal, left corner) and is polynomial:
     O(|V| * |G| * k) rules with k the largest number of leading byte sets of a
@@ -699,8 +791,8 @@ def to_gnf(
     worst case, which its cap and ``budget`` cut off.  Every stage stops with
     GrammarTooLarge as soon as it passes ``budget`` rules.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
     >>> E = Nonterminal("E")
     >>> a, p = ByteSet.single(97), ByteSet.single(43)

@@ -15,6 +15,8 @@ from formalgram.transforms.epsilon import remove_epsilon
 from formalgram.transforms.unit import merge_unit_cycles, sccs
 from formalgram.transforms.useless import compact
 
+__all__ = ["remove_left_recursion", "remove_left_recursion_table"]
+
 Body = tuple[int, ...]
 
 
@@ -100,9 +102,36 @@ def remove_left_recursion_table(
 ) -> list[list[Body]]:
     """Core of :func:`remove_left_recursion` on a per-lhs rule table (epsilon-free).
 
-    ``names`` is extended with the fresh ``A__lr`` symbols; the returned table has one
-    entry per name.  Raises GrammarTooLarge when the total rule count would pass
-    ``budget``.
+    Parameters
+    ----------
+    names : list of str
+        Nonterminal names; extended in place with the fresh ``A__lr`` symbols.
+    start : int
+        The start id.
+    table : list of list of tuple of int
+        ``table[a]``: the right-hand sides of ``a`` (integer items as in ``Grammar.rules``).
+    budget : int
+        Largest total number of rules.
+
+    Returns
+    -------
+    list of list of tuple of int
+        One entry per name (old and fresh), without left recursion.
+
+    Raises
+    ------
+    GrammarTooLarge
+        When the total rule count would pass ``budget``.
+
+    Notes
+    -----
+    As :func:`remove_left_recursion`.
+
+    Examples
+    --------
+    >>> names = ["E"]
+    >>> remove_left_recursion_table(names, 0, [[(0, ~0), (~1,)]], 100), names
+    ([[(-2,), (-2, 1)], [(-1,), (-1, 1)]], ['E', 'E__lr'])
     """
     n = len(names)
     succ: list[list[int]] = [[] for _ in range(n)]
@@ -185,14 +214,14 @@ def remove_left_recursion(g: Grammar, *, budget: int = 200_000) -> Grammar:
     GrammarTooLarge
         When the rewriting would exceed ``budget`` rules.
 
-    Complexity
-    ----------
+    Notes
+    -----
     Linear outside left-recursive components; inside a component of k members with r
     rules, Paull's substitution is O(r * k) in good cases and exponential in the worst
     case, which the budget cuts off.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
     >>> E = Nonterminal("E")
     >>> a, p = ByteSet.single(97), ByteSet.single(43)

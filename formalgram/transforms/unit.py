@@ -11,12 +11,33 @@ from collections.abc import Sequence
 from formalgram.grammar import Grammar, IdRule
 from formalgram.transforms.useless import compact
 
+__all__ = ["merge_unit_cycles", "remove_unit", "sccs"]
+
 
 def sccs(n: int, succ: Sequence[Sequence[int]]) -> list[list[int]]:
     """Strongly connected components of the graph ``0..n-1`` with edges ``succ``.
 
-    Components come out in reverse topological order: every component is listed after
-    all the components it can reach (sinks first).  Iterative Tarjan, O(V + E).
+    Parameters
+    ----------
+    n : int
+        Number of vertices.
+    succ : sequence of sequence of int
+        ``succ[v]``: the successors of ``v``.
+
+    Returns
+    -------
+    list of list of int
+        The components in reverse topological order: every component is listed after all
+        the components it can reach (sinks first).
+
+    Notes
+    -----
+    Iterative Tarjan (no recursion), O(V + E).
+
+    Examples
+    --------
+    >>> sccs(4, [[1], [0, 2], [], [3]])
+    [[2], [1, 0], [3]]
     """
     index = [-1] * n
     low = [0] * n
@@ -69,8 +90,29 @@ def merge_unit_cycles(g: Grammar) -> Grammar:
 
     All members of a strongly connected component of the unit graph derive each
     other, so they have the same language; the member with the smallest id (the start
-    when it is a member) represents the component.  ``L`` is preserved for every
-    surviving nonterminal.  O(|G|).
+    when it is a member) represents the component.
+
+    Parameters
+    ----------
+    g : Grammar
+        Any grammar.
+
+    Returns
+    -------
+    Grammar
+        ``L`` is preserved for every surviving nonterminal.
+
+    Notes
+    -----
+    O(|G|).
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, A = Nonterminal("S"), Nonterminal("A")
+    >>> g = Grammar([Production(S, [A]), Production(A, [S]), Production(A, [ByteSet.single(97)])], "S")
+    >>> merge_unit_cycles(g).names
+    ('S',)
     """
     n = len(g.names)
     succ: list[list[int]] = [[] for _ in range(n)]
@@ -116,12 +158,12 @@ def remove_unit(g: Grammar) -> Grammar:
         included).  Nonterminals that only served as unit targets may become
         unreachable; they are dropped.
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(|V| * |G|) in the worst case (each closure copies rules).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
     >>> S, A = Nonterminal("S"), Nonterminal("A")
     >>> g = Grammar([Production(S, [A]), Production(A, [ByteSet.single(97)])], "S")

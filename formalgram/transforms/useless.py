@@ -8,16 +8,41 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from formalgram.analysis import generating, reachable
+from formalgram.analysis import generating, generating_rules, reachable
 from formalgram.errors import EmptyLanguageError
 from formalgram.grammar import Grammar, IdRule
+
+__all__ = ["compact", "remove_useless"]
 
 
 def compact(names: Sequence[str], masks: Sequence[int], start: int, rules: Sequence[IdRule]) -> Grammar:
     """Build a grammar keeping only the nonterminals and terminals that are used.
 
     Nonterminals keep their relative order (the start is always kept); unused masks are
-    dropped.  Complexity O(|G|).
+    dropped.
+
+    Parameters
+    ----------
+    names, masks : sequence
+        Nonterminal names and terminal masks the ids of ``rules`` refer to.
+    start : int
+        The start id (always kept, as id 0 of the result's order of first use).
+    rules : sequence of (int, tuple of int)
+        Integer rules over ``names`` and ``masks``.
+
+    Returns
+    -------
+    Grammar
+
+    Notes
+    -----
+    O(|G|).
+
+    Examples
+    --------
+    >>> g = compact(["S", "unused", "A"], [0b10, 0b100], 0, [(0, (~1, 2)), (2, (~1,))])
+    >>> g.names, g.masks
+    (('S', 'A'), (4,))
     """
     nt_map = [-1] * len(names)
     t_map = [-1] * len(masks)
@@ -75,12 +100,12 @@ def remove_useless(g: Grammar) -> Grammar:
     EmptyLanguageError
         When the start symbol generates no string (``L(g)`` is empty).
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(|G|).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
     >>> S, X = Nonterminal("S"), Nonterminal("X")
     >>> a = ByteSet.single(97)
@@ -93,19 +118,8 @@ def remove_useless(g: Grammar) -> Grammar:
         raise EmptyLanguageError(
             f"the start symbol {g.names[g.start_id]!r} generates no string: the language is empty"
         )
-    masks = g.masks
-    kept: list[IdRule] = []
-    for lhs, rhs in g.rules:
-        if lhs not in gen:
-            continue
-        ok = True
-        for s in rhs:
-            if (s >= 0 and s not in gen) or (s < 0 and masks[~s] == 0):
-                ok = False
-                break
-        if ok:
-            kept.append((lhs, rhs))
-    g1 = Grammar.from_ids(g.names, masks, g.start_id, kept)
+    rules = g.rules
+    g1 = Grammar.from_ids(g.names, g.masks, g.start_id, [rules[ri] for ri in generating_rules(g, gen)])
     reach = reachable(g1)
     final = [r for r in g1.rules if r[0] in reach]
     return compact(g1.names, g1.masks, g1.start_id, final)

@@ -32,7 +32,6 @@ is never allowed.  The proof that the adapter is lossless under this policy is
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -87,16 +86,45 @@ class Matcher(Protocol):
 def grammar_matches(classes: TokenClasses, grammar_text: str) -> bool:
     """Whether ``classes`` were computed for ``grammar_text``.
 
-    Accepts the canonical fingerprint of :func:`formalgram_cfgzip.classes.grammar_fingerprint`
-    (formatting-independent) and the plain SHA-256 of the UTF-8 text.
+    Parameters
+    ----------
+    classes : TokenClasses
+        The classes.
+    grammar_text : str
+        The grammar text an engine is about to compile.
+
+    Returns
+    -------
+    bool
+        True when the text's fingerprint (:func:`~formalgram_cfgzip.cache.fingerprint_text`)
+        is the one recorded by :func:`~formalgram_cfgzip.compress.compress` (or stored as
+        ``grammar_sha256`` by a caller that fingerprints texts), or else when the text parses
+        to a grammar with the classes' canonical fingerprint
+        (:func:`~formalgram_cfgzip.cache.grammar_fingerprint`).  A text that does not parse
+        matches nothing.
+
+    Notes
+    -----
+    O(len(grammar_text)) when the text is the one the classes were computed from; otherwise
+    the text is parsed (formatting and comments may differ, the grammar may not).
+
+    Examples
+    --------
+    >>> from formalgram_cfgzip.compress import compress
+    >>> from formalgram_cfgzip.vocabulary import Vocabulary
+    >>> tc = compress('root ::= "x"', Vocabulary([b"x", b"y"]), progress=False)
+    >>> grammar_matches(tc, 'root ::= "x"'), grammar_matches(tc, 'root ::=   "x" # same'), grammar_matches(tc, 'root ::= "y"')
+    (True, True, False)
     """
-    if classes.grammar_sha256 == hashlib.sha256(grammar_text.encode("utf-8")).hexdigest():
+    from formalgram.errors import FormalgramError
+    from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint
+
+    text_sha = fingerprint_text(grammar_text)
+    if text_sha in (classes.grammar_text_sha256, classes.grammar_sha256):
         return True
     try:
-        from formalgram_cfgzip.classes import grammar_fingerprint
-
         return classes.grammar_sha256 == grammar_fingerprint(grammar_text)
-    except Exception:
+    except (FormalgramError, RecursionError):
         return False
 
 
@@ -106,6 +134,7 @@ def check_classes(classes: TokenClasses, grammar_text: str | None, vocab: Vocabu
     Parameters
     ----------
     classes : TokenClasses
+        The classes an engine is about to use.
     grammar_text : str or None
         The grammar the engine will compile (``None`` skips the grammar check).
     vocab : Vocabulary or None
@@ -114,14 +143,29 @@ def check_classes(classes: TokenClasses, grammar_text: str | None, vocab: Vocabu
     Raises
     ------
     ClassesMismatchError
-        If the fingerprints differ, the arrays are malformed, or a special token, hole,
-        empty text token or padding id is outside the invalid class, or the stop class is not
-        exactly the stop tokens.
+        If the fingerprints differ (:func:`grammar_matches`), or the classes break an
+        invariant (:meth:`TokenClasses.validate <formalgram_cfgzip.classes.TokenClasses.validate>`:
+        malformed arrays, a special token, hole, empty text token or padding id outside the
+        invalid class, a stop class that is not exactly the stop tokens, ...).
 
-    Complexity
-    ----------
-    O(logit_width) numpy work (plus parsing the grammar for its fingerprint).
+    Notes
+    -----
+    O(logit_width) numpy work, plus what :func:`grammar_matches` costs.
+
+    Examples
+    --------
+    >>> from formalgram_cfgzip.compress import compress
+    >>> from formalgram_cfgzip.vocabulary import Vocabulary
+    >>> tc = compress('root ::= "x"', Vocabulary([b"x", b"y"]), progress=False)
+    >>> check_classes(tc, 'root ::= "x"')
+    >>> tc.representatives[0] = 1  # corrupted after construction
+    >>> check_classes(tc, 'root ::= "x"')
+    Traceback (most recent call last):
+    ...
+    formalgram_cfgzip.errors.ClassesMismatchError: inconsistent TokenClasses: class 0 has representative 1, a token of class 1
     """
+    from formalgram_cfgzip.errors import ClassesInvariantError
+
     v = classes.vocab
     if vocab is not None and vocab is not v and vocab.fingerprint() != v.fingerprint():
         raise ClassesMismatchError(
@@ -133,27 +177,10 @@ def check_classes(classes: TokenClasses, grammar_text: str | None, vocab: Vocabu
             "these TokenClasses were computed for another grammar "
             f"(classes: {classes.grammar_sha256[:12]}...); recompute them with compress()"
         )
-    tc = np.asarray(classes.token_class)
-    n = classes.num_classes
-    if tc.shape != (v.logit_width,) or n < 1:
-        raise ClassesMismatchError(
-            f"token_class has shape {tc.shape}, expected ({v.logit_width},) for this vocabulary"
-        )
-    if int(tc.min()) < 0 or int(tc.max()) >= n:
-        raise ClassesMismatchError(f"token_class holds ids outside 0..{n - 1}")
-    inv, stop = classes.invalid_class, classes.stop_class
-    never = [i for i, t in enumerate(v.tokens) if i not in v.stop_ids and (not t or i in v.special_ids)]
-    never_arr = np.asarray(never + list(range(v.size, v.logit_width)), dtype=np.int64)
-    if never_arr.size and (inv < 0 or bool(np.any(tc[never_arr] != inv))):
-        raise ClassesMismatchError(
-            "a hole, padding id, empty token or special token is not in the invalid class"
-        )
-    stops = np.asarray(sorted(v.stop_ids), dtype=np.int64)
-    if stops.size:
-        if stop < 0 or stop == inv or set(np.flatnonzero(tc == stop).tolist()) != set(stops.tolist()):
-            raise ClassesMismatchError("the stop class is not exactly the vocabulary's stop tokens")
-    elif stop >= 0:
-        raise ClassesMismatchError("a stop class is given but the vocabulary has no stop token")
+    try:
+        classes.validate()
+    except ClassesInvariantError as exc:
+        raise ClassesMismatchError(f"inconsistent TokenClasses: {exc}") from exc
 
 
 def engine_vocabulary(vocab: Vocabulary) -> list[bytes]:

@@ -1,0 +1,909 @@
+"""Token displacements over a GNF grammar (CFGzip, Algorithm 1), computed by lazy subset construction.
+
+Let ``G`` be a trimmed grammar in Greibach normal form and ``P`` its one-state PDA
+(:class:`formalgram.pda.PDA`, whose transition table and byte classes the search uses:
+reading byte ``c`` with ``A`` on top pops ``A`` and pushes ``B1..Bn`` for each rule
+``A -> a B1..Bn`` with ``c`` in ``a``).  The *displacement* of a byte string ``t`` is the
+set of pairs ``(σ_in, σ_out)`` such that ``P``, started on any stack ``σ_in·γ``, can read ``t``
+by popping exactly the symbols of ``σ_in`` from the original stack (top first) and end with
+``σ_out·γ``.  Equal displacements imply syntactic congruence (``proofs/congruence.md``).
+
+The search follows every path of Algorithm 1 at once:
+
+* the first byte pops an arbitrary symbol ``A`` (``σ_in = A``) and pushes the tail of a rule;
+* later bytes pop the top of ``σ_out``;
+* when ``σ_out`` is empty the next byte must pop the symbol ``Z`` that lay below the
+  original ``σ_in`` (a *backtrack*): ``Z`` is appended to ``σ_in``, restricted to symbols that
+  can lie directly below ``last``, the symbol whose expansion emptied ``σ_out``, and below the
+  previous consumed symbol (the stack-adjacency relation; ``proofs/stack_adjacency.md``).
+
+All paths are kept in one structure: the set of strings ``σ_out · # · reverse(σ_in)`` as a
+hash-consed trie (a DAG with shared subtries; merging two tries walks them on an explicit
+stack, as deep as they share paths, never on Python's call stack).  A step only rewrites the root of the trie
+(pop the top symbol, push a rule tail in front of the shared rest), so its cost depends on
+the number of distinct *top* symbols, not on the number of stacks, which can be exponential
+(a token such as ``"))))"`` closes many combinations of contexts).  When ``σ_out`` becomes
+empty the separator is labelled with ``last``, or rather with the first symbol that has the
+same set of possible symbols below it (the label serves only to look that set up, so symbols
+with equal sets share a label; :meth:`DisplacementSearch.key_of` drops labels anyway).
+The backtrack below one separator edge, for one byte class, is memoised: sets that share
+the edge share its result.  Equal sets are equal node ids, so the
+transition ``(trie, byte class) -> trie`` is memoised: the search is a lazily built
+deterministic automaton over byte classes, and every distinct (trie, byte class) pair is
+expanded once however many tokens share it.
+
+A run of single-edge, non-final trie nodes is stored as one *chain* node (its symbols and
+the node below them): pushing a rule tail of length ``n`` then costs one interned node, not
+``n``.  The representation stays canonical (a chain always ends on a node that is not a
+chain, and no branch node has a single edge without being final), so equal sets still have
+equal ids, and digests are computed as if every chain were unrolled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import resource
+from collections.abc import Iterable
+
+from formalgram.adjacency import can_be_below
+from formalgram.errors import GrammarTooLarge
+from formalgram.grammar import Grammar
+from formalgram.pda import PDA
+
+__all__ = ["DEAD", "EXPANSION_WORK", "START", "CanonicalKey", "DisplacementSearch", "current_rss"]
+
+Edge = tuple[int, int]  # (symbol, child node)
+CanonicalKey = bytes
+
+DEAD = 0  # the empty set of strings: no path survives
+START = 1  # the initial set (nothing read yet)
+_EPS = 2  # the set holding only the empty string
+_SEP = -1  # separator between σ_out and reverse(σ_in) while σ_out is not empty
+EXPANSION_WORK = 40  # fixed cost of one step, in scanned stack tops (see DisplacementSearch.work)
+
+
+def _sep(last: int) -> int:
+    """Separator symbol recording that ``σ_out`` was emptied by popping ``last``."""
+    return -(last + 2)
+
+
+def _add(groups: dict[int, list[int]], sym: int, child: int) -> None:
+    """Append ``child`` to the list of ``sym`` in ``groups``."""
+    lst = groups.get(sym)
+    if lst is None:
+        groups[sym] = [child]
+    else:
+        lst.append(child)
+
+
+def current_rss() -> int:
+    """Resident memory of this process in bytes (Linux ``/proc``; peak RSS elsewhere).
+
+    Returns
+    -------
+    int
+
+    Notes
+    -----
+    One small file read.
+
+    Examples
+    --------
+    >>> current_rss() > 1 << 20
+    True
+    """
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            pages = int(f.read().split()[1])
+        return pages * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _union_key(ids: list[int]) -> tuple[int, ...]:
+    """The distinct non-DEAD sets of ``ids``, sorted: the memo key of their union."""
+    key = tuple(sorted(set(ids)))
+    if key and key[0] == DEAD:
+        key = key[1:]
+    return key
+
+
+class _Merge:
+    """A union of tries in progress (:meth:`DisplacementSearch._union`).
+
+    Either a chain merge (``prefix`` non-empty: the result is ``prefix`` in front of the
+    union of ``parts[0]``) or a branch merge (the result has root edges ``syms[i]`` to the
+    union of ``parts[i]``, and ``final`` as its final flag).  ``done`` collects the unions of
+    the parts, in order.
+    """
+
+    __slots__ = ("done", "final", "key", "parts", "prefix", "syms")
+
+    def __init__(
+        self,
+        key: tuple[int, ...],
+        prefix: tuple[int, ...],
+        final: bool,
+        syms: list[int],
+        parts: list[list[int]],
+    ) -> None:
+        self.key = key
+        self.prefix = prefix
+        self.final = final
+        self.syms = syms
+        self.parts = parts
+        self.done: list[int] = []
+
+
+class DisplacementSearch:
+    """Lazily determinised displacement automaton of a GNF grammar over its byte classes.
+
+    A state of the automaton is a set of strings ``σ_out · # · reverse(σ_in)`` stored as a
+    canonical hash-consed trie (node ids; equal sets have equal ids).  See the module
+    docstring for the search itself.
+
+    Parameters
+    ----------
+    gnf : Grammar
+        A trimmed grammar in Greibach normal form
+        (:func:`~formalgram.transforms.gnf.gnf_violation`); the empty rule of the start plays
+        no part, and rules that derive no string are left out as the PDA leaves them out.
+    max_states : int
+        Largest number of distinct top symbols of one trie; exceeding it raises GrammarTooLarge.
+    max_cells : int
+        Largest number of trie nodes plus memo entries.
+    max_work : int or None
+        Largest amount of work (see ``work`` below); exceeding it raises GrammarTooLarge.
+        A deterministic measure, used to bound a trial search.
+    memory_budget : int or None
+        See the attribute.
+
+    Attributes
+    ----------
+    pda : PDA
+        The grammar's one-state PDA (transition table and byte classes).
+    byte_class : bytes
+        Byte value -> byte class (``pda.byte_class_of``).
+    num_byte_classes : int
+        Number of byte classes.
+    expansions : int
+        Steps computed so far (memo misses), summed over resets.
+    work : int
+        Deterministic cost estimate of those steps: the stack tops (root edges) they scanned
+        plus ``EXPANSION_WORK`` per step (the ratio of the two costs, measured in CPU time).
+    memory_budget : int or None
+        Bytes the search may add to the process's resident memory, counted from when this
+        object was created (memory the process already held -- a model, other caches --
+        does not count); checked periodically, exceeding it raises GrammarTooLarge.
+
+    Raises
+    ------
+    GrammarError
+        If ``gnf`` is not in Greibach normal form.
+
+    Notes
+    -----
+    Building costs what :meth:`PDA.from_gnf <formalgram.pda.PDA.from_gnf>` and
+    :func:`~formalgram.adjacency.can_be_below` cost; see :meth:`step` for a step.
+
+    Examples
+    --------
+    >>> from formalgram import Grammar, Production, Nonterminal, ByteSet
+    >>> S = Nonterminal("S")
+    >>> g = Grammar([Production(S, [ByteSet.from_bytes(b"a"), S]),
+    ...              Production(S, [ByteSet.from_bytes(b"b")])], "S")
+    >>> d = DisplacementSearch(g)
+    >>> d.key_of(d.run(b"aa")) == d.key_of(d.run(b"a"))
+    True
+    """
+
+    def __init__(
+        self,
+        gnf: Grammar,
+        *,
+        max_states: int = 200_000,
+        max_cells: int = 40_000_000,
+        max_work: int | None = None,
+        memory_budget: int | None = None,
+    ) -> None:
+        self.gnf = gnf
+        self.max_states = max_states
+        self.max_cells = max_cells
+        self.memory_budget = memory_budget
+        # resident memory when the search was created: the budget counts growth from here
+        # (not reset by reset(), which frees tables the allocator may keep)
+        self._rss_base = current_rss() if memory_budget is not None else 0
+        self.max_work = max_work
+        self.expansions = 0  # steps computed (memo misses), summed over resets
+        self.work = 0  # stack tops scanned by those steps, plus EXPANSION_WORK per step
+        # the PDA checks the GNF form and owns the byte classes and the transition table
+        pda = PDA.from_gnf(gnf)
+        self.pda = pda
+        self.byte_class = pda.byte_class_of
+        self.num_byte_classes = pda.n_classes
+        n = len(gnf.names)
+        ncls = self.num_byte_classes
+        # per byte class and symbol: each pushed tail split as (head, rest, rest + separator)
+        # (head -1 for an empty tail); rows are sparse, sharing one empty tuple
+        no_split: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] = ()
+        self._split: list[list[tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]]] = [
+            [no_split] * n for _ in range(ncls)
+        ]
+        starters: list[list[int]] = [[] for _ in range(ncls)]
+        self._classes_of: list[int] = [0] * n  # symbol -> bit set of the byte classes it has rules for
+        for (c, lhs), ts in sorted(pda.table.items()):
+            self._split[c][lhs] = tuple((t[0], t[1:], (*t[1:], _SEP)) if t else (-1, (), (_SEP,)) for t in ts)
+            starters[c].append(lhs)
+            self._classes_of[lhs] |= 1 << c
+        self._starters: list[tuple[int, ...]] = [tuple(a) for a in starters]
+        self._starter_sets: list[frozenset[int]] = [frozenset(a) for a in starters]
+        self._below = can_be_below(gnf)
+        self._below_classes: list[int] = [-1] * n  # y -> classes of the symbols below y (lazy)
+        # The separator only serves to look up what may lie below ``last``, so symbols with the
+        # same set of possible symbols below share one separator label (fewer, smaller sets).
+        label_of: dict[frozenset[int], int] = {}
+        self._sep_of: list[int] = [_sep(label_of.setdefault(zs, y)) for y, zs in enumerate(self._below)]
+        self._below_c: dict[tuple[int, int], tuple[int, ...]] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every interned trie and memo entry (ids from before become meaningless).
+
+        Digests from :meth:`canonical` stay valid across a reset, so a long search can
+        bound its memory by recording digests and resetting.
+
+        Notes
+        -----
+        O(1) (the old tables are dropped).
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
+        >>> before = d.canonical(d.run(b"(("))
+        >>> d.reset()
+        >>> d.size() < 10, d.canonical(d.run(b"((")) == before
+        (True, True)
+        """
+        # trie nodes: ids 0, 1, 2 are DEAD, START, EPS.  A *branch* node has a final flag and
+        # sorted edges (and is final or has 0 or >= 2 edges); a *chain* node is a run of
+        # single-edge non-final nodes: symbols (non-empty) and a base node that is no chain.
+        self._final: list[bool] = [False, False, True]
+        self._edges: list[tuple[Edge, ...]] = [(), ((-(1 << 40), DEAD),), ()]  # chains: filled lazily
+        self._syms: list[tuple[int, ...]] = [(), (), ()]  # chain symbols; () for branch nodes
+        self._base: list[int] = [-1, -1, -1]  # chain base; -1 for branch nodes
+        self._ids: dict[tuple[bool, tuple[Edge, ...]], int] = {(False, ()): DEAD, (True, ()): _EPS}
+        self._chains: dict[tuple[tuple[int, ...], int], int] = {}
+        self._unions: dict[tuple[int, ...], int] = {}
+        self._filter: dict[tuple[int, int], int] = {}
+        self._backtracks: dict[tuple[int, int, int], tuple[Edge, ...]] = {}
+        self._memo: dict[tuple[int, int], int] = {}
+        self._keys: dict[int, int] = {}
+        self._digest: dict[int, bytes] = {}
+        self._checks = 0
+
+    def compact(self, roots: list[int]) -> list[int]:
+        """Reset the tables but keep the sets ``roots``: returns their ids in the new tables.
+
+        A copying collection: the nodes reachable from ``roots`` are interned again, children
+        first, in fresh tables (same structure, so still canonical); everything else, memo
+        tables included, is dropped.  Ids from before (other than the returned ones and DEAD,
+        START, EPS) become meaningless, as after :meth:`reset`.
+
+        Parameters
+        ----------
+        roots : list of int
+            Node ids to keep.
+
+        Returns
+        -------
+        list of int
+            Their ids in the new tables, in the same order.
+
+        Notes
+        -----
+        O(nodes reachable from ``roots``), far less than recomputing the sets; iterative.
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
+        >>> node = d.run(b"((")
+        >>> digest = d.canonical(node)
+        >>> [kept] = d.compact([node])
+        >>> d.canonical(kept) == digest, d.canonical(d.step(kept, d.byte_class[ord(")")])) == d.canonical(d.run(b"(()"))
+        (True, True)
+        """
+        finals, edges_of, syms_of, base_of = self._final, self._edges, self._syms, self._base
+        self.reset()
+        new: dict[int, int] = {DEAD: DEAD, START: START, _EPS: _EPS}
+        todo = list(roots)
+        while todo:
+            n = todo[-1]
+            if n in new:
+                todo.pop()
+                continue
+            syms = syms_of[n]
+            if syms:
+                base = base_of[n]
+                if base not in new:
+                    todo.append(base)
+                    continue
+                todo.pop()
+                new[n] = self._chain(syms, new[base])
+                continue
+            pending = [child for _, child in edges_of[n] if child not in new]
+            if pending:
+                todo.extend(pending)
+                continue
+            todo.pop()
+            new[n] = self._node(finals[n], tuple((sym, new[child]) for sym, child in edges_of[n]))
+        return [new[r] for r in roots]
+
+    # -- trie nodes -----------------------------------------------------------------------
+    def _node(self, final: bool, edges: tuple[Edge, ...]) -> int:
+        """The set with the given final flag and root edges (canonical id)."""
+        if not final:
+            if len(edges) == 1:
+                return self._chain((edges[0][0],), edges[0][1])
+            if not edges:
+                return DEAD
+        k = (final, edges)
+        i = self._ids.get(k)
+        if i is None:
+            i = len(self._final)
+            self._ids[k] = i
+            self._final.append(final)
+            self._edges.append(edges)
+            self._syms.append(())
+            self._base.append(-1)
+        return i
+
+    def _chain(self, syms: tuple[int, ...], base: int) -> int:
+        """The set ``{syms · w : w in base}`` for a non-empty ``syms`` (canonical id)."""
+        if base == DEAD:
+            return DEAD
+        below = self._syms[base]
+        if below:
+            syms = syms + below
+            base = self._base[base]
+        k = (syms, base)
+        i = self._chains.get(k)
+        if i is None:
+            i = len(self._final)
+            self._chains[k] = i
+            self._final.append(False)
+            self._edges.append(())
+            self._syms.append(syms)
+            self._base.append(base)
+        return i
+
+    def _edges_of(self, node: int) -> tuple[Edge, ...]:
+        """Root edges of a set (for a chain: its first symbol and the rest of the chain)."""
+        edges = self._edges[node]
+        if edges:
+            return edges
+        syms = self._syms[node]
+        if not syms:
+            return edges
+        base = self._base[node]
+        rest = base if len(syms) == 1 else self._chain(syms[1:], base)
+        edges = ((syms[0], rest),)
+        self._edges[node] = edges
+        return edges
+
+    def _union(self, ids: list[int]) -> int:
+        """The union of several sets (memoised n-ary merge of canonical tries).
+
+        The merge descends as deep as the tries share paths (one level per symbol of the
+        longest ``σ_out · # · reverse(σ_in)``), so it runs on an explicit stack of pending
+        merges instead of Python recursion.  Each pending merge is computed exactly as a
+        recursive merge would, children in increasing symbol order, so node ids are the same.
+        """
+        if len(ids) == 1:
+            return ids[0]
+        key = _union_key(ids)
+        r = self._known_union(key)
+        if r >= 0:
+            return r
+        pending = [self._open_merge(key)]
+        while True:
+            top = pending[-1]
+            done = top.done
+            parts = top.parts
+            if len(done) < len(parts):
+                part = parts[len(done)]
+                if len(part) == 1:
+                    done.append(part[0])
+                    continue
+                sub = _union_key(part)
+                r = self._known_union(sub)
+                if r >= 0:
+                    done.append(r)
+                else:
+                    pending.append(self._open_merge(sub))
+                continue
+            if top.prefix:
+                r = self._chain(top.prefix, done[0])
+            else:
+                r = self._node(top.final, tuple(zip(top.syms, done, strict=True)))
+            self._unions[top.key] = r
+            pending.pop()
+            if not pending:
+                return r
+            pending[-1].done.append(r)
+
+    def _known_union(self, key: tuple[int, ...]) -> int:
+        """The union of the sets ``key`` (from :func:`_union_key`) if known without merging, else -1."""
+        if not key:
+            return DEAD
+        if len(key) == 1:
+            return key[0]
+        r = self._unions.get(key)
+        return -1 if r is None else r
+
+    def _open_merge(self, key: tuple[int, ...]) -> _Merge:
+        """The pending merge of the sets ``key`` (at least two, none DEAD), its parts to merge first.
+
+        Chains that all start with the same symbol have their common prefix ``P`` factored
+        out at once: ``⋃ P·s_i·B_i = P · ⋃ s_i·B_i`` (one part, then one chain).  Otherwise the
+        root edges are grouped by symbol: one part per symbol, its children.
+        """
+        syms = self._syms
+        first = syms[key[0]]
+        if first:
+            p = len(first)
+            head = first[0]
+            for h in key[1:]:
+                s = syms[h]
+                if not s or s[0] != head:
+                    p = 0
+                    break
+                if len(s) < p:
+                    p = len(s)
+                i = 1
+                while i < p and s[i] == first[i]:
+                    i += 1
+                p = i
+            if p:
+                rests: list[int] = []
+                for h in key:
+                    s = syms[h]
+                    rests.append(self._base[h] if len(s) == p else self._chain(s[p:], self._base[h]))
+                return _Merge(key, first[:p], False, [], [rests])
+        final = False
+        children: dict[int, list[int]] = {}
+        for h in key:
+            if self._final[h]:
+                final = True
+            for sym, child in self._edges_of(h):
+                lst = children.get(sym)
+                if lst is None:
+                    children[sym] = [child]
+                else:
+                    lst.append(child)
+        order = sorted(children)
+        return _Merge(key, (), final, order, [children[sym] for sym in order])
+
+    def _kept_below(self, rev_in: int, z: int) -> int:
+        """The strings of ``rev_in`` whose first symbol ``z`` can lie below (DEAD if none)."""
+        k = (rev_in, z)
+        r = self._filter.get(k)
+        if r is None:
+            edges = self._edges_of(rev_in)
+            below = self._below
+            keep = tuple(e for e in edges if z in below[e[0]])
+            r = rev_in if len(keep) == len(edges) else self._node(False, keep)
+            self._filter[k] = r
+        return r
+
+    # -- transitions ----------------------------------------------------------------------
+    def _classes_below(self, y: int) -> int:
+        """Bit set of the byte classes that some symbol able to lie below ``y`` has rules for."""
+        r = self._below_classes[y]
+        if r < 0:
+            r = 0
+            classes_of = self._classes_of
+            for z in self._below[y]:
+                r |= classes_of[z]
+            self._below_classes[y] = r
+        return r
+
+    def _below_starting(self, y: int, c: int) -> tuple[int, ...]:
+        """Symbols that can lie below ``y`` and have a rule for byte class ``c``, ascending."""
+        k = (y, c)
+        r = self._below_c.get(k)
+        if r is None:
+            below = self._below[y]
+            starters = self._starters[c]
+            if len(starters) <= len(below):
+                r = tuple(z for z in starters if z in below)
+            else:
+                has = self._starter_sets[c]
+                r = tuple(sorted(z for z in below if z in has))
+            self._below_c[k] = r
+        return r
+
+    def _backtrack(self, last: int, rev_in: int, c: int) -> tuple[Edge, ...]:
+        """Root edges of the strings reached by popping, with class ``c``, a symbol below ``last``.
+
+        ``rev_in`` is the set of reversed consumed inputs under the separator; memoised, as
+        many sets share their separator edges.
+        """
+        k = (last, rev_in, c)
+        r = self._backtracks.get(k)
+        if r is None:
+            below: list[Edge] = []
+            for z in self._below_starting(last, c):
+                kept = self._kept_below(rev_in, z)
+                if kept != DEAD:
+                    below.append((z, kept))
+            groups: dict[int, list[int]] = {}
+            if below:
+                self._consume(below, c, groups)
+            r = tuple((sym, self._union(groups[sym])) for sym in sorted(groups))
+            self._backtracks[k] = r
+        return r
+
+    def _consume(self, below: list[Edge], c: int, groups: dict[int, list[int]]) -> None:
+        """Pop a symbol ``z`` of the original stack with a byte of class ``c``, for each ``(z, rev_in)``.
+
+        ``below`` lists, by increasing ``z``, the symbols that may be consumed and the set
+        ``rev_in`` of reversed consumed inputs under each.  Adds the root edges of the strings
+        ``tail · # · z · rev_in`` to ``groups``; rule tails shared by several ``z`` are
+        pushed once, in front of the set of all their ``z · rev_in``.
+        """
+        by_tail: dict[tuple[int, tuple[int, ...]], list[Edge]] = {}
+        for z, rev_in in below:
+            for head, _, rest_sep in self._split[c][z]:
+                if head < 0:  # σ_out is empty at once: the separator records ``z``
+                    _add(groups, self._sep_of[z], self._chain((z,), rev_in))
+                else:
+                    k = (head, rest_sep)
+                    lst = by_tail.get(k)
+                    if lst is None:
+                        by_tail[k] = [(z, rev_in)]
+                    else:
+                        lst.append((z, rev_in))
+        for (head, rest_sep), edges in by_tail.items():
+            _add(groups, head, self._chain(rest_sep, self._node(False, tuple(edges))))
+
+    def step(self, node: int, c: int) -> int:
+        """The set reached from ``node`` by reading one byte of class ``c``.
+
+        Parameters
+        ----------
+        node : int
+            A node id (``START`` for nothing read yet).
+        c : int
+            A byte class (``byte_class[b]`` for byte ``b``).
+
+        Returns
+        -------
+        int
+            The node id of the resulting set (``DEAD`` when no path survives).
+
+        Raises
+        ------
+        GrammarTooLarge
+            If the set has more than ``max_states`` top symbols, or the tables, the work or
+            the memory pass their budgets.
+
+        Notes
+        -----
+        Memoised: O(1) for a (node, class) pair seen before; otherwise O(top symbols of
+        ``node`` times the rule tails per symbol), plus the merges of the groups' children.
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
+        >>> open_ = d.byte_class[ord("(")]
+        >>> d.step(d.step(START, open_), open_) == d.run(b"((")
+        True
+        """
+        k = (node, c)
+        r = self._memo.get(k)
+        if r is not None:
+            return r
+        # root edges of the result, grouped by symbol (no string of a set is empty, so the
+        # root is never final); each group's children are merged once at the end
+        groups: dict[int, list[int]] = {}
+        split = self._split[c]
+        scanned = 0
+        if node == START:
+            self._consume([(a, _EPS) for a in self._starters[c]], c, groups)
+        elif node != DEAD:
+            edges = self._edges_of(node)
+            scanned = len(edges)
+            if len(edges) > self.max_states:
+                raise GrammarTooLarge(
+                    "displacement search",
+                    self.max_states,
+                    "too many distinct stack tops for one token prefix",
+                )
+            for sym, child in edges:
+                if sym >= 0:  # pop the top of σ_out
+                    for head, rest, _ in split[sym]:
+                        if head >= 0:
+                            _add(groups, head, self._chain(rest, child) if rest else child)
+                        else:  # σ_out may now be empty: label its separator with ``sym``
+                            for sym2, child2 in self._edges_of(child):
+                                _add(groups, self._sep_of[sym] if sym2 == _SEP else sym2, child2)
+                elif sym != _SEP:  # σ_out is empty: backtrack below the consumed input
+                    last = -sym - 2
+                    if (self._classes_below(last) >> c) & 1:
+                        for sym2, child2 in self._backtrack(last, child, c):
+                            _add(groups, sym2, child2)
+        if groups:
+            r = self._node(False, tuple((sym, self._union(groups[sym])) for sym in sorted(groups)))
+        else:
+            r = DEAD
+        self._memo[k] = r
+        self.expansions += 1
+        self.work += scanned + EXPANSION_WORK
+        if self.max_work is not None and self.work > self.max_work:
+            raise GrammarTooLarge("displacement search", self.max_work, "units of work")
+        self._check_budget()
+        return r
+
+    def _check_budget(self) -> None:
+        self._checks += 1
+        if self._checks & 1023:
+            return
+        cells = len(self._final) + len(self._memo) + len(self._unions)
+        if cells > self.max_cells:
+            raise GrammarTooLarge("displacement search", self.max_cells, "trie nodes and memo entries")
+        if self.memory_budget is not None:
+            rss = current_rss()
+            if rss - self._rss_base > self.memory_budget:
+                raise GrammarTooLarge(
+                    "displacement search",
+                    self.memory_budget,
+                    f"bytes: memory grew by {(rss - self._rss_base) >> 20} MiB since the search"
+                    f" started; resident {rss >> 20} MiB",
+                )
+
+    def run_classes(self, classes: Iterable[int], node: int = START) -> int:
+        """Run a sequence of byte-class ids from ``node``; returns the final node id.
+
+        Parameters
+        ----------
+        classes : iterable of int
+            Byte classes.
+        node : int
+            Where to start (default ``START``).
+
+        Returns
+        -------
+        int
+            The final node id (``DEAD`` as soon as no path survives).
+
+        Notes
+        -----
+        One :meth:`step` per class.
+        """
+        for c in classes:
+            node = self.step(node, c)
+            if node == DEAD:
+                return DEAD
+        return node
+
+    def run(self, data: bytes) -> int:
+        """Run the bytes of one token from the initial set.
+
+        Parameters
+        ----------
+        data : bytes
+            The token's bytes.
+
+        Returns
+        -------
+        int
+            The node id of its set (``DEAD`` for a token valid nowhere).
+
+        Notes
+        -----
+        One :meth:`step` per byte.
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
+        >>> d.run(b"x") == DEAD, d.run(b"()") == DEAD
+        (True, False)
+        """
+        bc = self.byte_class
+        return self.run_classes([bc[b] for b in data])
+
+    # -- displacement keys ---------------------------------------------------------------
+    def key_of(self, node: int) -> int:
+        """Canonical id of the displacement of a set (``last`` labels dropped); equal ids <=> equal displacements.
+
+        Parameters
+        ----------
+        node : int
+            A node id from this search (since the last reset).
+
+        Returns
+        -------
+        int
+            A node id, valid until the next :meth:`reset` or :meth:`compact`.
+
+        Notes
+        -----
+        Memoised; the first call merges the node's separator edges once.
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
+        >>> d.key_of(d.run(b"()")) == d.key_of(d.run(b"(())")), d.key_of(d.run(b"(")) == d.key_of(d.run(b"(("))
+        (True, False)
+        """
+        r = self._keys.get(node)
+        if r is None:
+            if node in (DEAD, START):
+                r = node
+            else:
+                plain: list[Edge] = []
+                emptied: list[int] = []
+                for sym, child in self._edges_of(node):
+                    if sym >= 0 or sym == _SEP:
+                        plain.append((sym, child))
+                    else:
+                        emptied.append(child)
+                if emptied:
+                    plain.append((_SEP, self._union(emptied)))
+                    plain.sort()
+                r = self._node(self._final[node], tuple(plain))
+            self._keys[node] = r
+        return r
+
+    def strings(self, node: int) -> frozenset[tuple[int, ...]]:
+        """All strings of a set (for tests and debugging).
+
+        Parameters
+        ----------
+        node : int
+            A node id.
+
+        Returns
+        -------
+        frozenset of tuple of int
+            The strings ``σ_out · # · reverse(σ_in)`` (separators are negative).
+
+        Notes
+        -----
+        Exponential in the worst case.
+        """
+        out: set[tuple[int, ...]] = set()
+        todo: list[tuple[int, tuple[int, ...]]] = [(node, ())]
+        while todo:
+            n, prefix = todo.pop()
+            if self._final[n]:
+                out.add(prefix)
+            for sym, child in self._edges_of(n):
+                todo.append((child, (*prefix, sym)))
+        return frozenset(out)
+
+    def displacement(self, node: int) -> frozenset[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """The displacement as explicit ``(σ_in, σ_out)`` id tuples, top first (for tests).
+
+        Parameters
+        ----------
+        node : int
+            A node id.
+
+        Returns
+        -------
+        frozenset of (tuple of int, tuple of int)
+
+        Notes
+        -----
+        As :meth:`strings`: can be huge.
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
+        >>> sorted(d.displacement(d.run(b"))")))
+        [((0, 0), ())]
+        """
+        if node in (DEAD, START):
+            return frozenset()
+        out: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+        for s in self.strings(node):
+            cut = next(i for i, sym in enumerate(s) if sym < 0)
+            out.add((tuple(reversed(s[cut + 1 :])), s[:cut]))
+        return frozenset(out)
+
+    def canonical(self, node: int) -> CanonicalKey:
+        """A process-independent digest of the displacement (equal displacements <=> equal digests).
+
+        Parameters
+        ----------
+        node : int
+            A node id from this search.
+
+        Returns
+        -------
+        bytes
+            ``digest(key_of(node))``; survives :meth:`reset` and can be compared across
+            processes.
+
+        Notes
+        -----
+        As :meth:`key_of` plus :meth:`digest`.
+        """
+        return self.digest(self.key_of(node))
+
+    def digest(self, node: int) -> CanonicalKey:
+        """SHA-256 digest of a trie: equal sets of strings <=> equal digests.
+
+        Parameters
+        ----------
+        node : int
+            A node id (for the digest of a displacement, a key from :meth:`key_of`).
+
+        Returns
+        -------
+        bytes
+
+        Notes
+        -----
+        Iterative post-order over the nodes not digested yet (memoised until the next
+        reset); chains are hashed as if unrolled, so the digest does not depend on how the
+        set is stored.
+        """
+        done = self._digest
+        todo = [node]
+        while todo:
+            n = todo[-1]
+            if n in done:
+                todo.pop()
+                continue
+            syms = self._syms[n]
+            if syms:
+                base = self._base[n]
+                if base not in done:
+                    todo.append(base)
+                    continue
+                todo.pop()
+                h = done[base]
+                for j in range(len(syms) - 1, -1, -1):
+                    h = hashlib.sha256(b"N" + syms[j].to_bytes(8, "little", signed=True) + h).digest()
+                done[n] = h
+                continue
+            pending = [child for _, child in self._edges[n] if child not in done]
+            if pending:
+                todo.extend(pending)
+                continue
+            todo.pop()
+            m = hashlib.sha256(b"F" if self._final[n] else b"N")
+            for sym, child in self._edges[n]:
+                m.update(sym.to_bytes(8, "little", signed=True))
+                m.update(done[child])
+            done[n] = m.digest()
+        return done[node]
+
+    def size(self) -> int:
+        """Interned trie nodes plus memo entries (what a reset frees); O(1)."""
+        return (
+            len(self._final) + len(self._memo) + len(self._unions) + len(self._filter) + len(self._backtracks)
+        )
+
+    def state_count(self, node: int) -> int:
+        """Number of distinct top symbols (root edges) of a set; O(1)."""
+        return len(self._edges_of(node))
+
+    def stats(self) -> dict[str, int]:
+        """Sizes of the interned tables, steps and work so far; O(1)."""
+        return {
+            "trie_nodes": len(self._final),
+            "unions": len(self._unions),
+            "memo_entries": len(self._memo),
+            "expansions": self.expansions,
+            "work": self.work,
+            "byte_classes": self.num_byte_classes,
+        }
