@@ -19,6 +19,7 @@ pytest.importorskip("xgrammar")
 pytest.importorskip("llguidance")
 
 import torch
+from _engine_oracle import allowed_after
 
 import formalgram
 from formalgram_cfgzip.classes import compress
@@ -136,16 +137,6 @@ def test_vllm_adapter_without_vllm() -> None:
         assert isinstance(vllm_adapter_class({}), type)
 
 
-def allowed_by_full(full: CompiledGrammar, tokens: list[int]) -> Any:
-    """The oracle: which logits the full-vocabulary engine allows after ``tokens``."""
-    m = full.matcher()
-    for t in tokens:
-        assert m.accept_token(t)
-    bm = full.allocate_token_bitmask(1)
-    m.fill_next_token_bitmask(bm)
-    return np.unpackbits(bm.view(np.uint8), bitorder="little")[: full.logit_width].astype(bool)
-
-
 def generate_steps(processor: GrammarLogitsProcessor, prompt: Any, picks: list[list[int]]) -> list[Any]:
     """Drive ``processor`` as ``generate`` does: the prompt, then one column per step;
     returns the allowed logits of every row at every step."""
@@ -172,20 +163,20 @@ def test_logits_processor_reset_and_reuse(engine: Any) -> None:
         seen = generate_steps(processor, torch.full((2, prompt_len), 16), columns)
         for step in range(3):
             for row in range(2):
-                want = allowed_by_full(full, [c[row] for c in columns[:step]])
+                want = allowed_after(full, [c[row] for c in columns[:step]])
                 assert np.array_equal(seen[step][row], want), (columns, step, row)
         processor.reset()
     generate_steps(processor, torch.full((2, 3), 16), first)
     # no reset, and a new prompt not longer than where the last call ended: a new start
     seen = generate_steps(processor, torch.full((2, 4), 16), second[:1])
     for row in range(2):
-        assert np.array_equal(seen[0][row], allowed_by_full(full, []))
-        assert np.array_equal(seen[1][row], allowed_by_full(full, [second[0][row]]))
+        assert np.array_equal(seen[0][row], allowed_after(full, []))
+        assert np.array_equal(seen[1][row], allowed_after(full, [second[0][row]]))
     # tokens appended several at a time (assisted decoding) are all fed to the matchers
     processor.reset()
     processor(torch.full((1, 2), 16), torch.zeros((1, 40)))
     scores = processor(torch.tensor([[16, 16, 9, 0, 5]]), torch.zeros((1, 40)))
-    assert np.array_equal(~torch.isneginf(scores[0]).numpy(), allowed_by_full(full, [9, 0, 5]))
+    assert np.array_equal(~torch.isneginf(scores[0]).numpy(), allowed_after(full, [9, 0, 5]))
     with pytest.raises(GrammarViolation):
         processor(torch.tensor([[16, 16, 9, 0, 5, 7, 7]]), torch.zeros((1, 40)))
 
@@ -293,7 +284,7 @@ def test_vllm_adapter_request_path(engine: Any, monkeypatch: pytest.MonkeyPatch)
                 assert torch.equal(out[row], before[row])
                 continue
             allowed = ~torch.isneginf(out[row]).numpy()
-            assert np.array_equal(allowed, allowed_by_full(full, outputs[row])), (step, row)
+            assert np.array_equal(allowed, allowed_after(full, outputs[row])), (step, row)
             assert torch.equal(out[row][allowed], before[row][allowed])
             choices = [t for t in np.flatnonzero(allowed) if t != STOP[0]] or [STOP[0]]
             outputs[row].append(int(rng.choice(choices)))  # vLLM appends to the live list

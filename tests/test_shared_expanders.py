@@ -19,6 +19,7 @@ pytest.importorskip("xgrammar")
 pytest.importorskip("llguidance")
 
 import torch
+from _engine_oracle import allowed_after
 
 from formalgram_cfgzip import engines
 from formalgram_cfgzip.classes import compress
@@ -47,16 +48,6 @@ def compiled_pair(engine: str) -> tuple[CompiledGrammar, CompiledGrammar]:
     v = vocab()
     small = engines.compile_grammar(compress(GRAMMAR, v, progress=False), GRAMMAR, engine=engine)
     return small, engines.compile_full(v, GRAMMAR, engine=engine)
-
-
-def allowed_by_full(full: CompiledGrammar, tokens: list[int]) -> np.ndarray[Any, np.dtype[np.bool_]]:
-    """The oracle: which logits the full-vocabulary engine allows after ``tokens``."""
-    m = full.matcher()
-    for t in tokens:
-        assert m.accept_token(t)
-    bm = full.allocate_token_bitmask(1)
-    m.fill_next_token_bitmask(bm)
-    return np.unpackbits(bm.view(np.uint8), bitorder="little")[:WIDTH].astype(bool)
 
 
 def count_constructions(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
@@ -88,7 +79,7 @@ def test_request_loop_builds_one_expander(engine: str, monkeypatch: pytest.Monke
         for _step in range(6):
             logits = processor(out, torch.zeros(WIDTH))
             allowed = ~torch.isneginf(logits).numpy()
-            assert np.array_equal(allowed, allowed_by_full(full, out))
+            assert np.array_equal(allowed, allowed_after(full, out))
             choices = np.flatnonzero(allowed)
             tok = int(rng.choice(choices))
             if tok == STOP:
@@ -119,7 +110,7 @@ def test_generate_loop_builds_one_expander(engine: str, monkeypatch: pytest.Monk
                     nxt.append(STOP)  # generate pads finished rows; they are not masked
                     assert allowed.all()
                     continue
-                assert np.array_equal(allowed, allowed_by_full(full, generated))
+                assert np.array_equal(allowed, allowed_after(full, generated))
                 nxt.append(int(rng.choice(np.flatnonzero(allowed))))
             ids = torch.cat([ids, torch.tensor(nxt)[:, None]], dim=1)
     assert counts == Counter({"TorchMaskExpander": 1, "MaskExpander": 1})
@@ -142,7 +133,7 @@ def test_expanders_of_a_compiled_grammar() -> None:
     logits = torch.zeros((2, WIDTH))
     assert small.mask_logits(logits, torch.from_numpy(cm)) is logits
     for row, tokens in ((0, []), (1, [9])):
-        assert np.array_equal(~torch.isneginf(logits[row]).numpy(), allowed_by_full(full, tokens))
+        assert np.array_equal(~torch.isneginf(logits[row]).numpy(), allowed_after(full, tokens))
 
 
 @pytest.mark.parametrize("engine", ENGINE_NAMES)
@@ -160,12 +151,12 @@ def test_threads_share_one_compiled_grammar(engine: str, kernel: str) -> None:
     for _ in range(8):  # token sequences of the language, and the oracle's mask after each prefix
         walk: list[int] = []
         for _step in range(8):
-            choices = [t for t in np.flatnonzero(allowed_by_full(full, walk)) if t != STOP]
+            choices = [t for t in np.flatnonzero(allowed_after(full, walk)) if t != STOP]
             if not choices:
                 break
             walk.append(int(rng.choice(choices)))
         walks.append(walk)
-    want = {tuple(w[:k]): allowed_by_full(full, w[:k]) for w in walks for k in range(len(w) + 1)}
+    want = {tuple(w[:k]): allowed_after(full, w[:k]) for w in walks for k in range(len(w) + 1)}
     errors: list[str] = []
     barrier = threading.Barrier(4)
 
@@ -222,7 +213,7 @@ def test_gpu_processors_share_one_expander(engine: str, monkeypatch: pytest.Monk
         p = RequestGrammarProcessor(small)
         logits = p([9, 0], torch.zeros(WIDTH, device=dev))
         assert logits.device == dev
-        assert np.array_equal(~torch.isneginf(logits).cpu().numpy(), allowed_by_full(full, [9, 0]))
+        assert np.array_equal(~torch.isneginf(logits).cpu().numpy(), allowed_after(full, [9, 0]))
     g = GrammarLogitsProcessor(small)
     ids = torch.tensor([[16, 9], [16, 16]], device=dev)
     g(ids, torch.zeros((2, WIDTH), device=dev))
@@ -230,5 +221,5 @@ def test_gpu_processors_share_one_expander(engine: str, monkeypatch: pytest.Monk
         torch.cat([ids, torch.tensor([[0], [1]], device=dev)], dim=1), torch.zeros((2, WIDTH), device=dev)
     )
     for row, tokens in ((0, [0]), (1, [1])):
-        assert np.array_equal(~torch.isneginf(scores[row]).cpu().numpy(), allowed_by_full(full, tokens))
+        assert np.array_equal(~torch.isneginf(scores[row]).cpu().numpy(), allowed_after(full, tokens))
     assert counts["TorchMaskExpander"] == 1
