@@ -85,19 +85,32 @@ Syntax = Literal["gbnf", "lark"]
 
 @runtime_checkable
 class Matcher(Protocol):
-    """What both engines' matchers provide (compressed and full-vocabulary alike)."""
+    """What both engines' matchers provide (compressed and full-vocabulary alike); see
+    :class:`EngineMatcher` for the behaviour and the errors."""
 
-    def accept_token(self, token_id: int) -> bool: ...
+    def accept_token(self, token_id: int) -> bool:
+        """Advance by a real token id; ``False`` (state unchanged) if the grammar forbids it."""
+        ...
 
-    def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None: ...
+    def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
+        """Write the full-vocabulary mask into row ``index`` of ``bitmask``."""
+        ...
 
-    def fill_next_class_bitmask(self, class_bitmask: Any, index: int = 0) -> None: ...
+    def fill_next_class_bitmask(self, class_bitmask: Any, index: int = 0) -> None:
+        """Write the engine's own (class) mask into row ``index`` of ``class_bitmask``."""
+        ...
 
-    def rollback(self, num_tokens: int = 1) -> None: ...
+    def rollback(self, num_tokens: int = 1) -> None:
+        """Undo the last ``num_tokens`` accepted tokens."""
+        ...
 
-    def reset(self) -> None: ...
+    def reset(self) -> None:
+        """Back to the initial state."""
+        ...
 
-    def is_terminated(self) -> bool: ...
+    def is_terminated(self) -> bool:
+        """Whether a stop token was accepted."""
+        ...
 
 
 def grammar_matches(classes: TokenClasses, grammar_text: str) -> bool:
@@ -199,7 +212,15 @@ def engine_vocabulary(vocab: Vocabulary) -> list[bytes]:
 def class_vocabulary(classes: TokenClasses) -> list[bytes]:
     """Bytes the compressed engine sees for each class: its representative's (policy applied).
 
-    The invalid and the stop class, and a class without a real representative, get ``b""``.
+    Parameters
+    ----------
+    classes : TokenClasses
+
+    Returns
+    -------
+    list of bytes
+        One entry per class; the invalid and the stop class, and a class without a real
+        representative, get ``b""``.
     """
     tokens = classes.vocab.tokens
     out: list[bytes] = []
@@ -307,8 +328,23 @@ _vocab_cache_lock = threading.Lock()
 
 def per_vocabulary(cache: dict[str, Any], vocab: Vocabulary, build: Callable[[], Any]) -> Any:
     """``cache[vocab.fingerprint()]``, made by ``build()`` on a miss and kept (the engines'
-    full-vocabulary tokenizers: immutable, and 0.3 s or more to build at 128k tokens).
+    full-vocabulary tokenizers: immutable, and slow to build for a large vocabulary).
 
+    Parameters
+    ----------
+    cache : dict
+        The engine's cache, keyed by vocabulary fingerprint.
+    vocab : Vocabulary
+    build : callable
+        Makes the value on a miss.
+
+    Returns
+    -------
+    object
+        The cached or new value.
+
+    Notes
+    -----
     Lookups and stores are locked; ``build`` runs outside the lock, so two threads missing at
     once may both build, and the last stored wins (the values are equal).
     """
