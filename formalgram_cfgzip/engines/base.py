@@ -645,8 +645,8 @@ class CompiledGrammar(ABC):
     and are not thread-safe, so every use of them here (a row expansion, a batch fill,
     :meth:`mask_logits`) holds :attr:`expander_lock`; the engine's own fill of one matcher
     runs outside it.  The lock costs one uncontended acquire per fill, small next to the
-    fill and the expansion themselves.  Code that calls :attr:`expander` or a :meth:`torch_expander` itself from several threads must
-    hold :attr:`expander_lock` too.
+    fill and the expansion themselves.  Code that calls :attr:`expander` or a
+    :meth:`torch_expander` itself from several threads must hold :attr:`expander_lock` too.
     """
 
     def __init__(
