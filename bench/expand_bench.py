@@ -116,9 +116,9 @@ def walk_class_rows(text: str, tcl: Any, walks: int, steps: int, seed: int) -> t
     """The distinct class rows that XGrammar (over the representatives) fills on seeded
     random walks (each step accepts a random token of a random allowed class), and the
     number of engine ids (the classes, and a dummy stop id when the engine needs one)."""
-    from formalgram_cfgzip.engines import compile as compile_compressed
+    from formalgram_cfgzip.engines import compile_grammar
 
-    compiled = compile_compressed(tcl, text, engine="xgrammar")
+    compiled = compile_grammar(tcl, text, engine="xgrammar")
     rng = np.random.default_rng(seed)
     tc = np.asarray(tcl.token_class)
     members = [np.flatnonzero(tc == c) for c in range(tcl.num_classes)]

@@ -111,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from formalgram_cfgzip.classes import TokenClasses, compress
-    from formalgram_cfgzip.engines import compile as compile_compressed
-    from formalgram_cfgzip.engines import compile_full
+    from formalgram_cfgzip.engines import compile_full, compile_grammar
     from formalgram_cfgzip.errors import CfgzipError
     from formalgram_cfgzip.integrations.transformers import GrammarLogitsProcessor
     from formalgram_cfgzip.vocabulary import Vocabulary
@@ -140,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         if classes is None:
             classes = compress(text, vocab, progress=False)
         full = compile_full(vocab, text, engine=args.engine)
-        small = compile_compressed(classes, text, engine=args.engine)
+        small = compile_grammar(classes, text, engine=args.engine)
         max_batch = max(args.batches)
         walks = record_walks(full, vocab, max_batch, args.steps, seed=i)
         for batch in args.batches:

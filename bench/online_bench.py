@@ -31,8 +31,7 @@ from typing import Any
 import numpy as np
 
 from formalgram_cfgzip.classes import TokenClasses, compress
-from formalgram_cfgzip.engines import compile as compile_compressed
-from formalgram_cfgzip.engines import compile_full
+from formalgram_cfgzip.engines import compile_full, compile_grammar
 from formalgram_cfgzip.engines.base import CompiledGrammar, EngineMatcher
 from formalgram_cfgzip.expand import MaskExpander
 from formalgram_cfgzip.vocabulary import Vocabulary
@@ -255,8 +254,8 @@ def main() -> None:
             print(f"{name:12} compress failed: {type(exc).__name__}: {str(exc)[:70]}")
             continue
         t_cmp = time.perf_counter() - t0
-        small = compile_compressed(classes, text, engine=args.engine)
-        small_nc = compile_compressed(classes, text, engine=args.engine)
+        small = compile_grammar(classes, text, engine=args.engine)
+        small_nc = compile_grammar(classes, text, engine=args.engine)
         assert small.expander is not None
         small_nc.expander = MaskExpander(small.expander.token_class, small.engine_size, cache_bytes=0)
         walks = record_walks(full, args.walks, steps, seed=0)

@@ -25,7 +25,7 @@ def main() -> None:
     vocab = Vocabulary.builtin("llama3")
     classes = compress(text, vocab, progress=False)
     full = engine.compile_full(vocab, text)
-    comp = engine.compile(classes, text)
+    comp = engine.compile_grammar(classes, text)
     fms = [full.matcher() for _ in range(batch)]
     cms = [comp.matcher() for _ in range(batch)]
     fb = full.allocate_token_bitmask(batch)

@@ -25,8 +25,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessorList
 
 from formalgram_cfgzip.classes import compress
-from formalgram_cfgzip.engines import compile as compile_compressed
-from formalgram_cfgzip.engines import compile_full
+from formalgram_cfgzip.engines import compile_full, compile_grammar
 from formalgram_cfgzip.integrations.transformers import GrammarLogitsProcessor
 from formalgram_cfgzip.vocabulary import Vocabulary
 
@@ -56,7 +55,7 @@ def main() -> int:
     classes = compress(text, vocab, progress=False)
     print(f"{vocab.size} tokens -> {classes.num_classes} classes in {time.perf_counter() - t0:.1f} s")
     full = compile_full(vocab, text, engine=args.engine)
-    small = compile_compressed(classes, text, engine=args.engine)
+    small = compile_grammar(classes, text, engine=args.engine)
 
     torch.manual_seed(0)
     config = LlamaConfig(

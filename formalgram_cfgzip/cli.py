@@ -1,9 +1,11 @@
-"""Command line: ``formalgram-cfgzip compress | demo | bench``.
+"""The ``formalgram-cfgzip`` command line: ``compress`` and ``demo``.
 
 ``compress`` computes token classes for a grammar and a tokenizer and writes them to a
 cache directory; ``demo`` does the whole job on a built-in grammar and vocabulary and
-checks the compressed masks against the full-vocabulary engine; ``bench`` writes the
-benchmark report.
+checks the compressed masks against the full-vocabulary engine.  Bad arguments exit with
+status 2 and one line; so do the library's own errors (:class:`~formalgram.errors.FormalgramError`),
+never with a traceback.  The benchmark report is not part of the installed command: it
+runs from a source checkout (``python -m bench``).
 """
 
 from __future__ import annotations
@@ -11,11 +13,21 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import NoReturn, TypedDict
 
-from formalgram.errors import FormalgramError
+from formalgram.errors import FormalgramError, GrammarSyntaxError
+
+__all__ = [
+    "BUILTIN_GRAMMARS",
+    "CompressOptions",
+    "build_parser",
+    "builtin_grammar_text",
+    "compress_options",
+    "main",
+]
 
 BUILTIN_GRAMMARS = ("minic", "json")
 
@@ -61,7 +73,39 @@ def _summary(classes: object, seconds: float) -> str:
     return "\n".join(f"  {k:<{width}}  {val}" for k, val in rows)
 
 
+class CompressOptions(TypedDict):
+    """The keyword arguments of :func:`~formalgram_cfgzip.compress` set by flags."""
+
+    workers: int
+    progress: bool
+    gnf_budget: int
+    memory_budget: int | None
+    specialize: bool | None
+
+
+def compress_options(args: argparse.Namespace) -> CompressOptions:
+    """The keyword arguments of :func:`~formalgram_cfgzip.compress` that ``compress``'s
+    flags select (``--memory-budget`` in MiB, 0 for no limit).
+
+    Examples
+    --------
+    >>> args = build_parser().parse_args(
+    ...     ["compress", "g.gbnf", "--tokenizer", "llama3", "-o", "out", "--workers", "2",
+    ...      "--memory-budget", "0", "--no-specialize", "-q"])
+    >>> sorted(compress_options(args).items())
+    [('gnf_budget', 2000000), ('memory_budget', None), ('progress', False), ('specialize', False), ('workers', 2)]
+    """
+    return {
+        "workers": args.workers,
+        "progress": not args.quiet,
+        "gnf_budget": args.budget,
+        "memory_budget": args.memory_budget << 20 if args.memory_budget else None,
+        "specialize": args.specialize,
+    }
+
+
 def cmd_compress(args: argparse.Namespace) -> int:
+    """``formalgram-cfgzip compress``: compute the classes, save them, print a summary."""
     from formalgram.syntax.gbnf import parse_gbnf
     from formalgram_cfgzip.classes import compress
     from formalgram_cfgzip.vocabulary import Vocabulary
@@ -70,15 +114,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
     grammar = parse_gbnf(text, start=args.start)
     vocab = Vocabulary.load(args.tokenizer)
     t0 = time.perf_counter()
-    classes = compress(
-        grammar,
-        vocab,
-        workers=args.workers,
-        progress=not args.quiet,
-        gnf_budget=args.budget,
-        memory_budget=args.memory_budget << 20 if args.memory_budget else None,
-        specialize=args.specialize,
-    )
+    classes = compress(grammar, vocab, **compress_options(args))
     seconds = time.perf_counter() - t0
     classes.save(args.output)
     print(f"compressed {args.grammar} for {args.tokenizer} -> {args.output}")
@@ -87,21 +123,60 @@ def cmd_compress(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """``formalgram-cfgzip demo``: :func:`formalgram_cfgzip.demo.run_demo` with the flags."""
     from formalgram_cfgzip.demo import run_demo
 
     return run_demo(grammar=args.grammar, tokenizer=args.tokenizer, steps=args.steps, seed=args.seed)
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from formalgram_cfgzip.report import run_report
+class _Parser(argparse.ArgumentParser):
+    """``argparse`` with one-line errors (exit status 2), for the subcommands too."""
 
-    return run_report(output=args.output, quick=args.quick)
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: an integer ``>= low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _output_dir(text: str) -> str:
+    """An argparse type: a directory to write (not empty, not an existing file)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the output directory must not be empty")
+    if Path(text).exists() and not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    """The argument parser of ``formalgram-cfgzip`` (one-line errors, exit status 2).
+
+    Returns
+    -------
+    argparse.ArgumentParser
+
+    Examples
+    --------
+    >>> args = build_parser().parse_args(["compress", "builtin:json", "--tokenizer", "llama3", "-o", "out"])
+    >>> args.workers, args.memory_budget, args.specialize, args.start
+    (1, 4096, None, 'root')
+    """
+    p = _Parser(
         prog="formalgram-cfgzip",
         description="Lossless token-space compression for grammar-constrained decoding (CFGzip).",
+        epilog="The benchmark report runs from a source checkout: python -m bench -o DIR.",
     )
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -112,12 +187,17 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="tokenizer.json path, .tiktoken path, or built-in name (llama3, qwen3, o200k_harmony, ...)",
     )
-    c.add_argument("-o", "--output", required=True, help="output directory for the class cache")
-    c.add_argument("--start", default="root", help="start rule (default: root)")
-    c.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
-    c.add_argument("--budget", type=int, default=2_000_000, help="GNF size budget (rules)")
     c.add_argument(
-        "--memory-budget", type=int, default=4096, help="memory the search may add, in MiB (0: none)"
+        "-o", "--output", required=True, type=_output_dir, help="output directory for the class cache"
+    )
+    c.add_argument("--start", default="root", help="start rule (default: root)")
+    c.add_argument("--workers", type=_int_at_least(1), default=1, help="worker processes (default 1)")
+    c.add_argument("--budget", type=_int_at_least(1), default=2_000_000, help="GNF size budget (rules)")
+    c.add_argument(
+        "--memory-budget",
+        type=_int_at_least(0),
+        default=4096,
+        help="memory the search may add, in MiB (0: no limit; default 4096)",
     )
     c.add_argument(
         "--specialize",
@@ -131,26 +211,46 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="compress a built-in grammar and compare masks with the full engine")
     d.add_argument("--grammar", default="builtin:minic", help="grammar (default builtin:minic)")
     d.add_argument("--tokenizer", default="llama3", help="tokenizer (default llama3, shipped offline)")
-    d.add_argument("--steps", type=int, default=64, help="constrained steps to walk")
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument(
+        "--steps", type=_int_at_least(1), default=64, help="constrained steps to walk (default 64)"
+    )
+    d.add_argument("--seed", type=int, default=0, help="seed of the walk (default 0)")
     d.set_defaults(func=cmd_demo)
-
-    b = sub.add_parser("bench", help="rerun the benchmarks and write a Markdown report with plots")
-    b.add_argument("-o", "--output", default="bench-report", help="report directory")
-    b.add_argument("--quick", action="store_true", help="small configuration (a few minutes)")
-    b.set_defaults(func=cmd_bench)
     return p
 
 
+def _one_line(exc: Exception) -> str:
+    """An error as one line (a grammar syntax error keeps its position, not its caret)."""
+    if isinstance(exc, GrammarSyntaxError):
+        return f"line {exc.line}, column {exc.column}: {exc.message}"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``formalgram-cfgzip`` command."""
+    """Entry point of the ``formalgram-cfgzip`` command.
+
+    Parameters
+    ----------
+    argv : sequence of str or None
+        The arguments (default: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        0 on success; 1 when the demo found differing masks or a file could not be
+        written or read; 2 on bad arguments or a library error (one line on stderr);
+        130 when interrupted.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         rc: int = args.func(args)
     except FormalgramError as exc:
-        print(f"formalgram-cfgzip: error: {exc}", file=sys.stderr)
+        print(f"formalgram-cfgzip: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        print(f"formalgram-cfgzip: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("formalgram-cfgzip: interrupted", file=sys.stderr)
         return 130

@@ -57,7 +57,7 @@ def run_demo(
     print(_summary(classes, time.perf_counter() - t0))
 
     full = xe.compile_full(vocab, text)
-    comp = xe.compile(classes, text)
+    comp = xe.compile_grammar(classes, text)
     fm = full.matcher()
     cm = comp.matcher()
     fb = full.allocate_token_bitmask(1)

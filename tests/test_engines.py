@@ -19,7 +19,12 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+pytest.importorskip("xgrammar")
+pytest.importorskip("llguidance")
+
 from formalgram_cfgzip.classes import TokenClasses
+from formalgram_cfgzip.engines import llguidance as llg_engine
+from formalgram_cfgzip.engines import xgrammar as xgr_engine
 from formalgram_cfgzip.engines.base import (
     BatchIndexError,
     ClassesMismatchError,
@@ -28,9 +33,6 @@ from formalgram_cfgzip.engines.base import (
     TokenIdError,
 )
 from formalgram_cfgzip.vocabulary import Vocabulary
-
-xgr_engine = pytest.importorskip("formalgram_cfgzip.engines.xgrammar")
-llg_engine = pytest.importorskip("formalgram_cfgzip.engines.llguidance")
 
 GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
 ENGINES: dict[str, Any] = {"xgrammar": xgr_engine, "llguidance": llg_engine}

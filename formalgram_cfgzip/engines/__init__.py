@@ -1,21 +1,28 @@
-"""Grammar-engine adapters over token classes (XGrammar, llguidance).
+"""Grammar engines over token classes: compile a grammar with XGrammar or llguidance over
+class representatives (:func:`compile_grammar`) or over the full vocabulary
+(:func:`compile_full`, the reference), by engine name.
 
 Neither engine is imported until used: ``formalgram_cfgzip.engines.xgrammar`` and
 ``formalgram_cfgzip.engines.llguidance`` are loaded on first attribute access (or an
-explicit import).  The protocol, errors and the special-token policy are in
-:mod:`formalgram_cfgzip.engines.base`.
+explicit import).  The protocol, errors, threading contract and special-token policy are
+in :mod:`formalgram_cfgzip.engines.base`.  ``compile`` is the former name of
+:func:`compile_grammar`, kept as an alias.
 
-Example
--------
->>> from formalgram_cfgzip import engines
->>> # compiled = engines.xgrammar.compile(classes, grammar_text)
->>> # m = compiled.matcher(); m.fill_next_token_bitmask(bitmask)
+Examples
+--------
+>>> from formalgram_cfgzip import Vocabulary, compress, engines
+>>> vocab = Vocabulary([b"[", b"]", b"[]", b"x", b"</s>"], special_ids=[4], stop_ids=[4])
+>>> text = 'root ::= "[" "x"* "]"'
+>>> compiled = engines.compile_grammar(compress(text, vocab, progress=False), text)
+>>> m = compiled.matcher()
+>>> m.accept_token(0), m.accept_token(2)
+(True, False)
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from formalgram_cfgzip.engines.base import (
     BatchIndexError,
@@ -23,28 +30,39 @@ from formalgram_cfgzip.engines.base import (
     CompiledGrammar,
     EngineError,
     EngineMatcher,
+    GrammarViolation,
     Matcher,
+    Syntax,
     TokenIdError,
 )
 
 if TYPE_CHECKING:
+    from llguidance import LLParserLimits
+
+    from formalgram_cfgzip.classes import TokenClasses
     from formalgram_cfgzip.engines import llguidance, xgrammar
+    from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
+    "ENGINES",
     "BatchIndexError",
     "ClassesMismatchError",
     "CompiledGrammar",
     "EngineError",
     "EngineMatcher",
+    "EngineName",
+    "GrammarViolation",
     "Matcher",
     "TokenIdError",
-    "compile",
     "compile_full",
+    "compile_grammar",
     "llguidance",
     "xgrammar",
 ]
 
-ENGINES = ("xgrammar", "llguidance")
+#: Engine names accepted by :func:`compile_grammar` and :func:`compile_full`.
+EngineName = Literal["xgrammar", "llguidance"]
+ENGINES: tuple[EngineName, ...] = ("xgrammar", "llguidance")
 
 
 def __getattr__(name: str) -> Any:
@@ -53,21 +71,133 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'formalgram_cfgzip.engines' has no attribute {name!r}")
 
 
-def compile(classes: Any, grammar_text: str, *, engine: str = "xgrammar", **options: Any) -> CompiledGrammar:
-    """Compile ``grammar_text`` over ``classes`` with ``engine`` (``"xgrammar"`` or ``"llguidance"``)."""
-    if engine not in ENGINES:
+def _backend(
+    engine: object, max_threads: int | None, syntax: Syntax, limits: LLParserLimits | None
+) -> tuple[Any, dict[str, Any]]:
+    """The backend module for ``engine`` and the options only that backend takes."""
+    if engine == "xgrammar":
+        if syntax != "gbnf":
+            raise EngineError(f"the xgrammar engine reads GBNF only, not syntax={syntax!r}")
+        if limits is not None:
+            raise EngineError("limits (llguidance's parser limits) apply to the llguidance engine only")
+        extra: dict[str, Any] = {} if max_threads is None else {"max_threads": max_threads}
+    elif engine == "llguidance":
+        extra = {"max_threads": max_threads, "syntax": syntax, "limits": limits}
+    else:
         raise EngineError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    mod = importlib.import_module(f"formalgram_cfgzip.engines.{engine}")
-    result: CompiledGrammar = mod.compile(classes, grammar_text, **options)
+    return importlib.import_module(f"formalgram_cfgzip.engines.{engine}"), extra
+
+
+def compile_grammar(
+    classes: TokenClasses,
+    grammar_text: str,
+    *,
+    engine: EngineName = "xgrammar",
+    root: str = "root",
+    vocab: Vocabulary | None = None,
+    check: bool = True,
+    max_threads: int | None = None,
+    syntax: Syntax = "gbnf",
+    limits: LLParserLimits | None = None,
+) -> CompiledGrammar:
+    """Compile ``grammar_text`` with ``engine`` over the representatives of ``classes``.
+
+    Parameters
+    ----------
+    classes : TokenClasses
+        Classes computed by :func:`formalgram_cfgzip.compress` for this grammar.
+    grammar_text : str
+        The grammar text the classes were computed from.
+    engine : {"xgrammar", "llguidance"}, keyword-only
+        Which engine runs the grammar.
+    root : str, keyword-only
+        Start rule.
+    vocab : Vocabulary or None, keyword-only
+        The vocabulary the caller decodes with; checked against ``classes.vocab``.
+    check : bool, keyword-only
+        Validate fingerprints and the special-token policy
+        (:func:`~formalgram_cfgzip.engines.base.check_classes`); ``False`` skips it.
+    max_threads : int or None, keyword-only
+        Threads of compilation and batch fills (``None``: the engine's default, 1 for
+        XGrammar, most of the cores for llguidance's batch fills).
+    syntax : {"gbnf", "lark"}, keyword-only
+        How ``grammar_text`` is written; Lark is read by llguidance only.
+    limits : llguidance.LLParserLimits or None, keyword-only
+        llguidance's parser limits (llguidance only).
+
+    Returns
+    -------
+    CompiledGrammar
+
+    Raises
+    ------
+    TypeError
+        On an unknown keyword (as for any Python function).
+    EngineError
+        On an unknown engine, an option of the wrong type or value or for the other
+        engine, a grammar the engine rejects, or an engine that is not installed.
+    ClassesMismatchError
+        With ``check``: classes of another vocabulary or grammar, or breaking the policy.
+
+    Notes
+    -----
+    The engine's compilation over ``num_classes`` tokens plus O(logit_width) for the
+    expander; see :func:`formalgram_cfgzip.engines.xgrammar.compile_grammar` and
+    :func:`formalgram_cfgzip.engines.llguidance.compile_grammar`.
+    """
+    module, extra = _backend(engine, max_threads, syntax, limits)
+    result: CompiledGrammar = module.compile_grammar(
+        classes, grammar_text, root=root, vocab=vocab, check=check, **extra
+    )
     return result
 
 
 def compile_full(
-    vocab: Any, grammar_text: str, *, engine: str = "xgrammar", **options: Any
+    vocab: Vocabulary,
+    grammar_text: str,
+    *,
+    engine: EngineName = "xgrammar",
+    root: str = "root",
+    max_threads: int | None = None,
+    syntax: Syntax = "gbnf",
+    limits: LLParserLimits | None = None,
 ) -> CompiledGrammar:
-    """The uncompressed reference over every token of ``vocab`` with ``engine``."""
-    if engine not in ENGINES:
-        raise EngineError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
-    mod = importlib.import_module(f"formalgram_cfgzip.engines.{engine}")
-    result: CompiledGrammar = mod.compile_full(vocab, grammar_text, **options)
+    """The uncompressed reference: ``engine`` over every token of ``vocab``, same protocol.
+
+    Parameters
+    ----------
+    vocab : Vocabulary
+    grammar_text : str
+    engine, root, max_threads, syntax, limits : keyword-only
+        As for :func:`compile_grammar`.
+
+    Returns
+    -------
+    CompiledGrammar
+
+    Raises
+    ------
+    TypeError
+        On an unknown keyword.
+    EngineError
+        As for :func:`compile_grammar`.
+
+    Notes
+    -----
+    The engine's compilation over ``logit_width`` tokens (its tokenizer is built once per
+    vocabulary and shared).
+
+    Examples
+    --------
+    >>> from formalgram_cfgzip import Vocabulary
+    >>> full = compile_full(Vocabulary([b"[", b"]", b"x"]), 'root ::= "[" "x"* "]"', engine="llguidance")
+    >>> full.compressed, full.engine_size  # 3 tokens and llguidance's dummy stop token
+    (False, 4)
+    """
+    module, extra = _backend(engine, max_threads, syntax, limits)
+    result: CompiledGrammar = module.compile_full(vocab, grammar_text, root=root, **extra)
     return result
+
+
+#: The former name of :func:`compile_grammar` (it shadowed the builtin ``compile``).
+compile = compile_grammar

@@ -34,6 +34,7 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE | re.DOTALL,
 )
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _RULE_START = re.compile(r"^[ \t]*([A-Za-z0-9_.-]+)[ \t]*::=", re.MULTILINE)
 
 # parsed body: list of alternatives; alternative: list of elements; element: (atom, postfixes);
@@ -41,29 +42,40 @@ _RULE_START = re.compile(r"^[ \t]*([A-Za-z0-9_.-]+)[ \t]*::=", re.MULTILINE)
 _Element = tuple[tuple[str, Any], list[str]]
 
 
-def _parse_body(tokens: list[str], i: int) -> tuple[list[list[_Element]], int]:
-    alts: list[list[_Element]] = [[]]
-    while i < len(tokens) and tokens[i] != ")":
+def _parse_body(tokens: list[str]) -> list[list[_Element]] | None:
+    """Alternatives of a rule body, or ``None`` when its parentheses do not balance.
+
+    Iterative: a group opens a new frame on an explicit stack, so any nesting depth is read
+    in O(tokens) without Python recursion.
+    """
+    # one frame per open group: its alternatives so far
+    stack: list[list[list[_Element]]] = [[[]]]
+    i = 0
+    n = len(tokens)
+    while i < n:
         tok = tokens[i]
         i += 1
         if tok == "|":
-            alts.append([])
+            stack[-1].append([])
+            continue
+        if tok == "(":
+            stack.append([[]])
             continue
         atom: tuple[str, Any]
-        if tok == "(":
-            inner, i = _parse_body(tokens, i)
-            i += 1  # the ")"
-            atom = ("group", inner)
-        elif re.fullmatch(r"[A-Za-z0-9_.-]+", tok):
+        if tok == ")":
+            if len(stack) == 1:
+                return None  # a ")" without its "("
+            atom = ("group", stack.pop())
+        elif _NAME.fullmatch(tok):
             atom = ("name", tok)
         else:
             atom = ("other", tok)
         postfixes = []
-        while i < len(tokens) and (tokens[i] in ("*", "+", "?") or tokens[i].startswith("{")):
+        while i < n and (tokens[i] in ("*", "+", "?") or tokens[i].startswith("{")):
             postfixes.append(tokens[i])
             i += 1
-        alts[-1].append((atom, postfixes))
-    return alts, i
+        stack[-1][-1].append((atom, postfixes))
+    return stack[0] if len(stack) == 1 else None
 
 
 def _is_lookahead(element: _Element) -> bool:
@@ -74,22 +86,23 @@ def _is_lookahead(element: _Element) -> bool:
 def _unit_target(body: list[list[_Element]]) -> tuple[str, bool] | None:
     """``(rule, repeated)`` when ``body`` is one rule reference, else None.
 
-    ``""`` elements and a lookahead assertion ``(= ...)`` are ignored.
+    ``""`` elements, parentheses and a lookahead assertion ``(= ...)`` are ignored (a loop
+    down the nested groups, not recursion).
     """
-    if len(body) != 1:
-        return None
-    elements = [e for e in body[0] if e[0] != ("other", '""') and not _is_lookahead(e)]
-    if len(elements) != 1:
-        return None
-    (kind, value), postfixes = elements[0]
-    if any(p in ("*", "+", "?") for p in postfixes):
-        return None
-    repeated = bool(postfixes)
-    if kind == "name":
-        return value, repeated
-    if kind == "group":
-        inner = _unit_target(value)
-        return None if inner is None else (inner[0], inner[1] or repeated)
+    repeated = False
+    while len(body) == 1:
+        elements = [e for e in body[0] if e[0] != ("other", '""') and not _is_lookahead(e)]
+        if len(elements) != 1:
+            return None
+        (kind, value), postfixes = elements[0]
+        if any(p in ("*", "+", "?") for p in postfixes):
+            return None
+        repeated = repeated or bool(postfixes)
+        if kind == "name":
+            return value, repeated
+        if kind != "group":
+            return None
+        body = value
     return None
 
 
@@ -110,12 +123,12 @@ def crash_cycle(text: str) -> list[str] | None:
     list of str or None
         The rule names along the cycle, starting at a repeated reference.
 
-    Complexity
-    ----------
-    O(len(text) + rules).
+    Notes
+    -----
+    O(len(text) + rules) time and memory, at any nesting depth (no recursion).
 
-    Example
-    -------
+    Examples
+    --------
     >>> crash_cycle('root ::= a\\na ::= b{2}\\nb ::= a')
     ['a', 'b']
     >>> crash_cycle('root ::= root{2} | "x"') is None
@@ -126,8 +139,8 @@ def crash_cycle(text: str) -> list[str] | None:
     for k, m in enumerate(starts):
         end = starts[k + 1].start() if k + 1 < len(starts) else len(text)
         tokens = [t for t in _TOKEN.findall(text[m.end() : end]) if not t.isspace() and t[0] != "#"]
-        body, i = _parse_body(tokens, 0)
-        target = _unit_target(body) if i == len(tokens) else None
+        body = _parse_body(tokens)
+        target = _unit_target(body) if body is not None else None
         if target is not None:
             edges[m.group(1)] = target
     for start, (first, repeated) in edges.items():

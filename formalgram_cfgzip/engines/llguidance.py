@@ -1,25 +1,29 @@
-"""llguidance backend: the same protocol as :mod:`formalgram_cfgzip.engines.xgrammar`.
+"""The llguidance backend: a grammar compiled by llguidance over class representatives (or
+over the full vocabulary), behind the protocol of :mod:`formalgram_cfgzip.engines.base`.
 
 The engine tokenizer is an ``llguidance.LLTokenizer`` over a token list: class
-representatives' bytes (compressed) or every token's bytes (full reference), with the
-special-token policy of :mod:`formalgram_cfgzip.engines.base` (special tokens, holes and
-stop tokens get empty bytes; empty-bytes tokens are never allowed by llguidance; the
-stop tokens are its EOS tokens, allowed when the grammar is accepting).  When the
-vocabulary has no stop token a dummy EOS engine token (empty bytes, no real token maps to
-it) is appended, because llguidance always has one.
+representatives' bytes (compressed, :func:`compile_grammar`) or every token's bytes (full
+reference, :func:`compile_full`), with the special-token policy of
+:mod:`formalgram_cfgzip.engines.base` (special tokens, holes and stop tokens get empty
+bytes; empty-bytes tokens are never allowed by llguidance; the stop tokens are its EOS
+tokens, allowed when the grammar is accepting).  When the vocabulary has no stop token a
+dummy EOS engine token (empty bytes, no real token maps to it) is appended, because
+llguidance always has one.  ``compile`` is the former name of :func:`compile_grammar`,
+kept as an alias.
 
 llguidance facts this relies on (1.9.1): ``grammar_from("gbnf" | "lark", text)`` gives a
 grammar string for ``LLMatcher(tokenizer, grammar)``; the matcher never raises for
 grammar errors but enters an error state (``is_error()``/``get_error()``); consuming a
-forbidden token puts it into the error state, so :meth:`accept_token` checks with
-``validate_tokens`` first; ``llguidance.numpy.fill_next_token_bitmask`` writes XGrammar's
-int32 layout; ``fill_next_token_bitmask_par`` with an ``LLExecutor`` fills a batch.
+forbidden token puts it into the error state, so :meth:`LLGuidanceMatcher.accept_token`
+checks with ``validate_tokens`` first; ``llguidance.numpy.fill_next_token_bitmask`` writes
+XGrammar's int32 layout; ``fill_next_token_bitmask_par`` with an ``LLExecutor`` fills a
+batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,19 +32,19 @@ from formalgram_cfgzip.engines.base import (
     CompiledGrammar,
     EngineError,
     EngineMatcher,
-    check_classes,
-    class_vocabulary,
-    engine_vocabulary,
+    Syntax,
     per_vocabulary,
+    prepare_compressed,
+    prepare_full,
 )
 
 if TYPE_CHECKING:
+    from llguidance import LLParserLimits
+
     from formalgram_cfgzip.classes import TokenClasses
     from formalgram_cfgzip.vocabulary import Vocabulary
 
-__all__ = ["LLGuidanceCompiled", "LLGuidanceMatcher", "compile", "compile_full"]
-
-Syntax = Literal["gbnf", "lark"]
+__all__ = ["LLGuidanceCompiled", "LLGuidanceMatcher", "compile_full", "compile_grammar"]
 
 
 def _llg() -> Any:
@@ -97,7 +101,6 @@ class LLGuidanceMatcher(EngineMatcher):
         super().__init__(compiled)
         self._m = compiled.pristine.deep_copy()
         self._eos = compiled.eos_ids
-        self._history: list[int] = []
 
     def _engine_accept(self, engine_id: int) -> bool:
         if self.is_terminated():
@@ -114,7 +117,6 @@ class LLGuidanceMatcher(EngineMatcher):
             return False
         if not m.consume_token(engine_id):  # pragma: no cover - validated above
             raise EngineError(f"llguidance failed after validating a token: {m.get_error()[:300]}")
-        self._history.append(engine_id)
         return True
 
     def _engine_fill(self, bitmask: npt.NDArray[np.int32], index: int) -> None:
@@ -124,18 +126,11 @@ class LLGuidanceMatcher(EngineMatcher):
         """llguidance's error message (e.g. its parser item limit), or ``""``."""
         return str(self._m.get_error()) if self._m.is_error() else ""
 
-    def rollback(self, num_tokens: int = 1) -> None:
-        """Undo the last ``num_tokens`` accepted tokens."""
-        if not 0 <= num_tokens <= len(self._history):
-            raise EngineError(f"cannot roll back {num_tokens} tokens after {len(self._history)}")
-        if num_tokens:
-            self._m.rollback(num_tokens)
-            del self._history[-num_tokens:]
+    def _engine_rollback(self, num_tokens: int) -> None:
+        self._m.rollback(num_tokens)
 
-    def reset(self) -> None:
-        """Back to the initial state."""
+    def _engine_reset(self) -> None:
         self._m.reset()
-        self._history.clear()
 
     def is_terminated(self) -> bool:
         """Whether a stop token was accepted."""
@@ -143,7 +138,11 @@ class LLGuidanceMatcher(EngineMatcher):
 
 
 class LLGuidanceCompiled(CompiledGrammar):
-    """A grammar compiled by llguidance over classes or the full vocabulary."""
+    """A grammar compiled by llguidance over classes or the full vocabulary.
+
+    Made by :func:`compile_grammar` or :func:`compile_full`; see
+    :class:`~formalgram_cfgzip.engines.base.CompiledGrammar` for the attributes.
+    """
 
     def __init__(
         self,
@@ -152,11 +151,17 @@ class LLGuidanceCompiled(CompiledGrammar):
         engine_tokens: list[bytes],
         eos_ids: list[int],
         grammar: str,
-        limits: Any = None,
+        *,
+        limits: LLParserLimits | None,
+        max_threads: int | None,
         tokenizer: Any = None,
     ) -> None:
         super().__init__(vocab, classes, engine_tokens, eos_ids)
         llg = _llg()
+        if limits is not None and not isinstance(limits, llg.LLParserLimits):
+            raise EngineError(
+                f"limits must be an llguidance.LLParserLimits or None, got {type(limits).__name__}"
+            )
         self.eos_ids = frozenset(eos_ids)
         if tokenizer is None:
             tokenizer = _tokenizer(engine_tokens, eos_ids)
@@ -168,6 +173,7 @@ class LLGuidanceCompiled(CompiledGrammar):
         self.pristine = llg.LLMatcher(self.tokenizer, grammar, log_level=0, limits=limits)
         if self.pristine.is_error():
             raise EngineError(f"llguidance cannot compile the grammar: {self.pristine.get_error()[:500]}")
+        self._max_threads = max_threads
         self._executor: Any = None
 
     def matcher(self) -> LLGuidanceMatcher:
@@ -179,7 +185,7 @@ class LLGuidanceCompiled(CompiledGrammar):
     ) -> None:
         llg = _llg()
         if self._executor is None:
-            self._executor = llg.LLExecutor()
+            self._executor = llg.LLExecutor(self._max_threads)
         pairs = [(m._m, i) for i, m in enumerate(matchers) if isinstance(m, LLGuidanceMatcher)]
         if len(pairs) != len(matchers):
             raise EngineError("matchers of another engine were passed to an llguidance batch")
@@ -197,6 +203,8 @@ def _grammar(grammar_text: str, syntax: Syntax, root: str) -> str:
     engine go through this same function, so they see the same text.
     """
     llg = _llg()
+    if syntax not in ("gbnf", "lark"):
+        raise EngineError(f"syntax must be 'gbnf' or 'lark', got {syntax!r}")
     if syntax == "lark":
         if root != "root":
             raise EngineError("the llguidance backend starts Lark grammars at 'start'; pass root='root'")
@@ -222,15 +230,16 @@ def _grammar(grammar_text: str, syntax: Syntax, root: str) -> str:
         raise EngineError(f"llguidance cannot read the grammar: {reason}") from exc
 
 
-def compile(
+def compile_grammar(
     classes: TokenClasses,
     grammar_text: str,
     *,
     root: str = "root",
-    syntax: Syntax = "gbnf",
     vocab: Vocabulary | None = None,
     check: bool = True,
-    limits: Any = None,
+    max_threads: int | None = None,
+    syntax: Syntax = "gbnf",
+    limits: LLParserLimits | None = None,
 ) -> LLGuidanceCompiled:
     """Compile ``grammar_text`` with llguidance over the representatives of ``classes``.
 
@@ -244,11 +253,14 @@ def compile(
         Start rule.  GBNF: any rule (a grammar not starting at ``root``, or one
         llguidance's GBNF converter rejects, is reprinted by formalgram first); Lark: must
         be ``"root"`` (the Lark grammar itself starts at ``start``).
-    syntax : {"gbnf", "lark"}, keyword-only
     vocab : Vocabulary or None, keyword-only
         The caller's vocabulary, checked against ``classes.vocab``.
     check : bool, keyword-only
         Validate fingerprints (GBNF only) and the special-token policy.
+    max_threads : int or None, keyword-only
+        Threads of the batch fills (``None``: llguidance's default, most of the cores).
+    syntax : {"gbnf", "lark"}, keyword-only
+        How ``grammar_text`` is written.
     limits : llguidance.LLParserLimits or None, keyword-only
         llguidance's parser limits for the grammar and every matcher (``None``: its
         defaults, e.g. 50,000 Earley items per mask step).  A matcher that exceeds them
@@ -260,18 +272,44 @@ def compile(
 
     Raises
     ------
-    ClassesMismatchError, EngineError
+    ClassesMismatchError
+        If the classes belong to another vocabulary or grammar, or break the policy.
+    EngineError
+        If an option has the wrong type or value, llguidance rejects the grammar, or is
+        not installed.
+
+    Notes
+    -----
+    llguidance's grammar compilation and a tokenizer over ``num_classes`` tokens, plus
+    O(logit_width) for the expander.
+
+    Examples
+    --------
+    >>> from formalgram_cfgzip import Vocabulary, compress
+    >>> vocab = Vocabulary([b"a", b"b", b"ab", b"ba", b"</s>"], special_ids=[4], stop_ids=[4])
+    >>> text = 'root ::= "a" "b"*'
+    >>> compiled = compile_grammar(compress(text, vocab, progress=False), text)
+    >>> m = compiled.matcher()
+    >>> m.accept_token(0), m.accept_token(4), m.is_terminated()
+    (True, True, True)
     """
-    if check:
-        check_classes(classes, grammar_text if syntax == "gbnf" else None, vocab)
-    tokens = class_vocabulary(classes)
+    tokens = prepare_compressed(
+        classes,
+        grammar_text,
+        root=root,
+        vocab=vocab,
+        check=check,
+        max_threads=max_threads,
+        fingerprint=syntax == "gbnf",
+    )
     if classes.stop_class >= 0:
         eos = [classes.stop_class]
     else:
         eos = [len(tokens)]
         tokens.append(b"")
+    grammar = _grammar(grammar_text, syntax, root)
     return LLGuidanceCompiled(
-        classes.vocab, classes, tokens, eos, _grammar(grammar_text, syntax, root), limits
+        classes.vocab, classes, tokens, eos, grammar, limits=limits, max_threads=max_threads
     )
 
 
@@ -284,40 +322,59 @@ def _tokenizer(engine_tokens: list[bytes], eos_ids: list[int]) -> Any:
 _full_tokenizer_cache: dict[str, Any] = {}
 
 
-def _full_tokenizer(vocab: Vocabulary, tokens: list[bytes], eos: list[int]) -> Any:
-    """``llguidance.LLTokenizer`` over every logit index of ``vocab`` (cached per vocabulary:
-    building it takes ~0.3 s at 128k tokens, and it is immutable)."""
-    return per_vocabulary(_full_tokenizer_cache, vocab, lambda: _tokenizer(tokens, eos))
-
-
 def compile_full(
     vocab: Vocabulary,
     grammar_text: str,
     *,
     root: str = "root",
+    max_threads: int | None = None,
     syntax: Syntax = "gbnf",
-    limits: Any = None,
+    limits: LLParserLimits | None = None,
 ) -> LLGuidanceCompiled:
     """The uncompressed reference: llguidance over every logit index of ``vocab``.
 
-    ``limits``: as for :func:`compile`.
+    Parameters
+    ----------
+    vocab : Vocabulary
+    grammar_text : str
+        GBNF (or Lark with ``syntax="lark"``) text.
+    root, max_threads, syntax, limits : keyword-only
+        As for :func:`compile_grammar`.
+
+    Returns
+    -------
+    LLGuidanceCompiled
 
     Raises
     ------
     EngineError
+        If an option has the wrong type or value, llguidance rejects the grammar, or is
+        not installed.
+
+    Notes
+    -----
+    llguidance's grammar compilation; its tokenizer over ``logit_width`` tokens is built
+    once per vocabulary (by fingerprint: about 0.3 s at 128k tokens) and shared.
+
+    Examples
+    --------
+    >>> from formalgram_cfgzip import Vocabulary
+    >>> full = compile_full(Vocabulary([b"a", b"b", b"ab"]), 'root ::= "a" "b"*')
+    >>> m = full.matcher()
+    >>> m.accept_token(2), m.accept_token(0)
+    (True, False)
     """
-    tokens = engine_vocabulary(vocab)
-    tokens.extend([b""] * (vocab.logit_width - len(tokens)))
+    tokens = prepare_full(vocab, grammar_text, root=root, max_threads=max_threads)
     eos = sorted(vocab.stop_ids)
     if not eos:
         eos = [len(tokens)]
         tokens.append(b"")
+    grammar = _grammar(grammar_text, syntax, root)
+    tokenizer = per_vocabulary(_full_tokenizer_cache, vocab, lambda: _tokenizer(tokens, eos))
     return LLGuidanceCompiled(
-        vocab,
-        None,
-        tokens,
-        eos,
-        _grammar(grammar_text, syntax, root),
-        limits,
-        _full_tokenizer(vocab, tokens, eos),
+        vocab, None, tokens, eos, grammar, limits=limits, max_threads=max_threads, tokenizer=tokenizer
     )
+
+
+#: The former name of :func:`compile_grammar` (it shadowed the builtin ``compile``).
+compile = compile_grammar

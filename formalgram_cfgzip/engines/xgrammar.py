@@ -1,18 +1,20 @@
-"""XGrammar backend: a grammar compiled over class representatives (or the full vocabulary).
+"""The XGrammar backend: a grammar compiled by XGrammar over class representatives (or over
+the full vocabulary), behind the protocol of :mod:`formalgram_cfgzip.engines.base`.
 
-``compile(classes, grammar_text)`` builds an ``xgrammar.TokenizerInfo`` whose token ``k``
-is class ``k`` (bytes of its representative; the stop class is the engine's only stop
-token; the invalid class has empty bytes, which XGrammar treats as a special token and
-never allows), compiles the grammar for it, and returns a :class:`XGrammarCompiled`
-whose matchers take real token ids and fill full-vocabulary bitmasks.
-``compile_full(vocab, grammar_text)`` is the uncompressed reference with the same
-protocol and the same special-token policy (see :mod:`formalgram_cfgzip.engines.base`).
+:func:`compile_grammar` builds an ``xgrammar.TokenizerInfo`` whose token ``k`` is class
+``k`` (bytes of its representative; the stop class is the engine's only stop token; the
+invalid class has empty bytes, which XGrammar treats as a special token and never allows),
+compiles the grammar for it, and returns an :class:`XGrammarCompiled` whose matchers take
+real token ids and fill full-vocabulary bitmasks.  :func:`compile_full` is the
+uncompressed reference with the same protocol and the same special-token policy.
+``compile`` is the former name of :func:`compile_grammar`, kept as an alias.
 
 XGrammar facts this relies on (0.2.9): tokens given as ``b""`` and ids in
 ``[len(encoded_vocab), vocab_size)`` are special and never allowed; a stop token is
 allowed exactly when the grammar can end, and accepting it terminates the matcher;
 ``stop_token_ids=[]`` means no stop token (no auto-detection); rejected tokens leave the
-state unchanged; ``BatchGrammarMatcher.batch_fill_next_token_bitmask`` fills many rows.
+state unchanged; ``BatchGrammarMatcher.batch_fill_next_token_bitmask`` fills many rows;
+``compile_grammar`` refuses text nested deeper than about 1,000 parentheses.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import numpy.typing as npt
 
 from formalgram_cfgzip.engines._xgrammar_guard import crash_cycle
@@ -27,19 +30,17 @@ from formalgram_cfgzip.engines.base import (
     CompiledGrammar,
     EngineError,
     EngineMatcher,
-    check_classes,
-    class_vocabulary,
-    engine_vocabulary,
+    full_engine_tokens,
     per_vocabulary,
+    prepare_compressed,
+    prepare_full,
 )
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from formalgram_cfgzip.classes import TokenClasses
     from formalgram_cfgzip.vocabulary import Vocabulary
 
-__all__ = ["XGrammarCompiled", "XGrammarMatcher", "compile", "compile_full"]
+__all__ = ["XGrammarCompiled", "XGrammarMatcher", "compile_full", "compile_grammar", "full_tokenizer_info"]
 
 _full_tokenizer_cache: dict[str, Any] = {}
 
@@ -79,12 +80,10 @@ class XGrammarMatcher(EngineMatcher):
         bitmask[index] = 0
         return False
 
-    def rollback(self, num_tokens: int = 1) -> None:
-        """Undo the last ``num_tokens`` accepted tokens."""
+    def _engine_rollback(self, num_tokens: int) -> None:
         self._m.rollback(num_tokens)
 
-    def reset(self) -> None:
-        """Back to the initial state."""
+    def _engine_reset(self) -> None:
         self._m.reset()
 
     def is_terminated(self) -> bool:
@@ -93,7 +92,11 @@ class XGrammarMatcher(EngineMatcher):
 
 
 class XGrammarCompiled(CompiledGrammar):
-    """A grammar compiled by XGrammar over classes or the full vocabulary."""
+    """A grammar compiled by XGrammar over classes or the full vocabulary.
+
+    Made by :func:`compile_grammar` or :func:`compile_full`; see
+    :class:`~formalgram_cfgzip.engines.base.CompiledGrammar` for the attributes.
+    """
 
     def __init__(
         self,
@@ -142,14 +145,14 @@ def _compile_text(tokenizer_info: Any, grammar_text: str, root: str, max_threads
         raise EngineError(f"XGrammar cannot compile the grammar: {str(exc).strip()[:500]}") from exc
 
 
-def compile(
+def compile_grammar(
     classes: TokenClasses,
     grammar_text: str,
     *,
     root: str = "root",
     vocab: Vocabulary | None = None,
-    max_threads: int = 1,
     check: bool = True,
+    max_threads: int = 1,
 ) -> XGrammarCompiled:
     """Compile ``grammar_text`` with XGrammar over the representatives of ``classes``.
 
@@ -163,10 +166,11 @@ def compile(
         Start rule.
     vocab : Vocabulary or None, keyword-only
         The vocabulary the caller decodes with; checked against ``classes.vocab``.
-    max_threads : int, keyword-only
-        Threads for compilation and batch filling.
     check : bool, keyword-only
-        Validate fingerprints and the special-token policy (:func:`check_classes`).
+        Validate fingerprints and the special-token policy
+        (:func:`~formalgram_cfgzip.engines.base.check_classes`).
+    max_threads : int, keyword-only
+        Threads for compilation and batch filling (at least 1).
 
     Returns
     -------
@@ -177,39 +181,52 @@ def compile(
     ClassesMismatchError
         If the classes belong to another vocabulary or grammar, or break the policy.
     EngineError
-        If XGrammar rejects the grammar or is not installed.
+        If an option has the wrong type or value, XGrammar rejects the grammar (or would
+        crash on it), or is not installed.
 
-    Complexity
-    ----------
-    XGrammar compilation over ``num_classes`` tokens, plus O(logit_width) for the expander.
+    Notes
+    -----
+    XGrammar's compilation over ``num_classes`` tokens, plus O(logit_width) for the
+    expander (its subset tables: up to 32 MiB at 128k tokens).
 
-    Example
-    -------
-    >>> # compiled = compile(compress(text, vocab), text); m = compiled.matcher()
+    Examples
+    --------
+    >>> from formalgram_cfgzip import Vocabulary, compress
+    >>> vocab = Vocabulary([b"a", b"b", b"ab", b"ba", b"</s>"], special_ids=[4], stop_ids=[4])
+    >>> text = 'root ::= "a" "b"*'
+    >>> compiled = compile_grammar(compress(text, vocab, progress=False), text)
+    >>> m = compiled.matcher()
+    >>> mask = compiled.allocate_token_bitmask()
+    >>> m.fill_next_token_bitmask(mask)
+    >>> format(int(mask[0, 0]), "05b")  # bit i: token i ("a", "ab")
+    '00101'
+    >>> m.accept_token(0), m.accept_token(3)
+    (True, False)
     """
-    if check:
-        check_classes(classes, grammar_text, vocab)
-    xgr = _xgr()
-    encoded = class_vocabulary(classes)
+    tokens = prepare_compressed(
+        classes, grammar_text, root=root, vocab=vocab, check=check, max_threads=max_threads
+    )
     stops = [classes.stop_class] if classes.stop_class >= 0 else []
-    info = xgr.TokenizerInfo(encoded, vocab_size=len(encoded), stop_token_ids=stops)
+    info = _xgr().TokenizerInfo(tokens, vocab_size=len(tokens), stop_token_ids=stops)
     engine = _compile_text(info, grammar_text, root, max_threads)
-    return XGrammarCompiled(classes.vocab, classes, encoded, stops, engine, max_threads=max_threads)
-
-
-def _full_tokens(vocab: Vocabulary) -> list[bytes]:
-    tokens = engine_vocabulary(vocab)
-    tokens.extend([b""] * (vocab.logit_width - len(tokens)))
-    return tokens
+    return XGrammarCompiled(classes.vocab, classes, tokens, stops, engine, max_threads=max_threads)
 
 
 def full_tokenizer_info(vocab: Vocabulary) -> Any:
-    """``xgrammar.TokenizerInfo`` over every token of ``vocab`` (policy applied; cached)."""
+    """``xgrammar.TokenizerInfo`` over every logit index of ``vocab`` (policy applied).
+
+    Notes
+    -----
+    Built once per vocabulary (by fingerprint) and shared: it is immutable, and takes
+    O(logit_width) time and memory to build.
+    """
     return per_vocabulary(
         _full_tokenizer_cache,
         vocab,
         lambda: _xgr().TokenizerInfo(
-            _full_tokens(vocab), vocab_size=vocab.logit_width, stop_token_ids=sorted(vocab.stop_ids)
+            full_engine_tokens(vocab),
+            vocab_size=vocab.logit_width,
+            stop_token_ids=sorted(vocab.stop_ids),
         ),
     )
 
@@ -219,12 +236,44 @@ def compile_full(
 ) -> XGrammarCompiled:
     """The uncompressed reference: XGrammar over every token of ``vocab``, same protocol.
 
+    Parameters
+    ----------
+    vocab : Vocabulary
+    grammar_text : str
+        GBNF / XGrammar EBNF text.
+    root : str, keyword-only
+        Start rule.
+    max_threads : int, keyword-only
+        Threads for compilation and batch filling (at least 1).
+
+    Returns
+    -------
+    XGrammarCompiled
+
     Raises
     ------
     EngineError
-        If XGrammar rejects the grammar or is not installed.
+        If an option has the wrong type or value, XGrammar rejects the grammar (or would
+        crash on it), or is not installed.
+
+    Notes
+    -----
+    XGrammar's compilation over ``logit_width`` tokens (its tokenizer is built once per
+    vocabulary, :func:`full_tokenizer_info`).
+
+    Examples
+    --------
+    >>> from formalgram_cfgzip import Vocabulary
+    >>> full = compile_full(Vocabulary([b"a", b"b", b"ab"]), 'root ::= "a" "b"*')
+    >>> mask = full.allocate_token_bitmask()
+    >>> full.matcher().fill_next_token_bitmask(mask)
+    >>> format(int(mask[0, 0]), "03b")
+    '101'
     """
+    tokens = prepare_full(vocab, grammar_text, root=root, max_threads=max_threads)
     engine = _compile_text(full_tokenizer_info(vocab), grammar_text, root, max_threads)
-    return XGrammarCompiled(
-        vocab, None, _full_tokens(vocab), sorted(vocab.stop_ids), engine, max_threads=max_threads
-    )
+    return XGrammarCompiled(vocab, None, tokens, sorted(vocab.stop_ids), engine, max_threads=max_threads)
+
+
+#: The former name of :func:`compile_grammar` (it shadowed the builtin ``compile``).
+compile = compile_grammar

@@ -1,9 +1,8 @@
 """Benchmark report: rerun the offline and online benchmarks, write Markdown with PNG plots.
 
-Called by ``formalgram-cfgzip bench -o DIR [--quick]`` and ``python -m bench``.  The
-benchmark code lives in the repository's ``bench/`` folder (not in the installed package):
-it is found next to this package in a source checkout, or through ``$FORMALGRAM_BENCH_DIR``
-(the folder holding ``bench/``).  Without it the report says so and stops.
+Run from the repository root: ``python -m bench -o DIR [--quick]`` (or ``python -m
+bench.report``).  The report and the benchmarks live in the checkout's ``bench/`` package,
+not in the installed one.
 
 * offline (``bench/compress_bench.py``): compress time at 1 and 2 workers, peak memory,
   classes, invalid tokens and compression ratio for grammars x vocabularies, and the
@@ -19,7 +18,6 @@ failing grammar becomes a table entry, not a crashed report.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
 import json
 import os
 import platform
@@ -31,7 +29,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["run_report"]
+from bench import compress_bench, online_bench
+
+__all__ = ["main", "run_report"]
 
 # online benchmark configuration: (case name in bench/online_bench.py CASES, label)
 _ONLINE_DEFAULT = ("arithmetic", "json-schema", "c")
@@ -41,27 +41,6 @@ _ONLINE_QUICK = ("arithmetic", "json-schema")
 # after _TOTAL_BUDGET_S
 _OFFLINE_BUDGET_S = 780.0
 _TOTAL_BUDGET_S = 1050.0
-
-
-def _repo_root() -> Path | None:
-    """The folder holding ``bench/compress_bench.py`` (a source checkout), or ``None``."""
-    env = os.environ.get("FORMALGRAM_BENCH_DIR")
-    candidates = [Path(env)] if env else []
-    candidates += [Path(__file__).resolve().parents[1], Path.cwd()]
-    for c in candidates:
-        if (c / "bench" / "compress_bench.py").is_file():
-            return c
-    return None
-
-
-def _import_bench(root: Path, name: str) -> ModuleType | None:
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    try:
-        return importlib.import_module(f"bench.{name}")
-    except ImportError as exc:
-        print(f"report: bench.{name} not importable: {exc}", file=sys.stderr)
-        return None
 
 
 def _machine() -> str:
@@ -106,16 +85,10 @@ def _online_child(argv: Sequence[str]) -> int:
     ap.add_argument("--batches", default="1,8,16")
     ap.add_argument("--engine", default="xgrammar")
     args = ap.parse_args(list(argv))
-    root = _repo_root()
-    mod = _import_bench(root, "online_bench") if root is not None else None
+    mod = online_bench
     res: dict[str, Any] = {"case": args.case}
-    if mod is None:
-        res["status"] = "bench/online_bench.py not importable"
-        print("RESULT " + json.dumps(res), flush=True)
-        return 0
     from formalgram_cfgzip.classes import compress
-    from formalgram_cfgzip.engines import compile as compile_compressed
-    from formalgram_cfgzip.engines import compile_full
+    from formalgram_cfgzip.engines import compile_full, compile_grammar
     from formalgram_cfgzip.vocabulary import Vocabulary
 
     cases = dict(mod.CASES)
@@ -143,7 +116,7 @@ def _online_child(argv: Sequence[str]) -> int:
         res["status"] = f"compress failed: {type(exc).__name__}: {' '.join(str(exc).split())[:70]}"
         print("RESULT " + json.dumps(res), flush=True)
         return 0
-    small = compile_compressed(tc, text, engine=args.engine)
+    small = compile_grammar(tc, text, engine=args.engine)
     walks = mod.record_walks(full, args.walks, args.steps, seed=0)
     rows = []
     for batch in (int(b) for b in args.batches.split(",")):
@@ -185,7 +158,7 @@ def _run_online(
         cmd = [
             sys.executable,
             "-c",
-            "import sys; from formalgram_cfgzip.report import _online_child; sys.exit(_online_child(sys.argv[1:]))",
+            "import sys; from bench.report import _online_child; sys.exit(_online_child(sys.argv[1:]))",
             "--case",
             case,
             "--batches",
@@ -454,35 +427,21 @@ def run_report(output: str, quick: bool) -> int:
     Returns
     -------
     int
-        0 on success, 1 when the benchmark code (``bench/``) cannot be found.
+        0 (a measurement that fails is a table entry, not an error).
 
     Raises
     ------
     OSError
         If the output directory cannot be written.
 
-    Complexity
-    ----------
+    Notes
+    -----
     One subprocess per measurement; dominated by the largest grammar's compress time.
-
-    Example
-    -------
-    ``formalgram-cfgzip bench -o bench-report --quick`` then open ``bench-report/report.md``.
+    Run ``python -m bench -o bench-report --quick``, then open ``bench-report/report.md``.
     """
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    root = _repo_root()
-    if root is None:
-        msg = (
-            "The benchmark code (bench/compress_bench.py) was not found: run this command from a "
-            "source checkout of formalgram, or set FORMALGRAM_BENCH_DIR to the folder holding bench/."
-        )
-        (out / "report.md").write_text(f"# formalgram benchmark report\n\n{msg}\n", "utf-8")
-        print(f"formalgram-cfgzip bench: {msg}", file=sys.stderr)
-        return 1
-    cb = _import_bench(root, "compress_bench")
-    if cb is None:
-        return 1
+    cb = compress_bench
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -513,19 +472,12 @@ def run_report(output: str, quick: bool) -> int:
 
     online: list[dict[str, Any]] = []
     online_note = ""
-    online_path = root / "bench" / "online_bench.py"
-    if online_path.is_file() and _import_bench(root, "online_bench") is not None:
+    cases = _ONLINE_QUICK if quick else _ONLINE_DEFAULT
+    if cases:
         left = None if quick else max(0.0, _TOTAL_BUDGET_S - (time.perf_counter() - t0))
-        online = _run_online(
-            cb,
-            _ONLINE_QUICK if quick else _ONLINE_DEFAULT,
-            quick=quick,
-            timeout=90.0 if quick else 150.0,
-            log=log,
-            budget_s=left,
-        )
+        online = _run_online(cb, cases, quick=quick, timeout=90.0 if quick else 150.0, log=log, budget_s=left)
     else:
-        online_note = "bench/online_bench.py is absent or not importable: no online figures."
+        online_note = "No online case is configured: no online figures."
     t_total = time.perf_counter() - t0
     plots = _plots(out, runs, online, tool is not None)
 
@@ -573,13 +525,11 @@ def _markdown(
     load_before: str,
     seconds: tuple[float, float],
 ) -> str:
-    cmd = "formalgram-cfgzip bench -o DIR" + (" --quick" if quick else "")
+    cmd = "python -m bench -o DIR" + (" --quick" if quick else "")
     parts = [
         "# formalgram-cfgzip benchmark report",
         "",
-        f"* date: {started.strftime('%Y-%m-%d %H:%M UTC')}; command: `{cmd}` (or `python -m bench`"
-        + (" --quick" if quick else "")
-        + ")",
+        f"* date: {started.strftime('%Y-%m-%d %H:%M UTC')}; command: `{cmd}` (from the repository root)",
         f"* machine: {_machine()}",
         f"* load average (1/5/15 min) before: {load_before}; after: {_load()} "
         "(the machine may be shared: times are wall-clock times under that load)",
@@ -650,3 +600,20 @@ def _markdown(
         parts.append("")
     parts += ["Raw figures: `results.json`.", ""]
     return "\n".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bench [-o DIR] [--quick]``: parse the arguments and :func:`run_report`."""
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python -m bench", description="Rerun the benchmarks and write the report."
+    )
+    ap.add_argument("-o", "--output", default="bench-report", help="report directory (default bench-report)")
+    ap.add_argument("--quick", action="store_true", help="small configuration (a few minutes)")
+    args = ap.parse_args(argv)
+    return run_report(output=args.output, quick=args.quick)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
