@@ -48,6 +48,7 @@ from formalgram_cfgzip.errors import (
     TokenIdError,
 )
 from formalgram_cfgzip.expand import MaskExpander
+from formalgram_cfgzip.expand.layout import as_int32_rows, check_row_index
 
 if TYPE_CHECKING:
     from formalgram_cfgzip.classes import TokenClasses
@@ -202,34 +203,6 @@ def per_vocabulary(cache: dict[str, Any], vocab: Vocabulary, build: Callable[[],
 _INT32 = np.dtype(np.int32)
 
 
-def _as_int32_2d(bitmask: Any, what: str) -> npt.NDArray[np.int32]:
-    """A writable numpy view of an int32 bitmask (numpy array or CPU torch tensor)."""
-    if (  # the common case first: a C-contiguous 2-D int32 numpy array
-        type(bitmask) is np.ndarray
-        and bitmask.ndim == 2
-        and bitmask.dtype == np.int32
-        and bitmask.flags.c_contiguous
-    ):
-        return bitmask
-    arr: Any = bitmask
-    if not isinstance(arr, np.ndarray):
-        numpy_fn = getattr(arr, "numpy", None)
-        if numpy_fn is None:
-            raise EngineError(f"{what} must be a numpy array or a CPU torch tensor, got {type(bitmask)}")
-        try:
-            arr = numpy_fn()
-        except (RuntimeError, TypeError) as exc:
-            raise EngineError(f"{what} must be on the CPU: {exc}") from exc
-    if arr.dtype != np.int32 or arr.ndim not in (1, 2):
-        raise EngineError(f"{what} must be a 1-D or 2-D int32 array, got {arr.dtype} with {arr.ndim} dims")
-    if arr.ndim == 1:
-        arr = arr[None, :]
-    if not arr.flags["C_CONTIGUOUS"]:
-        raise EngineError(f"{what} must be C-contiguous")
-    out: npt.NDArray[np.int32] = arr
-    return out
-
-
 class EngineMatcher(ABC):
     """A matcher over real token ids, whatever the engine vocabulary (base of both engines).
 
@@ -312,14 +285,14 @@ class EngineMatcher(ABC):
         After a stop token was accepted the row is all zeros (nothing may follow).
         Shape ``(batch, engine_words)``; see :attr:`CompiledGrammar.engine_words`.
         """
-        arr = _as_int32_2d(class_bitmask, "class bitmask")
+        arr = as_int32_rows(class_bitmask, "class bitmask")
         c = self.compiled
         if arr.shape[1] != c.engine_words:
             raise EngineError(
                 f"class bitmask must have {c.engine_words} int32 words per row, got {arr.shape[1]}"
             )
         if not 0 <= index < arr.shape[0]:
-            _check_index(index, arr.shape[0])
+            check_row_index(index, arr.shape[0])
         self._fill_live(arr, index)
 
     def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
@@ -363,20 +336,15 @@ class EngineMatcher(ABC):
     def _checked_token_bitmask(self, bitmask: Any, index: int) -> npt.NDArray[np.int32]:
         """``bitmask`` as a numpy int32 array whose row ``index`` has the token width, or the
         typed error saying why not."""
-        arr = _as_int32_2d(bitmask, "token bitmask")
+        arr = as_int32_rows(bitmask, "token bitmask")
         c = self.compiled
         if arr.shape[1] != c.token_words:
             raise EngineError(
                 f"token bitmask must have ceil({c.logit_width}/32) = {c.token_words} int32 words per row, "
                 f"got {arr.shape[1]}"
             )
-        _check_index(index, arr.shape[0])
+        check_row_index(index, arr.shape[0])
         return arr
-
-
-def _check_index(index: int, rows: int) -> None:
-    if not 0 <= index < rows:
-        raise BatchIndexError(f"batch index {index} out of range for a bitmask with {rows} rows")
 
 
 class CompiledGrammar(ABC):
@@ -495,7 +463,7 @@ class CompiledGrammar(ABC):
         if len(rows) != len(matchers):
             raise EngineError(f"{len(rows)} indices given for {len(matchers)} matchers")
         for r in rows:
-            _check_index(r, arr.shape[0])
+            check_row_index(r, arr.shape[0])
         for m in matchers:
             if m.compiled is not self:
                 raise EngineError("a matcher of another compiled grammar was passed")
@@ -530,7 +498,7 @@ class CompiledGrammar(ABC):
         ------
         EngineError, BatchIndexError
         """
-        arr = _as_int32_2d(bitmask, "token bitmask")
+        arr = as_int32_rows(bitmask, "token bitmask")
         self._run_batch(matchers, arr, self.token_words, "token bitmask", indices, self._token_batch)
 
     def _run_batch(
@@ -583,7 +551,7 @@ class CompiledGrammar(ABC):
         are zeroed.  Pair it with :class:`~formalgram_cfgzip.expand.TorchMaskExpander`
         to expand on the logits' device.
         """
-        arr = _as_int32_2d(class_bitmask, "class bitmask")
+        arr = as_int32_rows(class_bitmask, "class bitmask")
         self._run_batch(matchers, arr, self.engine_words, "class bitmask", indices, self._class_batch)
 
     def _class_batch(
