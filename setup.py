@@ -1,5 +1,5 @@
 """Build script: compiles the core modules with mypyc, and the C mask-expansion kernel
-(formalgram_cfgzip/_cexpand.c), unless FORMALGRAM_NO_MYPYC=1 (the pure-Python build, which
+(formalgram_cfgzip/expand/_cexpand.c), unless FORMALGRAM_NO_MYPYC=1 (the pure-Python build, which
 expands masks with numpy)."""
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ def _c_extensions() -> list[Extension]:
     args = [] if sys.platform == "win32" else ["-O3"]
     return [
         Extension(
-            "formalgram_cfgzip._cexpand",
-            ["formalgram_cfgzip/_cexpand.c"],
+            "formalgram_cfgzip.expand._cexpand",
+            ["formalgram_cfgzip/expand/_cexpand.c"],
             extra_compile_args=args,
         )
     ]

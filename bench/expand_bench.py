@@ -34,7 +34,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from formalgram_cfgzip.expand import _C_PLANS, MaskExpander, TorchMaskExpander, _c_module
+from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander
+from formalgram_cfgzip.expand._c_kernel import CKernel, load_c_module
+from formalgram_cfgzip.expand.plans import C_PLAN_NAMES
 
 Array = npt.NDArray[np.int32]
 GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
@@ -146,11 +148,11 @@ def real_rows_report(
     class rows of real walks (row cache off), and the numpy kernel's choice.  With
     ``flush_mb``, a buffer of that many MiB is rewritten before every timed call, so the
     kernel's tables are cold, as after a large grammar's engine fill in a decoding loop."""
-    kernel_module = _c_module()
+    kernel_module = load_c_module()
     if kernel_module is None:
         print("(--real-rows needs the C kernel: a compiled install)")
         return
-    plans = {"gather": 0, "split": 1, "set": 2, "clear": 3, "t+set": 6, "t+clear": 7}
+    plans = {C_PLAN_NAMES[code]: code for code in (0, 1, 2, 3, 6, 7)}
     if flush_mb:
         print(f"(caches flushed: {flush_mb} MiB rewritten before every timed call)")
     print(
@@ -167,10 +169,14 @@ def real_rows_report(
             continue
         rows, classes = walk_class_rows(text, tcl, walks, steps, seed=0)
         tc = np.asarray(tcl.token_class, dtype=np.int64)
-        ex = MaskExpander(tc, classes, cache_bytes=0, delta=False, kernel="c")
         npx = MaskExpander(tc, classes, cache_bytes=0, delta=False, kernel="numpy")
-        kernel = ex._kernel
-        out = np.zeros((1, ex.num_words), dtype=np.int32)
+        # the compiled kernel itself (its numbered plans are forced below), built as
+        # MaskExpander(cache_bytes=0, delta=False, kernel="c") builds it
+        kernel = CKernel(
+            kernel_module, tc, classes, memory_budget=32 << 20, max_dense=None, dense=None,
+            cache_rows=0, delta=False, adapt=True,
+        ).raw  # fmt: skip
+        out = np.zeros((1, npx.num_words), dtype=np.int32)
         times: dict[str, list[float]] = {k: [] for k in ("auto", "numpy", *plans)}
         flush = np.zeros(flush_mb << 18, dtype=np.float32)
         chosen: dict[str, int] = {}
@@ -189,7 +195,7 @@ def real_rows_report(
                         used = kernel.expand(r, out[0], None, None, -1 if k == "auto" else plans[k])
                     best[k] = min(best[k], time.perf_counter() - t)
                     if k == "auto":
-                        label = _C_PLANS[used]
+                        label = C_PLAN_NAMES[used]
             chosen[label] = chosen.get(label, 0) + 1
             for k, v in best.items():
                 times[k].append(v * 1e6)
@@ -275,7 +281,7 @@ def main() -> None:
     cases += real_cases(args.classes_dir)
     only = set(args.only.split(",")) if args.only else None
     cols = ["c", "c-gath", "c-split", "numpy", "np-gath", "torch", "hit"]
-    have_c = _c_module() is not None
+    have_c = load_c_module() is not None
     print(
         "µs per sequence (median over steps, row cache off except 'hit'); c = the C kernel's own"
         " choice, numpy = the numpy kernel's; ratio = numpy / c"

@@ -106,12 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: CUDA is not available on this machine; skipping (run it on a GPU machine)")
         return 0
-    from formalgram_cfgzip.expand import (
-        MaskExpander,
-        TorchMaskExpander,
-        _triton_kernels,
-        apply_token_bitmask_inplace,
-    )
+    from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander, apply_token_bitmask_inplace
+    from formalgram_cfgzip.expand.torch import _triton_kernels
 
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"

@@ -1,5 +1,6 @@
 """An independent model of a least-recently-used cache, the oracle for the row caches of
-:class:`formalgram_cfgzip.expand.MaskExpander` (numpy and C kernels)."""
+:class:`formalgram_cfgzip.expand.MaskExpander` (the numpy kernel's
+:class:`~formalgram_cfgzip.expand.row_cache.RowCache` and the C kernel's own)."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ def test_c_expansion_kernel_is_built() -> None:
     import numpy as np
 
     from formalgram_cfgzip import expand
+    from formalgram_cfgzip.expand._c_kernel import load_c_module
 
-    assert expand._c_module() is not None, "formalgram_cfgzip._cexpand was not built"
+    assert load_c_module() is not None, "formalgram_cfgzip.expand._cexpand was not built"
     assert expand.MaskExpander(np.array([0, 1, 1]), 2).kernel == "c"

@@ -1,4 +1,4 @@
-"""The C expansion kernel (formalgram_cfgzip/_cexpand.c): every plan, forced and chosen,
+"""The C expansion kernel (formalgram_cfgzip/expand/_cexpand.c): every plan, forced and chosen,
 against an independent numpy oracle, on small and wide (>= 65535 classes) class ids; the
 executable check of Lemma 1 of ``proofs/engine_adapter.md`` for this kernel.
 
@@ -13,13 +13,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+from _expand_oracle import expand_reference
 from _lru_model import lru_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from formalgram_cfgzip.expand import _C_PLANS, MaskExpander, _c_module, expand_reference
+from formalgram_cfgzip.errors import BatchIndexError
+from formalgram_cfgzip.expand import MaskExpander, plans
+from formalgram_cfgzip.expand._c_kernel import load_c_module
+from formalgram_cfgzip.expand.plans import C_FORCED, C_PLAN_NAMES
 
-cexpand: Any = _c_module()
+cexpand: Any = load_c_module()
 pytestmark = pytest.mark.skipif(cexpand is None, reason="C kernel not built (pure-Python install)")
 
 PLANS = (0, 1, 2, 3, 4, 5, 6, 7)
@@ -171,7 +175,8 @@ def test_cost_corrections_are_learnt_from_chosen_rows_only() -> None:
                 used.add(plan)
     assert set(fixed.info()["corrections"].values()) == {1.0}
     learnt = adaptive.info()["corrections"]
-    moved = {_C_PLANS[p] for p in used if learnt[_C_PLANS[p]] != 1.0}
+    assert set(learnt) == set(C_PLAN_NAMES) - {"", "cache"}  # keyed by the shared plan names
+    moved = {C_PLAN_NAMES[p] for p in used if learnt[C_PLAN_NAMES[p]] != 1.0}
     assert moved, (used, learnt)  # every chosen plan was timed; a ratio of exactly 1.0 is all but impossible
     assert all(0.2 <= v <= 5.0 for v in learnt.values()), learnt
 
@@ -328,3 +333,39 @@ def test_apply_bitmask_patterns_and_errors() -> None:
         cexpand.apply_bitmask(bits, np.zeros(9, dtype=np.uint8), 2, 0)
     with pytest.raises(TypeError):
         cexpand.apply_bitmask(bits, np.zeros(8, dtype=np.uint16), 2)
+
+
+def test_plan_codes_and_names() -> None:
+    """The C kernel's plan codes map onto the shared vocabulary: the plan forced by a
+    strategy is reported under its name, and every name is a name of the shared table."""
+    assert set(C_PLAN_NAMES) - {""} <= set(plans.PLANS)
+    rng = np.random.default_rng(15)
+    tc = skewed(rng, 5_000, 300, 1.2, 0.01)
+    kernel = cexpand.Kernel(tc.astype(np.int32), 300, 32 << 20)
+    row = class_row(rng, 300, 0.5, junk=False)
+    out = np.zeros((5_000 + 31) // 32, dtype=np.int32)
+    assert C_PLAN_NAMES[kernel.expand(row, out, None, None, C_FORCED["gather"])] == "gather"
+    assert C_PLAN_NAMES[kernel.expand(row, out, None, None, C_FORCED["split"])] == "split"
+    assert C_PLAN_NAMES[kernel.expand(row, out, None, None, C_FORCED["sparse"])] in ("set", "clear")
+    ex = MaskExpander(tc, 300, kernel="c")
+    for strategy in ("gather", "split"):
+        ex.expand(row, strategy=strategy)  # type: ignore[arg-type]
+        assert ex.last_strategy == strategy
+    ex.expand(row)
+    ex.expand(row)
+    assert ex.last_strategy == "cache"
+
+
+def test_expander_index_errors_are_typed() -> None:
+    """The kernel's own index check surfaces as a BatchIndexError (an IndexError), in the
+    batch path and the one-row path alike; nothing is written."""
+    rng = np.random.default_rng(16)
+    tc = skewed(rng, 400, 20, 1.0, 0.0)
+    ex = MaskExpander(tc, 20, kernel="c")
+    cm = np.stack([class_row(rng, 20, 0.5, junk=False) for _ in range(2)])
+    out = np.full((3, 13), -3, dtype=np.int32)
+    with pytest.raises(BatchIndexError, match="out of range"):
+        ex.expand(cm, out, indices=[0, 3])
+    with pytest.raises(BatchIndexError, match="out of range"):
+        ex.expand_at(cm[:1], out, -1)
+    assert (out == -3).all()

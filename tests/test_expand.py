@@ -1,10 +1,12 @@
 """Mask expansion: numpy (every strategy), the C kernel (every plan) and torch against a
-bit-by-bit reference.
+bit-by-bit reference; the bitmask layout's argument checks; the reference itself.
 
-The oracle is :func:`expand_reference` (a Python loop over logit indices) and, independently,
-a per-token ``allowed[token_class]`` computed here with numpy booleans.  Tests of behaviour
-common to both CPU kernels run for each kernel that is built (the C kernel is built by the
-compiled install, which CI tests; ``tests/test_build.py`` checks it is there).
+The oracle is :func:`expand_reference` (``tests/_expand_oracle.py``: a Python loop over
+logit indices), checked here against a computation written differently (Python integers),
+and, independently, a per-token ``allowed[token_class]`` computed here with numpy booleans.
+Tests of behaviour common to both CPU kernels run for each kernel that is built (the C
+kernel is built by the compiled install, which CI tests; ``tests/test_build.py`` checks it
+is there).  Only the torch tests need PyTorch.
 """
 
 from __future__ import annotations
@@ -14,13 +16,23 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+from _expand_oracle import expand_reference
 from _lru_model import lru_model
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from formalgram_cfgzip.expand import MaskExpander, _c_module, bitmask_shape, expand_reference
+from formalgram_cfgzip.errors import BatchIndexError, EngineError
+from formalgram_cfgzip.expand import MaskExpander, bitmask_shape, plans
+from formalgram_cfgzip.expand._c_kernel import load_c_module
+from formalgram_cfgzip.expand.layout import (
+    allocate_bitmask,
+    as_int32_rows,
+    check_int32_rows,
+    check_logits_shape,
+    check_row_index,
+)
 
-KERNELS: list[Any] = ["numpy", "c"] if _c_module() is not None else ["numpy"]
+KERNELS: list[Any] = ["numpy", "c"] if load_c_module() is not None else ["numpy"]
 
 
 def random_case(
@@ -66,11 +78,67 @@ EXPANDER_KWARGS: tuple[dict[str, Any], ...] = (
 )
 
 
-def test_reference_matches_oracle() -> None:
+# -- the oracle ---------------------------------------------------------------------------
+def allowed_by_integers(token_class: list[int], class_words: list[int]) -> list[bool]:
+    """Token ``i`` allowed, computed without numpy: the class row as one Python integer
+    (word ``k`` holds classes ``32k .. 32k + 31``), one shift per token."""
+    row = 0
+    for k, word in enumerate(class_words):
+        row |= (word % 2**32) << (32 * k)
+    return [c >= 0 and (row >> c) & 1 == 1 for c in token_class]
+
+
+def bits_of_words(words: list[int]) -> list[bool]:
+    """The bits of a row of int32 words as a flat list, least significant bit of word 0 first
+    (through binary digit strings)."""
+    return [digit == "1" for word in words for digit in reversed(format(word % 2**32, "032b"))]
+
+
+@st.composite
+def expansion_cases(draw: st.DrawFn) -> tuple[list[int], int, list[list[int]]]:
+    """A class map (negative ids included), its number of classes, and a batch of class
+    rows of random int32 words (so with junk bits past ``num_classes``)."""
+    num_classes = draw(st.integers(1, 100))
+    width = draw(st.integers(1, 200))
+    token_class = draw(st.lists(st.integers(-5, num_classes - 1), min_size=width, max_size=width))
+    words = (num_classes + 31) // 32
+    word = st.integers(-(2**31), 2**31 - 1)
+    rows = draw(st.lists(st.lists(word, min_size=words, max_size=words), min_size=1, max_size=4))
+    return token_class, num_classes, rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=expansion_cases())
+@example(case=([0], 1, [[-1]]))  # one token, junk in 31 bits past the only class
+@example(case=([-1] * 33, 2, [[-1], [0]]))  # never-allowed tokens only, a pad word
+@example(case=(list(range(64)), 64, [[-1, 0], [0, -1]]))  # widths that are multiples of 32
+def test_oracle_equals_per_token_integers(case: tuple[list[int], int, list[list[int]]]) -> None:
+    """The oracle against :func:`allowed_by_integers` on random class maps and rows: every
+    token's bit, pad bits zero, junk bits past ``num_classes`` without effect."""
+    token_class, num_classes, rows = case
+    width = len(token_class)
+    got = expand_reference(np.array(token_class, dtype=np.int64), np.array(rows, dtype=np.int32), width)
+    assert got.dtype == np.int32 and got.shape == (len(rows), (width + 31) // 32)
+    junk_free = np.array(rows, dtype=np.int32)
+    tail = num_classes % 32
+    if tail:
+        junk_free[:, -1] &= np.int32((1 << tail) - 1)
+    assert np.array_equal(expand_reference(np.array(token_class), junk_free, width), got)
+    for b, row in enumerate(rows):
+        bits = bits_of_words(got[b].tolist())
+        assert bits[:width] == allowed_by_integers(token_class, row)
+        assert not any(bits[width:])
+
+
+def test_oracle_equals_numpy_booleans() -> None:
+    """The oracle against the numpy-boolean ``oracle`` on larger cases (batches, holes,
+    skewed and flat maps, widths around multiples of 32)."""
     rng = np.random.default_rng(0)
-    tc = random_case(rng, 77, 5, 1.0, 0.1)
-    cm = random_class_mask(rng, 3, 5, 0.5)
-    assert np.array_equal(expand_reference(tc, cm, 77), oracle(tc, cm, 5))
+    for width, classes in ((77, 5), (96, 40), (1025, 300), (3000, 33)):
+        for skew in (0.0, 1.5):
+            tc = random_case(rng, width, classes, skew, 0.1)
+            cm = random_class_mask(rng, 3, classes, float(rng.random()))
+            assert np.array_equal(expand_reference(tc, cm, width), oracle(tc, cm, classes))
 
 
 @pytest.mark.parametrize("width", [1, 31, 32, 33, 100, 1000, 4097])
@@ -130,7 +198,7 @@ def test_flat_and_skewed_large_all_paths(width: int, classes: int) -> None:
                         strategy,
                     )
                     seen.add(ex.last_strategy)
-            assert {"gather", "split/gather"} <= seen, seen
+            assert {plans.GATHER, plans.SPLIT} <= seen <= set(plans.PLANS), seen
 
 
 def test_sparse_and_complement_plans_are_exercised() -> None:
@@ -146,13 +214,13 @@ def test_sparse_and_complement_plans_are_exercised() -> None:
     bits[1, :] = True
     bits[1, b] = False
     one, all_but_one = np.packbits(bits, axis=1, bitorder="little").view(np.int32)[:, None, :]
-    plans = []
+    used = []
     for cm in (one, all_but_one):
         want = expand_reference(tc, cm, width)
         assert np.array_equal(ex.expand(cm), want)
-        plans.append(ex.last_strategy)
+        used.append(ex.last_strategy)
         assert np.array_equal(ex.expand(cm, strategy="sparse"), want)
-    assert plans == ["split/sparse", "split/complement"]
+    assert used == [plans.SPLIT_SET, plans.SPLIT_CLEAR]
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -263,22 +331,38 @@ def test_indices_out_and_errors(kernel: Any) -> None:
     want = oracle(tc, cm, 4)
     assert np.array_equal(out[4], want[0]) and np.array_equal(out[1], want[1])
     assert (out[0] == -1).all()
-    with pytest.raises(IndexError, match="out of range"):
-        ex.expand(cm, out, indices=[0, 5])
-    with pytest.raises(ValueError, match="int32"):
+    before = out.copy()
+    for strategy in ("auto", "gather"):  # every index is checked before a row is written
+        with pytest.raises(BatchIndexError, match="out of range"):
+            ex.expand(cm, out, indices=[0, 5], strategy=strategy)
+        assert np.array_equal(out, before)
+    with pytest.raises(EngineError, match="int32"):
         ex.expand(cm.astype(np.int64))
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(EngineError, match="shape"):
         ex.expand(cm, np.zeros((2, 2), dtype=np.int32))
-    with pytest.raises(ValueError, match="num_classes"):
+    with pytest.raises(EngineError, match="C-contiguous"):
+        ex.expand(cm, np.zeros((5, 6), dtype=np.int32)[:, ::2])
+    read_only = np.zeros((2, 3), dtype=np.int32)
+    read_only.flags.writeable = False
+    with pytest.raises(EngineError, match="writable"):
+        ex.expand(cm, read_only)
+    with pytest.raises(EngineError, match="num_classes"):
         MaskExpander(np.array([0, 5]), 3)
-    with pytest.raises(ValueError, match="1-D"):
+    with pytest.raises(EngineError, match="1-D"):
         MaskExpander(np.zeros((2, 2), dtype=np.int64), 3)
-    with pytest.raises(ValueError, match=">= 0"):
+    with pytest.raises(EngineError, match="integers"):
+        MaskExpander(np.array([0.5]), 3)
+    with pytest.raises(EngineError, match=">= 0"):
         MaskExpander(tc, 4, cache_bytes=-1)
-    with pytest.raises(ValueError, match="kernel must be"):
+    with pytest.raises(EngineError, match="kernel must be"):
         MaskExpander(tc, 4, kernel="fortran")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="1 indices given for 2"):
+    with pytest.raises(EngineError, match="1 indices given for 2"):
         ex.expand(cm, out, indices=[1])
+    # class rows that are not plain arrays: a strided view (copied) and a 1-D row
+    wide = np.zeros((2, 3), dtype=np.int32)
+    wide[:, 0] = cm[:, 0]
+    assert np.array_equal(ex.expand(wide[:, :1]), want)
+    assert np.array_equal(ex.expand(cm[1]), want[1:])
     empty = np.zeros((0, 1), dtype=np.int32)  # an empty batch is a no-op
     assert ex.expand(empty).shape == (0, 3)
     before = out.copy()
@@ -318,17 +402,130 @@ def test_mask_logits_dtypes_and_layouts(kernel: Any, dtype: Any) -> None:
         assert np.isneginf(logits[:, width:]).all()
         kept = bits == 1
         assert np.array_equal(logits[:, :width][kept], base[:, :width][kept])  # others untouched
-    with pytest.raises(ValueError, match="float16, float32 or float64"):
+    with pytest.raises(EngineError, match="float16, float32 or float64"):
         ex.mask_logits(np.zeros((3, width), dtype=np.int32), cm)  # type: ignore[arg-type]
+    with pytest.raises(EngineError, match="do not fit"):
+        ex.mask_logits(np.zeros((3, width - 1), dtype=np.float32), cm)
+
+
+# -- the layout's checks and the kernel switch --------------------------------------------
+def test_layout_checks() -> None:
+    """Every bitmask argument goes through one rule: int32, 1-D or 2-D, the row width;
+    written bitmasks C-contiguous and writable; rows in range."""
+    assert bitmask_shape(3, 64) == (3, 2) and bitmask_shape(1, 65) == (1, 3)
+    fresh = allocate_bitmask(2, 33)
+    assert fresh.dtype == np.int32 and fresh.shape == (2, 2) and not fresh.any()
+    row = np.arange(3, dtype=np.int32)
+    view = as_int32_rows(row, "token bitmask", 3)
+    assert view.shape == (1, 3) and np.shares_memory(view, row)
+    plain = np.zeros((2, 3), dtype=np.int32)
+    assert as_int32_rows(plain, "token bitmask") is plain
+    strided = np.arange(12, dtype=np.int32).reshape(2, 6)[:, ::2]
+    with pytest.raises(EngineError, match="C-contiguous"):
+        as_int32_rows(strided, "token bitmask")
+    copied = as_int32_rows(strided, "class bitmask", writable=False)
+    assert copied.flags.c_contiguous and np.array_equal(copied, strided)
+    with pytest.raises(EngineError, match="numpy array or a CPU torch tensor"):
+        as_int32_rows([[1, 2]], "token bitmask")
+    with pytest.raises(EngineError, match="got int64"):  # an input is converted, then checked
+        as_int32_rows([[1, 2]], "class bitmask", writable=False)
+    for bad in (
+        np.zeros((1, 2), dtype=np.int64),
+        np.zeros((1, 1, 2), dtype=np.int32),
+        np.zeros((1, 2), ">i4"),
+    ):
+        with pytest.raises(EngineError, match="int32"):
+            as_int32_rows(bad, "token bitmask")
+    with pytest.raises(EngineError, match=r"token bitmask must be int32 of shape \(batch, 4\)"):
+        as_int32_rows(plain, "token bitmask", 4)
+    check_int32_rows("class bitmask", True, "int32", (7,), 7)
+    with pytest.raises(EngineError, match="1-D or 2-D"):
+        check_int32_rows("class bitmask", True, "int32", (), None)
+    check_row_index(0, 1)
+    for index in (-1, 1, 10**12):
+        with pytest.raises(BatchIndexError, match="out of range") as info:
+            check_row_index(index, 1)
+        assert isinstance(info.value, IndexError) and isinstance(info.value, EngineError)
+    check_logits_shape((2, 70), (2, 3), 70)
+    for shape in ((70,), (1, 70), (2, 69)):
+        with pytest.raises(EngineError, match="do not fit"):
+            check_logits_shape(shape, (2, 3), 70)
+
+
+def test_no_cexpand_switch_selects_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``FORMALGRAM_NO_CEXPAND=1`` turns the C kernel off ("auto" takes numpy, "c" refuses);
+    ``0`` or empty leaves it on."""
+    import importlib.util
+
+    built = importlib.util.find_spec("formalgram_cfgzip.expand._cexpand") is not None
+    tc = np.array([0, 1, 1, 2, -1])
+    monkeypatch.setenv("FORMALGRAM_NO_CEXPAND", "1")
+    assert load_c_module() is None
+    assert MaskExpander(tc, 3).kernel == "numpy"
+    with pytest.raises(EngineError, match="not built"):
+        MaskExpander(tc, 3, kernel="c")
+    for value in ("0", ""):
+        monkeypatch.setenv("FORMALGRAM_NO_CEXPAND", value)
+        assert MaskExpander(tc, 3).kernel == ("c" if built else "numpy")
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_both_kernels_report_plans_of_one_vocabulary(kernel: Any) -> None:
+    """Every plan name a kernel reports is in :mod:`formalgram_cfgzip.expand.plans`, and the
+    two kernels write the same rows."""
+    rng = np.random.default_rng(17)
+    width, classes = 20_000, 3_000
+    tc = random_case(rng, width, classes, 1.1, 0.02)
+    ex = MaskExpander(tc, classes, kernel=kernel, cache_bytes=1 << 20)
+    reference = MaskExpander(tc, classes, kernel="numpy", cache_bytes=0)
+    seen: set[str] = set()
+    for density in (0.0005, 0.3, 0.9995, 1.0):
+        cm = random_class_mask(rng, 1, classes, density)
+        for _ in range(2):  # the second time: a cache hit
+            for strategy in STRATEGIES if _ == 0 else ("auto",):
+                got = ex.expand(cm, strategy=strategy)
+                seen.add(ex.last_strategy)
+                assert np.array_equal(got, reference.expand(cm, strategy="gather"))
+    assert plans.CACHE in seen and seen <= set(plans.PLANS), seen
 
 
 # -- torch ------------------------------------------------------------------------------
-torch: Any = pytest.importorskip("torch")
+@pytest.fixture
+def torch() -> Any:
+    """PyTorch, or a skip: only the torch tests need it."""
+    return pytest.importorskip("torch")
+
+
+def test_torch_class_bitmask_checks(torch: Any) -> None:
+    """Tensors go through the same layout rule as numpy arrays (one check, typed errors)."""
+    from formalgram_cfgzip.expand import TorchMaskExpander
+
+    tc = np.array([0, 1, 1, 2, -1])
+    t = torch.zeros((2, 1), dtype=torch.int32)
+    view = as_int32_rows(t, "token bitmask", 1)
+    view[1, 0] = 5
+    assert int(t[1, 0]) == 5  # a view of the tensor's memory
+    for backend in ("numpy", "torch"):
+        ex = TorchMaskExpander(tc, 3, backend=backend)  # type: ignore[arg-type]
+        assert ex.expand(torch.tensor([0b110], dtype=torch.int32)).tolist() == [[14]]
+        assert ex.expand(np.array([[0b011]], dtype=np.int32)).tolist() == [[7]]
+        with pytest.raises(EngineError, match="int32 of shape"):
+            ex.expand(torch.zeros((1, 1), dtype=torch.int64))
+        with pytest.raises(EngineError, match="int32 of shape"):
+            ex.expand(torch.zeros((1, 1, 1), dtype=torch.int32))
+        with pytest.raises(EngineError, match="int32 of shape"):
+            ex.expand(np.zeros((1, 2), dtype=np.int32))
+        with pytest.raises(EngineError, match="contiguous int32 tensor"):
+            ex.expand(torch.zeros((1, 1), dtype=torch.int32), torch.zeros((1, 5), dtype=torch.int32))
+        with pytest.raises(EngineError, match="do not fit"):
+            ex.mask_logits(torch.zeros((2, 4)), torch.zeros((2, 1), dtype=torch.int32))
+    with pytest.raises(EngineError, match="CPU only"):
+        TorchMaskExpander(tc, 3, device="meta", backend="numpy")
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 @pytest.mark.parametrize(("width", "classes"), [(1, 1), (33, 2), (1000, 33), (4099, 300)])
-def test_torch_expander_equals_numpy(backend: str, width: int, classes: int) -> None:
+def test_torch_expander_equals_numpy(torch: Any, backend: str, width: int, classes: int) -> None:
     from formalgram_cfgzip.expand import TorchMaskExpander, apply_token_bitmask_inplace
 
     rng = np.random.default_rng(width + classes)
@@ -351,7 +548,7 @@ def test_torch_expander_equals_numpy(backend: str, width: int, classes: int) -> 
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
-def test_torch_cpu_mask_logits_every_float_type(dtype: str) -> None:
+def test_torch_cpu_mask_logits_every_float_type(torch: Any, dtype: str) -> None:
     """CPU tensors of any float type, bfloat16 included (numpy has no bfloat16)."""
     from formalgram_cfgzip.expand import TorchMaskExpander
 
@@ -368,11 +565,11 @@ def test_torch_cpu_mask_logits_every_float_type(dtype: str) -> None:
     assert torch.isneginf(logits[:, width:]).all()
     kept = torch.from_numpy(bits == 1)
     assert torch.equal(logits[:, :width][kept], before[:, :width][kept])
-    with pytest.raises(ValueError, match="float tensor"):
+    with pytest.raises(EngineError, match="float tensor"):
         ex.mask_logits(torch.zeros(2, width, dtype=torch.int32), torch.from_numpy(cm))
 
 
-def test_apply_matches_xgrammar() -> None:
+def test_apply_matches_xgrammar(torch: Any) -> None:
     xgr = pytest.importorskip("xgrammar")
     from formalgram_cfgzip.expand import apply_token_bitmask_inplace
 
@@ -385,7 +582,7 @@ def test_apply_matches_xgrammar() -> None:
     assert torch.equal(torch.isneginf(a), torch.isneginf(b))
 
 
-def test_gpu_check_without_cuda_exits_cleanly(capsys: pytest.CaptureFixture[str]) -> None:
+def test_gpu_check_without_cuda_exits_cleanly(torch: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """bench/gpu_check.py runs on a CUDA machine; here (no CUDA) it must exit 0 with a message."""
     import importlib.util
     from pathlib import Path
@@ -399,3 +596,16 @@ def test_gpu_check_without_cuda_exits_cleanly(capsys: pytest.CaptureFixture[str]
     spec.loader.exec_module(module)
     assert module.main(["--quick"]) == 0
     assert "CUDA is not available" in capsys.readouterr().out
+
+
+def test_torch_expander_reuses_a_given_cpu_expander(torch: Any) -> None:
+    from formalgram_cfgzip.expand import TorchMaskExpander
+
+    tc = np.array([0, 1, 1, 2, -1, 0], dtype=np.int64)
+    cpu = MaskExpander(tc, 3)
+    ex = TorchMaskExpander(tc, 3, cpu_expander=cpu)
+    rows = np.array([[0b101], [0b010]], dtype=np.int32)
+    assert np.array_equal(ex.expand(torch.from_numpy(rows)).numpy(), expand_reference(tc, rows, 6))
+    assert cpu.cache_stats["misses"] == 2  # the rows went through the given expander
+    with pytest.raises(EngineError, match="cpu_expander expands 3 classes to 6 logits"):
+        TorchMaskExpander(np.zeros(7, dtype=np.int64), 3, cpu_expander=cpu)

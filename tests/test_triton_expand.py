@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,8 @@ _CHILD = textwrap.dedent(
     import json
     import numpy as np
     import torch
-    from formalgram_cfgzip.expand import TorchMaskExpander, expand_reference
+    from _expand_oracle import expand_reference
+    from formalgram_cfgzip.expand import TorchMaskExpander
 
     rng = np.random.default_rng(11)
     results = []
@@ -60,7 +62,9 @@ _CHILD = textwrap.dedent(
 
 
 def test_triton_kernels_match_the_oracle_in_the_interpreter() -> None:
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    tests = str(Path(__file__).resolve().parent)  # where the oracle lives
+    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600, check=False
     )
@@ -78,7 +82,7 @@ def test_triton_backend_refused_on_cpu_without_the_interpreter() -> None:
 
     if os.environ.get("TRITON_INTERPRET") == "1":  # pragma: no cover - depends on the caller
         pytest.skip("interpreter enabled in this process")
-    with pytest.raises(ValueError, match="CUDA device"):
+    with pytest.raises(ValueError, match="CUDA device"):  # an EngineError
         TorchMaskExpander(np.array([0, 1, 0]), 2, backend="triton")
 
 

@@ -53,6 +53,7 @@ from formalgram_cfgzip.errors import (
     TokenIdError,
 )
 from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander
+from formalgram_cfgzip.expand.layout import as_int32_rows, check_row_index
 
 if TYPE_CHECKING:
     from formalgram_cfgzip.classes import TokenClasses
@@ -388,47 +389,6 @@ def per_vocabulary(cache: dict[str, Any], vocab: Vocabulary, build: Callable[[],
 _INT32 = np.dtype(np.int32)
 
 
-def _as_int32_2d(bitmask: Any, what: str) -> npt.NDArray[np.int32]:
-    """A writable numpy view of an int32 bitmask (numpy array or CPU torch tensor)."""
-    if (  # the common case first: a C-contiguous 2-D int32 numpy array
-        type(bitmask) is np.ndarray
-        and bitmask.ndim == 2
-        and bitmask.dtype == np.int32
-        and bitmask.flags.c_contiguous
-        and bitmask.flags.writeable
-    ):
-        return bitmask
-    arr: Any = bitmask
-    if not isinstance(arr, np.ndarray):
-        numpy_fn = getattr(arr, "numpy", None)
-        if numpy_fn is None:
-            raise EngineError(f"{what} must be a numpy array or a CPU torch tensor, got {type(bitmask)}")
-        try:
-            arr = numpy_fn()
-        except (RuntimeError, TypeError) as exc:
-            raise EngineError(f"{what} must be on the CPU: {exc}") from exc
-    if arr.dtype != np.int32 or arr.ndim not in (1, 2):
-        raise EngineError(f"{what} must be a 1-D or 2-D int32 array, got {arr.dtype} with {arr.ndim} dims")
-    if arr.ndim == 1:
-        arr = arr[None, :]
-    if not arr.flags["C_CONTIGUOUS"]:
-        raise EngineError(f"{what} must be C-contiguous")
-    if not arr.flags.writeable:
-        raise EngineError(f"{what} is read-only: the engine writes the mask into it")
-    out: npt.NDArray[np.int32] = arr
-    return out
-
-
-def _check_index(index: int, rows: int) -> None:
-    if not 0 <= index < rows:
-        raise BatchIndexError(f"batch index {index} out of range for a bitmask with {rows} rows")
-
-
-def _row_index(index: object) -> int:
-    """``index`` as a row number (any integer type; a float, bool or None is refused)."""
-    return _integer(index, "a batch index", BatchIndexError)
-
-
 class EngineMatcher(ABC):
     """A matcher over real token ids, whatever the engine vocabulary (base of both engines).
 
@@ -558,16 +518,13 @@ class EngineMatcher(ABC):
         BatchIndexError
             If ``index`` is not an integer row of ``class_bitmask``.
         """
-        arr = _as_int32_2d(class_bitmask, "class bitmask")
+        arr = as_int32_rows(class_bitmask, "class bitmask")
         c = self.compiled
         if arr.shape[1] != c.engine_words:
             raise EngineError(
                 f"class bitmask must have {c.engine_words} int32 words per row, got {arr.shape[1]}"
             )
-        if type(index) is not int:
-            index = _row_index(index)
-        _check_index(index, arr.shape[0])
-        self._fill_live(arr, index)
+        self._fill_live(arr, check_row_index(index, arr.shape[0]))
 
     def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
         """Write the full-vocabulary mask (XGrammar layout) into row ``index`` of ``bitmask``.
@@ -625,15 +582,14 @@ class EngineMatcher(ABC):
     def _checked_token_bitmask(self, bitmask: Any, index: object) -> tuple[npt.NDArray[np.int32], int]:
         """``bitmask`` as a numpy int32 array whose row ``index`` has the token width, and
         ``index`` as an int, or the typed error saying why not."""
-        arr = _as_int32_2d(bitmask, "token bitmask")
+        arr = as_int32_rows(bitmask, "token bitmask")
         c = self.compiled
         if arr.shape[1] != c.token_words:
             raise EngineError(
                 f"token bitmask must have ceil({c.logit_width}/32) = {c.token_words} int32 words per row, "
                 f"got {arr.shape[1]}"
             )
-        row = _row_index(index)
-        _check_index(row, arr.shape[0])
+        row = check_row_index(index, arr.shape[0])
         return arr, row
 
 
@@ -763,9 +719,8 @@ class CompiledGrammar(ABC):
 
         Notes
         -----
-        The first call per device builds the expander (O(logit_width), plus the CPU
-        expander's subset tables on the CPU: about 80 ms and up to 32 MiB at 128k tokens);
-        later calls are one dictionary lookup.
+        The first call per device builds the expander (O(logit_width) on the device; on
+        the CPU it reuses :attr:`expander`); later calls are one dictionary lookup.
         """
         ex = self._torch_expanders.get(device)
         if ex is not None:
@@ -778,7 +733,9 @@ class CompiledGrammar(ABC):
         with self.expander_lock:
             ex = self._torch_expanders.get(resolved)
             if ex is None:
-                ex = TorchMaskExpander(self._token_class, self.engine_size, device=resolved)
+                ex = TorchMaskExpander(
+                    self._token_class, self.engine_size, device=resolved, cpu_expander=self.expander
+                )
                 self._torch_expanders[resolved] = ex
             self._torch_expanders[device] = ex
         return ex
@@ -846,11 +803,10 @@ class CompiledGrammar(ABC):
         """Validate a whole batch call before anything is filled; the target row of each matcher."""
         if arr.shape[1] != words:
             raise EngineError(f"{what} must have {words} int32 words per row, got {arr.shape[1]}")
-        rows = list(range(len(matchers))) if indices is None else [_row_index(i) for i in indices]
+        n = arr.shape[0]
+        rows = list(range(len(matchers))) if indices is None else [check_row_index(i, n) for i in indices]
         if len(rows) != len(matchers):
             raise EngineError(f"{len(rows)} indices given for {len(matchers)} matchers")
-        for r in rows:
-            _check_index(r, arr.shape[0])
         if len(set(rows)) != len(rows):
             raise BatchIndexError(f"a row is given twice in the batch indices {rows}")
         self._check_matchers(matchers)
@@ -868,7 +824,7 @@ class CompiledGrammar(ABC):
         """Validate a batch, then ``fill`` it (under :attr:`expander_lock`): optimistically,
         without termination checks, when the engine raises on a terminated matcher, and
         redone with the checks (terminated rows zeroed) if it does."""
-        arr = _as_int32_2d(bitmask, what)
+        arr = as_int32_rows(bitmask, what)
         rows = self._batch_rows(matchers, arr, words, what, indices)
         with self.expander_lock:
             if bool(matchers) and all(m.FILL_RAISES_WHEN_TERMINATED for m in matchers):

@@ -1,4 +1,4 @@
-"""Type stub of the C mask-expansion kernel (formalgram_cfgzip/_cexpand.c)."""
+"""Type stub of the C mask-expansion kernel (formalgram_cfgzip/expand/_cexpand.c)."""
 
 from _typeshed import ReadableBuffer, WriteableBuffer
 

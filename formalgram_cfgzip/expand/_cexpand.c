@@ -1,8 +1,9 @@
 /*
- * formalgram_cfgzip._cexpand -- class bitmask -> token bitmask expansion in C.
+ * formalgram_cfgzip.expand._cexpand -- class bitmask -> token bitmask expansion in C.
  *
- * The compiled companion of formalgram_cfgzip/expand.py (built with the mypyc-compiled
- * install; the pure-Python build uses the numpy code in expand.py).  One Kernel holds,
+ * The compiled kernel of formalgram_cfgzip.expand (built with the mypyc-compiled install;
+ * the pure-Python build uses expand/_numpy_kernel.py; expand/_c_kernel.py wraps this
+ * module for MaskExpander, and expand/plans.py names its plan codes).  One Kernel holds,
  * for one token -> class map, every precomputed structure; Kernel.expand() writes one
  * token-bitmask row (XGrammar's layout: int32 words, bit j of word w is token 32*w + j,
  * pad bits zero) from one class-bitmask row, choosing per row the cheapest of seven plans
@@ -1252,7 +1253,7 @@ static PyMethodDef Kernel_methods[] = {
 };
 
 static PyTypeObject KernelType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "formalgram_cfgzip._cexpand.Kernel",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "formalgram_cfgzip.expand._cexpand.Kernel",
     .tp_doc = PyDoc_STR("Kernel(token_class, num_classes, table_budget, groups=-1, cache_rows=0,\n"
                         "       delta=1)\n\n"
                         "Precomputed class -> token expansion for one int32 token-class array\n"
@@ -1271,7 +1272,7 @@ static PyTypeObject KernelType = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "formalgram_cfgzip._cexpand",
+    PyModuleDef_HEAD_INIT, "formalgram_cfgzip.expand._cexpand",
     "Class bitmask -> token bitmask expansion in C (see formalgram_cfgzip.expand).", -1,
     module_methods, NULL, NULL, NULL, NULL,
 };

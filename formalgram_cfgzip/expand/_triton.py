@@ -1,4 +1,4 @@
-"""Triton kernels for the GPU mask expansion (imported lazily, only on CUDA with Triton).
+"""The Triton kernels of the GPU mask expansion (imported lazily, only on CUDA with Triton).
 
 Two kernels, each one launch per batch:
 
