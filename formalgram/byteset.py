@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import final
 
+__all__ = ["FULL_MASK", "ByteSet"]
+
+
 FULL_MASK = (1 << 256) - 1
 
 

@@ -6,6 +6,15 @@ so callers can catch the whole family with one ``except`` clause.
 
 from __future__ import annotations
 
+__all__ = [
+    "EmptyLanguageError",
+    "FormalgramError",
+    "GrammarError",
+    "GrammarSyntaxError",
+    "GrammarTooLarge",
+    "UnsupportedConstruct",
+]
+
 
 class FormalgramError(Exception):
     """Base class of every error raised on purpose by formalgram."""

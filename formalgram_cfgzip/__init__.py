@@ -1,19 +1,40 @@
-"""formalgram_cfgzip: lossless token-space compression for grammar-constrained decoding."""
+"""formalgram_cfgzip: lossless token-space compression for grammar-constrained decoding.
+
+The names users call: a :class:`Vocabulary`, :func:`compress` (offline, once per grammar and
+tokenizer) giving :class:`TokenClasses` (saved and loaded with fingerprints), the engines
+over the classes (:func:`compile_grammar`, and :func:`compile_full` for the uncompressed
+reference; more in :mod:`formalgram_cfgzip.engines`), the mask expanders, and the errors.
+The building blocks live in their modules: the displacement search in
+:mod:`formalgram_cfgzip.search`, the cache format in :mod:`formalgram_cfgzip.cache`, the
+integrations in :mod:`formalgram_cfgzip.integrations`.
+
+Examples
+--------
+>>> from formalgram_cfgzip import Vocabulary, compress, compile_grammar
+>>> vocab = Vocabulary([b"(", b")", b"()", b"x", b"</s>"], special_ids=[4], stop_ids=[4])
+>>> classes = compress('root ::= "(" root ")" | "x"', vocab, progress=False)
+>>> matcher = compile_grammar(classes, 'root ::= "(" root ")" | "x"').matcher()
+>>> matcher.accept_token(0), matcher.accept_token(2)
+(True, False)
+"""
 
 from __future__ import annotations
 
-# vocabulary helper: vocabularies, errors, cache
-from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint, read_cache, write_cache
-
-# displacements and classes
 from formalgram_cfgzip.classes import TokenClasses
 from formalgram_cfgzip.compress import compress
-
-# engines helper: mask expansion and engine adapters (engines themselves load lazily)
-from formalgram_cfgzip.engines.base import BatchIndexError, ClassesMismatchError, EngineError, TokenIdError
-from formalgram_cfgzip.errors import CacheError, CfgzipError, ClassesInvariantError, VocabularyError
-from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander
-from formalgram_cfgzip.search import DisplacementSearch
+from formalgram_cfgzip.engines import compile_full, compile_grammar
+from formalgram_cfgzip.errors import (
+    BatchIndexError,
+    CacheError,
+    CfgzipError,
+    ClassesInvariantError,
+    ClassesMismatchError,
+    EngineError,
+    GrammarViolation,
+    TokenIdError,
+    VocabularyError,
+)
+from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander, apply_token_bitmask_inplace
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __version__ = "0.1.0"
@@ -23,8 +44,8 @@ __all__ = [
     "CfgzipError",
     "ClassesInvariantError",
     "ClassesMismatchError",
-    "DisplacementSearch",
     "EngineError",
+    "GrammarViolation",
     "MaskExpander",
     "TokenClasses",
     "TokenIdError",
@@ -32,9 +53,8 @@ __all__ = [
     "Vocabulary",
     "VocabularyError",
     "__version__",
+    "apply_token_bitmask_inplace",
+    "compile_full",
+    "compile_grammar",
     "compress",
-    "fingerprint_text",
-    "grammar_fingerprint",
-    "read_cache",
-    "write_cache",
 ]

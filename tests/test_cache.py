@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from formalgram_cfgzip import CacheError, fingerprint_text, read_cache, write_cache
+from formalgram_cfgzip.cache import fingerprint_text, read_cache, write_cache
+from formalgram_cfgzip.errors import CacheError
 
 META = {"grammar_sha256": "g" * 64, "vocab_sha256": "v" * 64, "algorithm": "cfgzip-1", "num_classes": 3}
 EXPECT = {"grammar_sha256": "g" * 64, "vocab_sha256": "v" * 64, "algorithm": "cfgzip-1"}

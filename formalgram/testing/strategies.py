@@ -32,6 +32,9 @@ from formalgram.errors import GrammarError, GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram.recognize.enumerate import enumerate_strings, sample
 
+__all__ = ["grammar_and_strings", "grammars"]
+
+
 _NAMES = "SABCDEFGHIJKLMNOPQRTUVWXYZ"
 
 
