@@ -13,8 +13,9 @@ from collections.abc import Iterable
 
 import networkx as nx
 import pytest
+from _data import real_grammar
 from hypothesis import HealthCheck, given, settings
-from test_pda_support import ALPHABET, gnf_grammars, shared_grammars
+from test_pda_support import ALPHABET, gnf_grammars
 
 import formalgram
 from formalgram import ByteSet, Grammar, GrammarError, GrammarTooLarge, Nonterminal, Production
@@ -317,12 +318,9 @@ REAL_HEAVY = [
 
 
 def _real_soundness(rel: str, walks: int, samples: int) -> None:
-    root = shared_grammars()
-    if root is None:
-        pytest.skip("shared grammars folder is absent")
     if not all(hasattr(formalgram, f) for f in ("load", "to_gnf", "sample")):
         pytest.skip("formalgram.load / to_gnf / sample not available yet")
-    g = formalgram.load(root / rel)
+    g = formalgram.load(real_grammar(rel))
     gnf = formalgram.to_gnf(g)
     pda = PDA.from_gnf(gnf, max_stacks=2000)
     relation = set(can_be_pairs(gnf))

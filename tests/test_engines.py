@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import _data
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -22,6 +23,7 @@ import pytest
 pytest.importorskip("xgrammar")
 pytest.importorskip("llguidance")
 
+from formalgram.errors import GrammarTooLarge, UnsupportedConstruct
 from formalgram_cfgzip.classes import TokenClasses
 from formalgram_cfgzip.engines import llguidance as llg_engine
 from formalgram_cfgzip.engines import xgrammar as xgr_engine
@@ -34,7 +36,6 @@ from formalgram_cfgzip.engines.base import (
 )
 from formalgram_cfgzip.vocabulary import Vocabulary
 
-GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
 ENGINES: dict[str, Any] = {"xgrammar": xgr_engine, "llguidance": llg_engine}
 
 
@@ -443,53 +444,96 @@ def test_torch_cpu_bitmask_and_lazy_engines() -> None:
 
 
 # -- real grammars and vocabularies -----------------------------------------------------
-def _grammar_files() -> list[Path]:
-    if not GRAMMARS.is_dir():
-        return []
-    return sorted(p for p in GRAMMARS.rglob("*") if p.suffix in (".gbnf", ".ebnf"))
+SWEEP_VOCABULARIES = ["llama3", "qwen3", "o200k_harmony"]
+# Grammars above this size are left to bench/online_bench.py (none of either corpus is;
+# sql_syncode, 13 KB, already takes minutes per vocabulary).
+SWEEP_MAX_BYTES = 20_000
 
+# Grammars formalgram's reader refuses by design (the construct it names): the sweep
+# checks that compress() refuses them so, and compares nothing.
+FORMALGRAM_REFUSES = {"xgrammar/builtin_json.ebnf": "lookahead"}
+
+# llguidance reads these grammars as a different language (its lexer splits bytes into
+# lexemes), so classes computed for the context-free language need not be congruent for
+# it, and its full-vocabulary masks differ from the compressed ones.  Each is pinned by a
+# fast test of llguidance's reading in test_llguidance_reprint.py; the sweep marks exactly
+# these cases (every vocabulary of the sweep fails on each; the other SMILES grammars,
+# chain_extenders and generic, pass).  grammar -> prefixes llguidance rejects.
+_LLGUIDANCE_READS_OTHERWISE = {
+    "transformers_cfg/SMILES/acrylates.ebnf": "b'OCC' and b'OCI' (a second atom after b'OC')",
+    "transformers_cfg/SMILES/isocyanates.ebnf": "b'O=CO' (atoms after b'O=C'; it allows only the group b'O=C=N')",
+    "derived/lark_via_xgrammar/sql_syncode.gbnf": "b'SELECTalk' (it allows b'SELECTask')",
+    "derived/lark_via_xgrammar/go_syncode.gbnf": (
+        "b'package main\\nconstraints' (it allows b'package main\\nconstants')"
+    ),
+}
+LLGUIDANCE_OTHER_LANGUAGE: dict[tuple[str, str], str] = {
+    (
+        rel,
+        vocab_name,
+    ): f"llguidance's lexer rejects {what}, prefixes that Earley and XGrammar accept"
+    for rel, what in _LLGUIDANCE_READS_OTHERWISE.items()
+    for vocab_name in SWEEP_VOCABULARIES
+}
 
 _classes_cache: dict[tuple[str, str], Any] = {}
-SWEEP_MAX_BYTES = 20_000  # all shared grammars (sql_syncode takes minutes per vocabulary)
 _full_cache: dict[tuple[str, str, str], CompiledGrammar] = {}
 
 
+def _sweep_cases() -> list[Any]:
+    """(grammar, vocabulary, engine) for every grammar of the sweep's corpus, each known
+    llguidance divergence marked as a strict xfail naming what llguidance rejects."""
+    cases = []
+    for rel in _data.sweep_files():
+        if _data.real_grammar(rel).stat().st_size > SWEEP_MAX_BYTES:
+            continue
+        for vocab_name in SWEEP_VOCABULARIES:
+            for engine in sorted(ENGINES):
+                other = LLGUIDANCE_OTHER_LANGUAGE.get((rel, vocab_name)) if engine == "llguidance" else None
+                marks = [pytest.mark.xfail(reason=other, raises=AssertionError, strict=True)] if other else []
+                cases.append(
+                    pytest.param(rel, vocab_name, engine, marks=marks, id=f"{rel}-{vocab_name}-{engine}")
+                )
+    return cases
+
+
 def _setup(path: Path, vocab_name: str, engine: str) -> tuple[CompiledGrammar, CompiledGrammar]:
+    """The compressed and full-vocabulary engines for one case.
+
+    Only the documented refusals skip: the engine cannot read the grammar (``EngineError``
+    from compiling it over a one-token vocabulary), or compress() exceeds its budget
+    (``GrammarTooLarge``).  Any other exception fails the test.
+    """
     from formalgram_cfgzip.classes import compress
 
     vocab = Vocabulary.builtin(vocab_name)
     text = path.read_text(encoding="utf-8")
-    key = (str(path), vocab_name)
+    mod = ENGINES[engine]
+    options = _sweep_options(engine)
+    try:
+        mod.compile_full(Vocabulary([b"a"]), text, **options)  # cheap: does the engine read it?
+    except EngineError as exc:
+        pytest.skip(f"{engine} cannot compile {path.name}: {str(exc)[:120]}")
     # The sweep takes one grammar at a time (all its vocabularies and engines), so the caches
     # only need the current grammar.  Keeping every grammar's full-vocabulary engines made the
     # process grow past compress()'s 4 GiB memory budget (a process-wide RSS check) after
-    # ~90 grammars, and later grammars were skipped as GrammarTooLarge.
+    # ~90 grammars, and later grammars were refused as GrammarTooLarge.
     for cache in (_classes_cache, _full_cache):
         for stale in [k for k in cache if k[0] != str(path)]:
             del cache[stale]
+    key = (str(path), vocab_name)
     if key not in _classes_cache:
         try:
-            xgr_engine.compile_full(Vocabulary([b"a"]), text)  # cheap: does XGrammar read it?
-            if len(text) > SWEEP_MAX_BYTES:
-                raise RuntimeError(
-                    f"{len(text)} bytes: beyond the sweep's size limit (see bench/online_bench.py)"
-                )
             _classes_cache[key] = compress(text, vocab, progress=False)
-        except Exception as exc:  # skipped with the reason
+        except GrammarTooLarge as exc:  # kept, so the other engine skips at once
             _classes_cache[key] = exc
     classes = _classes_cache[key]
-    if isinstance(classes, Exception):
-        pytest.skip(f"{path.name}: {type(classes).__name__}: {str(classes)[:120]}")
-    mod = ENGINES[engine]
+    if isinstance(classes, GrammarTooLarge):
+        pytest.skip(f"{path.name}: compress() refused: {str(classes)[:120]}")
     fkey = (str(path), vocab_name, engine)
-    options = _sweep_options(engine)
-    try:
-        if fkey not in _full_cache:
-            _full_cache[fkey] = mod.compile_full(vocab, text, **options)
-        compressed = mod.compile(classes, text, **options)
-    except EngineError as exc:
-        pytest.skip(f"{engine} cannot compile {path.name}: {str(exc)[:120]}")
-    return compressed, _full_cache[fkey]
+    if fkey not in _full_cache:
+        _full_cache[fkey] = mod.compile_full(vocab, text, **options)
+    return mod.compile(classes, text, **options), _full_cache[fkey]
 
 
 # llguidance's default of 50,000 Earley items per mask step stops its full-vocabulary
@@ -515,24 +559,22 @@ FAST_CASES = [
 @pytest.mark.parametrize("engine", sorted(ENGINES))
 @pytest.mark.parametrize(("rel", "vocab_name"), FAST_CASES)
 def test_real_grammar_lossless_fast(engine: str, rel: str, vocab_name: str) -> None:
-    path = GRAMMARS / rel
-    if not path.exists():
-        pytest.skip(f"shared grammar {rel} is absent")
-    compressed, full = _setup(path, vocab_name, engine)
+    compressed, full = _setup(_data.grammar(rel), vocab_name, engine)
     assert differential_walk(compressed, full, steps=40, seed=1, batch=1, bias="long") == []
     assert differential_walk(compressed, full, steps=15, seed=2, batch=8, bias="stop") == []
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("engine", sorted(ENGINES))
-@pytest.mark.parametrize("vocab_name", ["llama3", "qwen3", "o200k_harmony"])
-@pytest.mark.parametrize("path", _grammar_files(), ids=lambda p: str(p.relative_to(GRAMMARS)))
-def test_real_grammar_lossless_sweep(
-    engine: str, vocab_name: str, path: Path, request: pytest.FixtureRequest
-) -> None:
-    other = LLGUIDANCE_OTHER_LANGUAGE.get(path.parent.name) or LLGUIDANCE_OTHER_LANGUAGE.get(path.name)
-    if engine == "llguidance" and other:
-        request.node.add_marker(pytest.mark.xfail(reason=other, strict=False))
+@pytest.mark.parametrize(("rel", "vocab_name", "engine"), _sweep_cases())
+def test_real_grammar_lossless_sweep(rel: str, vocab_name: str, engine: str) -> None:
+    path = _data.real_grammar(rel)
+    if rel in FORMALGRAM_REFUSES:
+        from formalgram_cfgzip.classes import compress
+
+        with pytest.raises(UnsupportedConstruct) as info:
+            compress(path.read_text(encoding="utf-8"), Vocabulary.builtin(vocab_name), progress=False)
+        assert info.value.construct == FORMALGRAM_REFUSES[rel]
+        return
     compressed, full = _setup(path, vocab_name, engine)
     problems: list[str] = []
     notes: list[str] = []
@@ -551,21 +593,6 @@ def test_real_grammar_lossless_sweep(
         warnings.warn(f"{len(notes)} walks restarted or shortened: {notes[0]}", stacklevel=1)
     assert problems == []
 
-
-# llguidance reads these grammars as a different language (its lexer), so classes computed
-# for the context-free language need not be congruent for it.  Example: after ``O`` ``C``,
-# formalgram's Earley recognizer and XGrammar accept ``I`` (acrylates.ebnf), llguidance
-# rejects it, so token ``OCI`` differs from its class representative ``Occ`` there.
-LLGUIDANCE_OTHER_LANGUAGE = {
-    "SMILES": "llguidance's lexer rejects valid prefixes such as b'OCI' (Earley and XGrammar accept them)",
-    # found by the o200k_harmony sweep: after b"SELEC" the class of b"Task" also holds b"Talk";
-    # llguidance allows b"SELECTask" but rejects b"SELECTalk", which Earley and XGrammar accept
-    "sql_syncode.gbnf": "llguidance rejects valid prefixes such as b'SELECTalk' (Earley and XGrammar accept them)",
-    # found by the llama3 sweep once llguidance's item limit was raised (before, its reference
-    # matcher gave up first): b"constraints" and b"constants" share a class after
-    # b"package main\n"; llguidance allows only the second, Earley and XGrammar both
-    "go_syncode.gbnf": "llguidance rejects valid prefixes such as b'package main\\nconstraints' (Earley and XGrammar accept them)",
-}
 
 SWEEP_WALKS = [(0, "uniform", 1), (1, "long", 1), (2, "stop", 1), (3, "uniform", 8), (4, "long", 8)]
 # Time per walk of the sweep (at least 10 steps each): 60 steps take well under this on

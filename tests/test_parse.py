@@ -12,6 +12,7 @@ import importlib.util
 import random
 from pathlib import Path
 
+import _data
 import pytest
 from _xgrammar_child import (
     Crash,
@@ -28,7 +29,7 @@ from formalgram import ByteSet, Grammar, accepts, nullable
 from formalgram.errors import GrammarSyntaxError, UnsupportedConstruct
 from formalgram.syntax.gbnf import load, parse_gbnf
 
-GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
+GRAMMARS = _data.GRAMMARS
 prestart_shared_worker()  # XGrammar on random grammars runs in this child process
 
 
@@ -418,17 +419,9 @@ def test_random_gbnf_like_text_only_syntax_errors(text: str) -> None:
     _parse_or_syntax_error("root ::= " + text)
 
 
-def _corpus_texts() -> list[str]:
-    if not GRAMMARS.is_dir():
-        return []
-    paths = sorted(p for p in GRAMMARS.rglob("*") if p.suffix in (".gbnf", ".ebnf") and "JME_" not in p.name)
-    return [p.read_text(encoding="utf-8") for p in paths]
+CORPUS_TEXTS = [(GRAMMARS / rel).read_text(encoding="utf-8") for rel in _data.grammar_files()]
 
 
-CORPUS_TEXTS = _corpus_texts()
-
-
-@pytest.mark.skipif(not CORPUS_TEXTS, reason="shared grammar corpus not found")
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_mutated_real_grammars_only_syntax_errors(data: st.DataObject) -> None:
@@ -449,27 +442,29 @@ def test_mutated_real_grammars_only_syntax_errors(data: st.DataObject) -> None:
 
 
 # --------------------------------------------------------------------------------------
-# the shared corpus: every file parses, or is refused naming the construct
+# the real grammars: every file parses, or is refused naming the construct
 
-# file (relative to shared/grammars) -> construct that makes the default parse refuse it
+# file (relative to the corpus root) -> construct that makes the default parse refuse it
 REFUSED_BY_DEFAULT = {
     "xgrammar/builtin_json.ebnf": "lookahead",  # (= ...) after rule bodies; parses with lookahead="drop"
 }
 
 
-def _corpus_files() -> list[str]:
-    if not GRAMMARS.is_dir():
-        return []
-    return sorted(str(p.relative_to(GRAMMARS)) for p in GRAMMARS.rglob("*") if p.suffix in (".gbnf", ".ebnf"))
+CORPUS = _data.grammar_files()
 
 
-CORPUS = _corpus_files()
-
-
-@pytest.mark.skipif(not CORPUS, reason="shared grammar corpus not found")
-@pytest.mark.parametrize("rel", CORPUS or ["-"])
+@pytest.mark.parametrize("rel", CORPUS)
 def test_corpus_parses_or_is_refused(rel: str) -> None:
-    path = GRAMMARS / rel
+    _parses_or_is_refused(rel, GRAMMARS / rel)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("rel", _data.sweep_files())
+def test_sweep_corpus_parses_or_is_refused(rel: str) -> None:
+    _parses_or_is_refused(rel, _data.real_grammar(rel))
+
+
+def _parses_or_is_refused(rel: str, path: Path) -> None:
     construct = REFUSED_BY_DEFAULT.get(rel)
     if construct is None:
         g = load(path)
@@ -496,7 +491,6 @@ def _hand_written() -> dict[str, tuple[list[bytes], list[bytes]]]:
     }
 
 
-@pytest.mark.skipif(not CORPUS, reason="shared grammar corpus not found")
 def test_corpus_hand_written_members() -> None:
     for rel, (members, non_members) in _hand_written().items():
         g = load(GRAMMARS / rel, lookahead="drop")
@@ -507,7 +501,6 @@ def test_corpus_hand_written_members() -> None:
 
 
 @pytest.mark.xgrammar
-@pytest.mark.skipif(not CORPUS, reason="shared grammar corpus not found")
 def test_corpus_hand_written_members_xgrammar() -> None:
     for rel, (members, non_members) in _hand_written().items():
         if rel == "llama_cpp/json.gbnf":

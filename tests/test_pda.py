@@ -11,9 +11,10 @@ import random
 from collections.abc import Callable
 
 import pytest
+from _data import real_grammar
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_pda_support import ALPHABET, DerivationOracle, all_strings, gnf_grammars, shared_grammars
+from test_pda_support import ALPHABET, DerivationOracle, all_strings, gnf_grammars
 
 import formalgram
 from formalgram import ByteSet, Grammar, GrammarError, GrammarTooLarge, Nonterminal, Production
@@ -313,15 +314,12 @@ REAL_HEAVY = [
 
 
 def _real_grammar_check(rel: str, n_samples: int) -> None:
-    root = shared_grammars()
-    if root is None:
-        pytest.skip("shared grammars folder is absent")
     if EARLEY is None or not all(hasattr(formalgram, f) for f in ("load", "to_gnf")):
         pytest.skip("formalgram.load / to_gnf / Earley oracle not available yet")
     from formalgram.recognize import sample
 
     accepts, is_prefix = EARLEY
-    g = formalgram.load(root / rel)
+    g = formalgram.load(real_grammar(rel))
     gnf = formalgram.to_gnf(g)
     pda = PDA.from_gnf(gnf)
     rng = random.Random(0)

@@ -5,26 +5,18 @@
   or unreachable nonterminals).
 * :class:`DerivationOracle` -- membership and prefix tests by span-based derivation
   (CYK-style over the grammar's rules), independent of any stack simulation.
-* :func:`shared_grammars` -- the folder of real grammars, or ``None``.
 """
 
 from __future__ import annotations
 
 import itertools
 from functools import cache
-from pathlib import Path
 
 from hypothesis import strategies as st
 
 from formalgram import Grammar
 
 ALPHABET = b"abc"
-
-
-def shared_grammars() -> Path | None:
-    """``<repo>/../shared/grammars`` when present."""
-    p = Path(__file__).resolve().parents[2] / "shared" / "grammars"
-    return p if p.is_dir() else None
 
 
 def all_strings(alphabet: bytes, max_len: int) -> list[bytes]:

@@ -12,6 +12,7 @@ import json
 import random
 from pathlib import Path
 
+import _data
 import pytest
 from _xgrammar_child import Crash, Refused, prestart_shared_worker, shared_worker
 from hypothesis import HealthCheck, given, settings
@@ -24,19 +25,12 @@ from formalgram.syntax.printer import to_gbnf
 from formalgram.testing import grammars
 from formalgram.utf8 import MAX_CODE_POINT, complement_ranges, encode_code_point, normalize_ranges
 
-GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
+GRAMMARS = _data.GRAMMARS
 prestart_shared_worker()  # XGrammar on random grammars runs in this child process
 
-
-def _corpus_files() -> list[str]:
-    if not GRAMMARS.is_dir():
-        return []
-    return sorted(str(p.relative_to(GRAMMARS)) for p in GRAMMARS.rglob("*") if p.suffix in (".gbnf", ".ebnf"))
-
-
-CORPUS = _corpus_files()
-# the default run checks every non-JSON-schema grammar and every fifth schema grammar
-CORPUS_QUICK = [r for r in CORPUS if "JME_" not in r or int(r.split("JME_")[1].split(".")[0]) % 5 == 0]
+CORPUS = _data.grammar_files()
+# the heavy run: both corpora (the shared one when present; tests/_data.py)
+SWEEP_CORPUS = _data.sweep_files()
 
 
 class XMatcher:
@@ -53,16 +47,15 @@ class XMatcher:
         return bool(self.matcher.accept_string(data)) and bool(self.matcher.is_terminated())
 
 
-def _load(rel: str) -> Grammar:
-    return load(GRAMMARS / rel, lookahead="drop")
+def _load(rel: str, root: Path = GRAMMARS) -> Grammar:
+    return load(root / rel, lookahead="drop")
 
 
 # --------------------------------------------------------------------------------------
 # round trip on the corpus
 
 
-@pytest.mark.skipif(not CORPUS, reason="shared grammar corpus not found")
-@pytest.mark.parametrize("rel", CORPUS or ["-"])
+@pytest.mark.parametrize("rel", CORPUS)
 def test_corpus_round_trip(rel: str) -> None:
     g = _load(rel)
     text = to_gbnf(g)
@@ -71,8 +64,7 @@ def test_corpus_round_trip(rel: str) -> None:
 
 
 @pytest.mark.xgrammar
-@pytest.mark.skipif(not CORPUS, reason="shared grammar corpus not found")
-@pytest.mark.parametrize("rel", CORPUS or ["-"])
+@pytest.mark.parametrize("rel", CORPUS)
 def test_corpus_printed_text_compiles_in_xgrammar(rel: str) -> None:
     xgr = pytest.importorskip("xgrammar")
     g = _load(rel)
@@ -94,12 +86,12 @@ def _mutations(s: bytes, rng: random.Random, k: int) -> list[bytes]:
     return out
 
 
-def _differential(rel: str, n_samples: int, n_mut: int, max_len: int = 300) -> None:
-    g = _load(rel)
+def _differential(rel: str, n_samples: int, n_mut: int, max_len: int = 300, root: Path = GRAMMARS) -> None:
+    g = _load(rel, root)
     printed = XMatcher(to_gbnf(g), g.start.name)
     original: XMatcher | None
     try:
-        original = XMatcher((GRAMMARS / rel).read_text(encoding="utf-8"))
+        original = XMatcher((root / rel).read_text(encoding="utf-8"))
     except Exception:  # XGrammar refuses some llama.cpp syntax (e.g. empty alternatives)
         original = None
     rng = random.Random(rel)
@@ -118,22 +110,21 @@ def _differential(rel: str, n_samples: int, n_mut: int, max_len: int = 300) -> N
 
 
 @pytest.mark.xgrammar
-@pytest.mark.skipif(not CORPUS, reason="shared grammar corpus not found")
-@pytest.mark.parametrize("rel", [r for r in CORPUS_QUICK if "repeat_ref_complex" not in r] or ["-"])
+@pytest.mark.parametrize("rel", [r for r in CORPUS if "repeat_ref_complex" not in r])
 def test_corpus_differential_quick(rel: str) -> None:
     _differential(rel, 3, 3, max_len=120)
 
 
 @pytest.mark.heavy
 @pytest.mark.xgrammar
-@pytest.mark.skipif(not CORPUS, reason="shared grammar corpus not found")
-@pytest.mark.parametrize("rel", [r for r in CORPUS if "repeat_ref_complex" not in r] or ["-"])
+@pytest.mark.parametrize("rel", [r for r in SWEEP_CORPUS if "repeat_ref_complex" not in r])
 def test_corpus_differential_full(rel: str) -> None:
-    _differential(rel, 25, 6)
+    _differential(rel, 25, 6, root=_data.corpus_of(rel))
 
 
 def _json_cases() -> list[str]:
-    folder = GRAMMARS / "json_schemas" / "json_mode_eval"
+    """The json-mode-eval cases of the shared corpus (not redistributable: heavy run only)."""
+    folder = _data.SHARED_GRAMMARS / "json_schemas" / "json_mode_eval"
     if not folder.is_dir():
         return []
     return sorted(p.stem for p in folder.glob("JME_*.json"))
@@ -142,35 +133,36 @@ def _json_cases() -> list[str]:
 JSON_CASES = _json_cases()
 
 
-def _check_json_instance(name: str) -> None:
-    case = json.loads(
-        (GRAMMARS / "json_schemas" / "json_mode_eval" / f"{name}.json").read_text(encoding="utf-8")
-    )
-    rel = f"derived/json_mode_eval_xgrammar/{name}.gbnf"
-    g = _load(rel)
-    xm = XMatcher((GRAMMARS / rel).read_text(encoding="utf-8"))
+def _check_json_documents(rel: str, root: Path, docs: list[object]) -> None:
+    g = _load(rel, root)
+    xm = XMatcher((root / rel).read_text(encoding="utf-8"))
     printed = XMatcher(to_gbnf(g))
-    for test in case["tests"]:
-        for text in (json.dumps(test["data"]), json.dumps(test["data"], indent=2, ensure_ascii=False)):
+    for doc in docs:
+        for text in (json.dumps(doc), json.dumps(doc, indent=2, ensure_ascii=False)):
             data = text.encode()
             ours = accepts(g, data)
-            assert xm(data) == ours, (name, text[:80])
-            assert printed(data) == ours, (name, text[:80])
+            assert xm(data) == ours, (rel, text[:80])
+            assert printed(data) == ours, (rel, text[:80])
 
 
 @pytest.mark.xgrammar
-@pytest.mark.skipif(not JSON_CASES, reason="json_mode_eval schemas not found")
-@pytest.mark.parametrize("name", JSON_CASES[::10] or ["-"])
+@pytest.mark.parametrize("name", _data.json_schema_names())
 def test_json_instances_quick(name: str) -> None:
-    _check_json_instance(name)
+    schema = json.loads((_data.JSON_SCHEMAS / f"{name}.json").read_text(encoding="utf-8"))
+    _check_json_documents(f"json_schemas/{name}.gbnf", GRAMMARS, schema["examples"])
 
 
 @pytest.mark.heavy
 @pytest.mark.xgrammar
-@pytest.mark.skipif(not JSON_CASES, reason="json_mode_eval schemas not found")
-@pytest.mark.parametrize("name", JSON_CASES or ["-"])
+@pytest.mark.parametrize("name", JSON_CASES)
 def test_json_instances_full(name: str) -> None:
-    _check_json_instance(name)
+    case = json.loads(
+        (_data.SHARED_GRAMMARS / "json_schemas" / "json_mode_eval" / f"{name}.json").read_text(
+            encoding="utf-8"
+        )
+    )
+    docs = [test["data"] for test in case["tests"]]
+    _check_json_documents(f"derived/json_mode_eval_xgrammar/{name}.gbnf", _data.SHARED_GRAMMARS, docs)
 
 
 # --------------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ bounded enumeration of both grammars, and llguidance's own GBNF reader, which re
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
+import _data
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -19,8 +19,6 @@ from formalgram.recognize.earley import accepts
 from formalgram.syntax.gbnf import load, parse_gbnf
 from formalgram.syntax.printer import to_gbnf
 from formalgram.testing import grammars
-
-GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
 
 
 def _same_language(g: Grammar, h: Grammar, max_len: int = 4) -> None:
@@ -80,20 +78,17 @@ def test_random_grammars_portable_round_trip(g: Grammar) -> None:
     _same_language(g, parse_gbnf(to_gbnf(g, portable_names=True)))
 
 
-@pytest.mark.skipif(not GRAMMARS.is_dir(), reason="shared grammar corpus not found")
 @pytest.mark.parametrize(
     "rel",
     [
-        "derived/json_mode_eval_xgrammar/JME_0.gbnf",
-        "derived/json_mode_eval_xgrammar/JME_58.gbnf",
+        "json_schemas/purchase_order.gbnf",
+        "json_schemas/sensor_reading.gbnf",
         "derived/lark_via_xgrammar/xml2rfc_v3.gbnf",
     ],
 )
 def test_llguidance_reads_portable_text_it_cannot_read_as_written(rel: str) -> None:
     llg = pytest.importorskip("llguidance")
-    path = GRAMMARS / rel
-    if not path.exists():
-        pytest.skip(f"{rel} not in this corpus")
+    path = _data.grammar(rel)
     text = path.read_text(encoding="utf-8")
     with pytest.raises(ValueError):
         llg.grammar_from("gbnf", text)

@@ -1,0 +1,270 @@
+"""The compressed XGrammar adapter against XGrammar used directly, on real grammars.
+
+The oracle shares no code with the adapter: an ``xgrammar.TokenizerInfo`` built from the
+vocabulary's own token bytes (special tokens keep their labels; the stop tokens are the
+vocabulary's), ``xgrammar.GrammarCompiler(...).compile_grammar(text)``, one
+``xgrammar.GrammarMatcher`` per walk and ``xgrammar.BatchGrammarMatcher`` for batches.
+Nothing of ``formalgram_cfgzip.engines`` is on that side, so the special-token policy of
+``formalgram_cfgzip/engines/base.py`` is not either.  The adapter's side is the public path:
+``compress()`` classes and ``engines.compile(classes, text, engine="xgrammar")``.
+
+At every step of seeded walks (biased to long tokens, sometimes a stop token) the two masks
+are compared at every logit index.  They may differ only where the policy says so, and the
+test predicts that set exactly:
+
+* a special token that is not a stop token: the adapter never allows it; raw XGrammar reads
+  its label as text and allows it exactly when the label continues the text read so far
+  (predicted with the Earley recognizer of ``formalgram.recognize``, a third party to both
+  sides).  Example: inside a JSON string, ``<|reserved_special_token_0|>`` is text to raw
+  XGrammar.
+* a stop token: both allow it exactly when the grammar can end here (XGrammar never reads a
+  stop token as text), so no difference is allowed.
+* padding ids (Qwen3's logit width exceeds its vocabulary): both never allow them.  Neither
+  Llama-3 nor Qwen3 has holes or text tokens with empty bytes (test_engines.py covers those
+  on a hand-made vocabulary).
+
+Every other index must agree, so a token the compression lost or added shows up as a
+difference outside the predicted set.  The walks also compare ``accept_token`` on tokens
+outside the masks, rollback, and termination after a stop token.  ``-m heavy`` adds the big
+grammars and every JSON-schema grammar.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+import _data
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+xgr = pytest.importorskip("xgrammar")
+
+from formalgram import parse_gbnf  # noqa: E402
+from formalgram.recognize.earley import EarleyRecognizer  # noqa: E402
+from formalgram_cfgzip import engines  # noqa: E402
+from formalgram_cfgzip.classes import TokenClasses, compress  # noqa: E402
+from formalgram_cfgzip.engines.base import CompiledGrammar, EngineMatcher  # noqa: E402
+from formalgram_cfgzip.vocabulary import Vocabulary  # noqa: E402
+
+pytestmark = pytest.mark.xgrammar
+
+# (grammar, vocabulary, batch): a JSON grammar, a C grammar, a SynCode grammar and a
+# JSON-schema grammar with Llama-3 at batch 1 and 8, and JSON with Qwen3 for its padding ids
+_DEFAULT_GRAMMARS = [
+    "transformers_cfg/json.ebnf",
+    "llama_cpp/c.gbnf",
+    "derived/lark_via_xgrammar/c_syncode.gbnf",
+    "json_schemas/purchase_order.gbnf",
+]
+DEFAULT_CASES = [(rel, "llama3", batch) for rel in _DEFAULT_GRAMMARS for batch in (1, 8)]
+DEFAULT_CASES.append(("transformers_cfg/json.ebnf", "qwen3", 1))
+_HEAVY_GRAMMARS = [
+    "derived/lark_via_xgrammar/go_syncode.gbnf",
+    "derived/lark_via_xgrammar/sql_syncode.gbnf",
+    "derived/lark_via_xgrammar/xml2rfc_v3.gbnf",
+    "llama_cpp/chess.gbnf",
+    "transformers_cfg/calflow.ebnf",
+    *(f"json_schemas/{name}.gbnf" for name in _data.json_schema_names()),
+]
+HEAVY_CASES = [
+    (rel, vocab, batch) for rel in _HEAVY_GRAMMARS for vocab in ("llama3", "qwen3") for batch in (1, 8)
+]
+STEPS = {1: 48, 8: 14}  # steps per walk for each batch size
+STOP_CHANCE = 0.2  # chance of taking a stop token when one is allowed
+MAX_DEPTH = 24  # tokens a walk takes before it starts again
+
+
+# -- shared per test session ------------------------------------------------------------
+@cache
+def _vocab(name: str) -> Vocabulary:
+    return Vocabulary.builtin(name)
+
+
+def _compress(rel: str, vocab_name: str) -> TokenClasses:
+    with warnings.catch_warnings():
+        # rules deriving no string would make XGrammar's masks differ (compress warns)
+        warnings.simplefilter("error")
+        return compress(_data.grammar(rel).read_text(encoding="utf-8"), _vocab(vocab_name), progress=False)
+
+
+@cache
+def _raw_tokenizer(vocab_name: str) -> Any:
+    """XGrammar's tokenizer over the vocabulary's own bytes: no policy applied."""
+    v = _vocab(vocab_name)
+    tokens = [t if t is not None else b"" for t in v.tokens]
+    return xgr.TokenizerInfo(tokens, vocab_size=v.logit_width, stop_token_ids=sorted(v.stop_ids))
+
+
+@pytest.fixture(scope="session")
+def classes_for() -> Callable[[str, str], TokenClasses]:
+    """compress() results, computed once per (grammar, vocabulary) in a test session."""
+    return cache(_compress)
+
+
+# -- helpers ------------------------------------------------------------------------------
+def _allowed(row: npt.NDArray[np.int32], width: int) -> set[int]:
+    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:width]
+    return set(np.flatnonzero(bits).tolist())
+
+
+def _viable_labels(rec: EarleyRecognizer, labels: list[tuple[bytes, int]]) -> set[int]:
+    """Ids whose label continues the text ``rec`` has read (``labels`` sorted by bytes).
+
+    The labels share long prefixes (``<|reserved_special_token_``), so the walk keeps one
+    recognizer per byte of the current label and reuses the common prefix with the previous.
+    """
+    out: set[int] = set()
+    stack: list[EarleyRecognizer | None] = [rec]
+    prev = b""
+    for label, tok in labels:
+        common = 0
+        while common < min(len(prev), len(label)) and prev[common] == label[common]:
+            common += 1
+        del stack[common + 1 :]
+        for byte in label[common:]:
+            top = stack[-1]
+            nxt = None
+            if top is not None:
+                nxt = top.copy()
+                if not nxt.feed(byte):
+                    nxt = None
+            stack.append(nxt)
+        if stack[-1] is not None:
+            out.add(tok)
+        prev = label
+    return out
+
+
+class Lane:
+    """One walk: raw XGrammar's matcher, the adapter's, and the Earley recognizer."""
+
+    def __init__(self, raw: Any, adapter: CompiledGrammar, grammar_rec: EarleyRecognizer) -> None:
+        self.raw = xgr.GrammarMatcher(raw)
+        self.adapter: EngineMatcher = adapter.matcher()
+        self.fresh = grammar_rec
+        self.rec = grammar_rec.copy()
+        self.depth = 0  # tokens accepted since the last reset
+
+    def reset(self) -> None:
+        self.raw.reset()
+        self.adapter.reset()
+        self.rec = self.fresh.copy()
+        self.depth = 0
+
+
+def _walk(rel: str, vocab_name: str, batch: int, seed: int, classes: TokenClasses) -> None:
+    """Walk ``batch`` lanes in lockstep for ``STEPS[batch]`` steps, checking every step."""
+    vocab = _vocab(vocab_name)
+    width = vocab.logit_width
+    text = _data.grammar(rel).read_text(encoding="utf-8")
+    raw = xgr.GrammarCompiler(_raw_tokenizer(vocab_name), max_threads=1, cache_enabled=False).compile_grammar(
+        text
+    )
+    adapter = engines.compile(classes, text, engine="xgrammar")
+    start = EarleyRecognizer(parse_gbnf(text))
+    stops = set(vocab.stop_ids)
+    labels = sorted(
+        (t, i) for i, t in enumerate(vocab.tokens) if i in vocab.special_ids and i not in stops and t
+    )
+    special = {i for _, i in labels}
+    weights = np.zeros(width, dtype=np.float64)
+    for i, t in enumerate(vocab.tokens):
+        if t and i not in vocab.special_ids:
+            # long tokens first; runs of whitespace stay at weight 1: many of them in a row
+            # make the Earley predictor cubic in the run (lark-ignore after every lexeme)
+            weights[i] = 1.0 if t.isspace() else float(len(t)) ** 2
+    lanes = [Lane(raw, adapter, start) for _ in range(batch)]
+    words = (width + 31) // 32
+    raw_bm = np.zeros((batch, words), dtype=np.int32)
+    ad_bm = adapter.allocate_token_bitmask(batch)
+    batch_raw = xgr.BatchGrammarMatcher(1)
+    rng = random.Random(seed)
+    nprng = np.random.default_rng(seed)
+    compared = 0
+    for step in range(STEPS[batch]):
+        # lane i fills row order[i] on both sides (the batch fills' indices argument)
+        order = list(range(batch))
+        rng.shuffle(order)
+        if batch == 1:
+            lanes[0].raw.fill_next_token_bitmask(raw_bm, 0)
+            lanes[0].adapter.fill_next_token_bitmask(ad_bm, 0)
+        else:
+            batch_raw.batch_fill_next_token_bitmask([ln.raw for ln in lanes], raw_bm, indices=order)
+            adapter.fill_next_token_bitmask_batch([ln.adapter for ln in lanes], ad_bm, indices=order)
+        for lane, row in zip(lanes, order, strict=True):
+            where = f"{rel} {vocab_name} batch {batch} step {step} row {row} after {lane.rec.position} bytes"
+            got, want = _allowed(ad_bm[row], width), _allowed(raw_bm[row], width)
+            predicted = _viable_labels(lane.rec, labels)
+            assert not got - want, (
+                f"{where}: the adapter allows what raw XGrammar does not: {sorted(got - want)[:10]}"
+            )
+            assert want - got == predicted, (
+                f"{where}: raw XGrammar allows {sorted(want - got)[:10]} that the adapter does not; "
+                f"the policy predicts exactly the special tokens {sorted(predicted)[:10]}"
+            )
+            assert predicted <= special
+            compared += 1
+            if not got or lane.depth >= MAX_DEPTH:
+                lane.reset()  # a dead end (nothing may follow, the grammar cannot end), or long enough
+                continue
+            # a text token outside both masks: refused alike (XGrammar 0.2.9 may accept a
+            # token its mask does not show; then both must, and it is undone)
+            other = int(nprng.integers(vocab.size))
+            if other not in want and other not in vocab.special_ids:
+                acc = (bool(lane.raw.accept_token(other)), lane.adapter.accept_token(other))
+                assert acc[0] == acc[1], f"{where}: token {other} outside the masks accepted {acc}"
+                if acc[0]:
+                    lane.raw.rollback(1)
+                    lane.adapter.rollback(1)
+            allowed_stops = sorted(got & stops)
+            pool = np.fromiter(got - stops, dtype=np.int64)
+            if allowed_stops and (rng.random() < STOP_CHANCE or pool.size == 0):
+                tok = rng.choice(allowed_stops)
+                assert lane.raw.accept_token(tok) and lane.adapter.accept_token(tok), where
+                assert lane.raw.is_terminated() and lane.adapter.is_terminated(), where
+                assert lane.rec.is_accepting(), f"{where}: a stop token allowed where Earley cannot end"
+                one = adapter.allocate_token_bitmask(1)
+                one[:] = -1
+                lane.adapter.fill_next_token_bitmask(one)
+                assert not one.any(), f"{where}: the adapter allows tokens after a stop token"
+                with pytest.raises(RuntimeError):
+                    lane.raw.fill_next_token_bitmask(np.zeros((1, words), dtype=np.int32))
+                lane.reset()
+                continue
+            w = weights[pool]
+            tok = int(nprng.choice(pool, p=w / w.sum()))
+            data = vocab.tokens[tok]
+            assert data is not None
+            before = lane.rec.copy()
+            assert lane.rec.feed_bytes(data), (
+                f"{where}: token {tok} {data!r} is allowed but Earley refuses it"
+            )
+            assert lane.raw.accept_token(tok) and lane.adapter.accept_token(tok), where
+            if step % 5 == 4:  # rollback, then the same token again
+                lane.raw.rollback(1)
+                lane.adapter.rollback(1)
+                lane.rec = before
+                assert lane.rec.feed_bytes(data)
+                assert lane.raw.accept_token(tok) and lane.adapter.accept_token(tok), where
+            lane.depth += 1
+    assert compared == STEPS[batch] * batch
+
+
+@pytest.mark.parametrize(("rel", "vocab_name", "batch"), DEFAULT_CASES)
+def test_adapter_matches_raw_xgrammar(
+    rel: str, vocab_name: str, batch: int, classes_for: Callable[[str, str], TokenClasses]
+) -> None:
+    _walk(rel, vocab_name, batch, seed=batch, classes=classes_for(rel, vocab_name))
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize(("rel", "vocab_name", "batch"), HEAVY_CASES)
+def test_adapter_matches_raw_xgrammar_heavy(
+    rel: str, vocab_name: str, batch: int, classes_for: Callable[[str, str], TokenClasses]
+) -> None:
+    _walk(rel, vocab_name, batch, seed=100 + batch, classes=classes_for(rel, vocab_name))
