@@ -311,7 +311,7 @@ class TokenClasses:
         """
         where = os.fspath(directory)
         sample = _sample_size(verify)
-        if seed is not None and (type(seed) is not int or seed < 0):
+        if seed is not None and (not isinstance(seed, int) or seed < 0):
             raise CacheError(f"seed must be an int >= 0 or None, got {seed!r}")
         width = vocab.logit_width
         spec = {
