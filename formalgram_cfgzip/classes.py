@@ -5,26 +5,39 @@ one class are interchangeable for the grammar (equal displacement), so a grammar
 may run over one representative per class and expand its class mask back.  They are
 computed by :func:`formalgram_cfgzip.compress.compress`; :meth:`TokenClasses.validate` is
 the one check of what the engines and the expander rely on, run at construction, by
-:meth:`TokenClasses.load` and by the engines.
+:meth:`TokenClasses.load` and by the engines.  Persistence goes through
+:mod:`formalgram_cfgzip.cache` (checksummed, optionally signed with a key);
+``TokenClasses.load(..., verify=...)`` can also re-derive classes from the grammar with the
+displacement search, since neither a checksum nor the invariants can tell a cache whose
+arrays were rewritten consistently.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from formalgram.errors import GrammarError, GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint, read_cache, write_cache
 from formalgram_cfgzip.errors import CacheError, ClassesInvariantError
+from formalgram_cfgzip.search.driver import TokenTable, search_vocabulary, token_table
 from formalgram_cfgzip.vocabulary import Vocabulary
 
-__all__ = ["ALGORITHM_VERSION", "TokenClasses", "compress", "grammar_fingerprint"]
+__all__ = ["ALGORITHM_VERSION", "VERIFY_SAMPLE", "TokenClasses", "compress", "grammar_fingerprint"]
 
 ALGORITHM_VERSION = "cfgzip-displacement-1"
+VERIFY_SAMPLE = 1024  # text tokens drawn by TokenClasses.load(..., verify="sample")
 _KIND = "formalgram_cfgzip.TokenClasses"
+# the budgets of compress()'s defaults, which a verification runs under
+_GNF_BUDGET = 2_000_000
+_MAX_STATES = 200_000
+_MEMORY_BUDGET = 4 << 30
 
 
 @dataclass(frozen=True, eq=False)
@@ -154,7 +167,7 @@ class TokenClasses:
             raise ClassesInvariantError(why)
 
     # -- persistence ----------------------------------------------------------------------
-    def save(self, directory: str | os.PathLike[str]) -> None:
+    def save(self, directory: str | os.PathLike[str], *, key: bytes | None = None) -> None:
         """Write the classes to ``directory`` (``arrays.npz`` + ``meta.json``, no pickle).
 
         The metadata carries the fingerprints of the grammar, the vocabulary and the
@@ -164,11 +177,15 @@ class TokenClasses:
         ----------
         directory : path
             The cache directory (created if needed).
+        key : bytes, optional
+            A secret of at least 16 bytes: the cache is signed (HMAC-SHA-256), and
+            :meth:`load` given the same key refuses any cache not signed with it.  Use it
+            for caches that cross a trust boundary; the checksum alone is integrity only.
 
         Raises
         ------
         CacheError
-            If the directory cannot be written.
+            If the directory cannot be written, or the key is too short.
 
         Notes
         -----
@@ -202,10 +219,19 @@ class TokenClasses:
             directory,
             {"token_class": self.token_class, "representatives": self.representatives},
             meta,
+            key=key,
         )
 
     @staticmethod
-    def load(directory: str | os.PathLike[str], *, grammar: Grammar | str, vocab: Vocabulary) -> TokenClasses:
+    def load(
+        directory: str | os.PathLike[str],
+        *,
+        grammar: Grammar | str,
+        vocab: Vocabulary,
+        verify: Literal["none", "sample", "all"] | int = "none",
+        seed: int | None = None,
+        key: bytes | None = None,
+    ) -> TokenClasses:
         """Load classes saved by :meth:`save`, checking they were computed for ``grammar`` and ``vocab``.
 
         Parameters
@@ -216,28 +242,88 @@ class TokenClasses:
             The grammar (object or GBNF text) the classes must belong to.
         vocab : Vocabulary
             The vocabulary they must belong to.
+        verify : {"none", "sample", "all"} or int
+            How much of the classes to re-derive from ``grammar`` with the displacement
+            search (the pipeline of :func:`~formalgram_cfgzip.compress.compress`) before
+            trusting them.  ``"none"`` (default): the fingerprints, the checksum and the
+            invariants (:meth:`validate`) only.  ``"sample"``: the classes must also be
+            numbered as ``compress`` numbers them (each representative the shortest member,
+            lowest id on ties; classes in the order of their representatives, then the
+            stop and the invalid class), and :data:`VERIFY_SAMPLE` text tokens drawn at
+            random, with the representatives of their classes, are searched: each must
+            share its representative's displacement (or have none, in the invalid class),
+            and the drawn classes' representatives must differ.  An int: the same with
+            that many drawn tokens.  ``"all"``: every token is searched, and the classes
+            must be exactly those ``compress`` derives.
+        seed : int, optional
+            Seed of the drawn tokens (reproducible checks); by default a fresh random seed,
+            so that which members are checked cannot be foreseen.  It is named in the error.
+        key : bytes, optional
+            The secret the cache was saved with: the cache must be signed with it.
 
         Returns
         -------
         TokenClasses
-            Classes that passed :meth:`validate`.
+            Classes that passed :meth:`validate` (and the requested verification).
 
         Raises
         ------
         CacheError
-            If the cache is missing, corrupted, truncated, from another grammar, vocabulary
-            or algorithm version, or its arrays break an invariant (:meth:`validate`).
+            If the cache is missing, unreadable, corrupted, truncated, over its size (the
+            arrays of ``vocab`` need at most ``8 * vocab.logit_width`` bytes), from another
+            grammar, vocabulary or algorithm version, not signed with ``key``, its metadata
+            is malformed, its arrays break an invariant (:meth:`validate`), or the
+            verification finds classes the grammar does not give (or cannot run: a grammar
+            text that does not parse, a GNF or search over the budgets of ``compress``'s
+            defaults); also for a ``verify`` that is none of the above, or a negative ``seed``.
 
         Notes
         -----
-        O(vocab.logit_width).  A grammar given as the very text the classes were computed
-        from is recognised by its text fingerprint; any other text is parsed for its
-        canonical fingerprint.  See :meth:`save` for an example.
+        O(vocab.logit_width) without verification.  A grammar given as the very text the
+        classes were computed from is recognised by its text fingerprint; any other text is
+        parsed for its canonical fingerprint.
+
+        The checksum is integrity, not authenticity: whoever can write the directory can
+        write arrays with a matching checksum and intact invariants (a member moved to
+        another class, a cache of another grammar relabelled), and the masks would then be
+        wrong.  ``key`` authenticates the writer; ``verify`` checks the content against the
+        grammar itself.  Verification costs what ``compress`` costs on the grammar's side
+        (GNF conversion, search tables) plus a search over the checked tokens: ``"all"``
+        is a recompression without the specialisation trial, ``"sample"`` saves most of
+        the vocabulary's search (figures in docs/architecture.md, "Caches").  A sample
+        catches a cache of another grammar or a widespread corruption; a single moved
+        member is caught with probability about ``sample / len(text tokens)``, so only
+        ``"all"`` (or a key) rules out targeted tampering.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from formalgram_cfgzip.compress import compress
+        >>> text, v, key = 'root ::= "(" root ")" | "x"', Vocabulary([b"(", b")", b"x", b"y"]), b"k" * 16
+        >>> d = tempfile.mkdtemp()
+        >>> compress(text, v, progress=False).save(d, key=key)
+        >>> TokenClasses.load(d, grammar=text, vocab=v, verify="all", key=key).num_classes
+        4
+        >>> TokenClasses.load(d, grammar=text, vocab=v, key=b"another key, 16+")
+        Traceback (most recent call last):
+        ...
+        formalgram_cfgzip.errors.CacheError: '...meta.json' fails its HMAC check: written with another key, or modified
         """
         where = os.fspath(directory)
+        sample = _sample_size(verify)
+        if seed is not None and (not isinstance(seed, int) or seed < 0):
+            raise CacheError(f"seed must be an int >= 0 or None, got {seed!r}")
+        width = vocab.logit_width
+        spec = {
+            "token_class": (np.dtype(np.int32), (width,)),
+            "representatives": (np.dtype(np.int32), (None,)),
+        }
         arrays, meta = read_cache(
             directory,
             expect={"kind": _KIND, "algorithm": ALGORITHM_VERSION, "vocab_sha256": vocab.fingerprint()},
+            spec=spec,
+            max_bytes=8 * width + 4096,
+            key=key,
         )
         stored = meta.get("grammar_sha256")
         text_sha = meta.get("grammar_text_sha256", "")
@@ -248,19 +334,41 @@ class TokenClasses:
         same_text = isinstance(grammar, str) and bool(text_sha) and text_sha == fingerprint_text(grammar)
         if not same_text and stored != grammar_fingerprint(grammar):
             raise CacheError("cache was computed for another grammar (grammar_sha256 differs)")
+        token_class = arrays["token_class"]
+        reps = arrays["representatives"]
+        invalid_class = meta.get("invalid_class")
+        stop_class = meta.get("stop_class")
+        num_classes = meta.get("num_classes")
+        raw_stats = meta.get("stats", {})
+        for name, value in (("invalid_class", invalid_class), ("stop_class", stop_class)):
+            if type(value) is not int:
+                raise CacheError(f"cache in {where!r} is malformed: {name} is {value!r}, not an int")
+        if type(num_classes) is not int or num_classes != reps.shape[0]:
+            raise CacheError(
+                f"cache in {where!r} is malformed: num_classes is {num_classes!r} "
+                f"but it holds {reps.shape[0]} representatives"
+            )
+        if meta.get("logit_width") != width:
+            raise CacheError(f"cache in {where!r} is malformed: logit_width differs from the vocabulary's")
+        if not isinstance(raw_stats, dict) or not all(type(v) in (int, float) for v in raw_stats.values()):
+            raise CacheError(f"cache in {where!r} is malformed: stats must map names to numbers")
+        stats = {str(k): float(v) for k, v in raw_stats.items()}
+        assert isinstance(invalid_class, int) and isinstance(stop_class, int)
         try:
-            token_class = np.asarray(arrays["token_class"])
-            reps = np.asarray(arrays["representatives"])
-            invalid_class = int(meta["invalid_class"])  # type: ignore[call-overload]
-            stop_class = int(meta["stop_class"])  # type: ignore[call-overload]
-            raw_stats = meta.get("stats", {})
-            stats = {str(k): float(v) for k, v in raw_stats.items()} if isinstance(raw_stats, dict) else {}
-        except (KeyError, TypeError, ValueError, OverflowError) as exc:
-            raise CacheError(f"cache in {where!r} is incomplete or malformed: {exc}") from exc
-        try:
-            return TokenClasses(token_class, reps, invalid_class, stop_class, vocab, stored, stats, text_sha)
+            tc = TokenClasses(token_class, reps, invalid_class, stop_class, vocab, stored, stats, text_sha)
         except ClassesInvariantError as exc:
-            raise CacheError(f"cache in {where!r} has inconsistent arrays: {exc}") from exc
+            raise CacheError(f"cache in {where!r} has inconsistent arrays: {exc}") from None
+        if sample:
+            drawn = secrets.randbits(63) if seed is None else seed
+            try:
+                why = _mismatch(tc, grammar, sample, drawn)
+            except (GrammarError, GrammarTooLarge) as exc:
+                raise CacheError(f"cache in {where!r} cannot be verified: {exc}") from None
+            if why:
+                raise CacheError(
+                    f"cache in {where!r} does not match the grammar: {why} (verify={verify!r}, seed={drawn})"
+                )
+        return tc
 
 
 def compress(
@@ -269,9 +377,9 @@ def compress(
     *,
     workers: int = 1,
     progress: bool = True,
-    gnf_budget: int = 2_000_000,
-    max_states: int = 200_000,
-    memory_budget: int | None = 4 << 30,
+    gnf_budget: int = _GNF_BUDGET,
+    max_states: int = _MAX_STATES,
+    memory_budget: int | None = _MEMORY_BUDGET,
     specialize: bool | None = None,
 ) -> TokenClasses:
     """The same as :func:`formalgram_cfgzip.compress.compress`, importable from here too.
@@ -385,4 +493,117 @@ def _violation(tc: TokenClasses) -> str:
             return "the stop class is not exactly the vocabulary's stop tokens"
     elif stop >= 0:
         return "a stop class is given but the vocabulary has no stop token"
+    return ""
+
+
+# -- verification against the grammar ----------------------------------------------------
+
+
+def _sample_size(verify: object) -> int:
+    """Tokens to draw for ``verify``: 0 for none, -1 for all of them."""
+    if verify == "none":
+        return 0
+    if verify == "sample":
+        return VERIFY_SAMPLE
+    if verify == "all":
+        return -1
+    if isinstance(verify, int) and not isinstance(verify, bool) and verify >= 1:
+        return verify
+    raise CacheError(f"verify must be 'none', 'sample', 'all' or a sample size >= 1, got {verify!r}")
+
+
+def _same(got: tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], int, int], tc: TokenClasses) -> int:
+    """-1 if ``got`` (:func:`number_classes`' output) equals ``tc``, else a token id where they differ."""
+    token_class, reps, stop, inv = got
+    differ = np.flatnonzero(token_class != tc.token_class)
+    if differ.size:
+        return int(differ[0])
+    if reps.shape != tc.representatives.shape:
+        return 0
+    changed = np.flatnonzero(reps != tc.representatives)
+    if changed.size:
+        return max(int(tc.representatives[int(changed[0])]), 0)
+    return -1 if (stop, inv) == (tc.stop_class, tc.invalid_class) else 0
+
+
+def _describe_token(tc: TokenClasses, token: int) -> str:
+    text = tc.vocab.tokens[token] if 0 <= token < tc.vocab.size else None
+    shown = "" if text is None else f" ({text[:24]!r})"
+    return f"token {token}{shown}"
+
+
+def _mismatch(tc: TokenClasses, grammar: Grammar | str, sample: int, seed: int) -> str:
+    """Why ``tc`` is not what ``compress(grammar, tc.vocab)`` gives, from a search over ``sample`` tokens.
+
+    ``sample = -1`` searches every token.  ``""`` if no difference was found.
+    """
+    from formalgram.syntax.gbnf import parse_gbnf
+    from formalgram.transforms.gnf import to_gnf
+    from formalgram.transforms.specialize import specialize_terminal_symbols
+    from formalgram.transforms.useless import remove_useless
+    from formalgram_cfgzip.compress import number_classes  # it imports this module
+    from formalgram_cfgzip.search.displacement import DisplacementSearch
+
+    vocab = tc.vocab
+    toks = token_table(vocab)
+    # 1. the numbering and representatives compress gives to this partition
+    relabel = tc.token_class[toks.ids].astype(np.int64)
+    if tc.invalid_class >= 0:
+        relabel[relabel == tc.invalid_class] = -1
+    first = _same(number_classes(vocab, toks, relabel), tc)
+    if first >= 0:
+        return (
+            f"its classes are not numbered as compress numbers them (first at {_describe_token(tc, first)}): "
+            "each representative must be its class's shortest member, classes in the order of their "
+            "representatives, then the stop and the invalid class"
+        )
+    # 2. the search compress ran, on the form of the grammar it used
+    specialized = tc.stats.get("specialized")
+    if specialized not in (0.0, 1.0):
+        return "its stats do not say which form of the grammar was searched ('specialized' is missing)"
+    g = parse_gbnf(grammar) if isinstance(grammar, str) else grammar
+    gnf = to_gnf(remove_useless(g), budget=_GNF_BUDGET)
+    if specialized:
+        gnf = specialize_terminal_symbols(gnf)
+    search = DisplacementSearch(gnf, max_states=_MAX_STATES, memory_budget=_MEMORY_BUDGET)
+    m = int(toks.ids.size)
+    if sample < 0 or sample >= m:
+        codes, _, _ = search_vocabulary(gnf, search, toks, 1, False, _MAX_STATES, _MEMORY_BUDGET)
+        first = _same(number_classes(vocab, toks, codes), tc)
+        if first >= 0:
+            return f"the search derives other classes (first at {_describe_token(tc, first)})"
+        return ""
+    # 3. a sample of tokens and the representatives of their classes
+    rng = np.random.default_rng(seed)
+    drawn = np.sort(rng.choice(m, size=sample, replace=False)).astype(np.int64)
+    ids = toks.ids[drawn]
+    cls = tc.token_class[ids].astype(np.int64)
+    text = cls != tc.invalid_class
+    rep_ids = tc.representatives[cls[text]].astype(np.int64)
+    at = np.union1d(drawn, np.searchsorted(toks.ids, rep_ids))
+    sub = TokenTable(toks.ids[at], toks.offsets[at], toks.lengths[at], toks.flat, toks.all_lengths)
+    sub_codes, _, _ = search_vocabulary(gnf, search, sub, 1, False, _MAX_STATES, _MEMORY_BUDGET)
+    code = np.full(vocab.logit_width, -2, dtype=np.int64)
+    code[sub.ids] = sub_codes
+    own = code[ids]
+    want = np.full(ids.size, -1, dtype=np.int64)
+    want[text] = code[rep_ids]
+    bad = np.flatnonzero((own != want) | (text & (want < 0)))
+    if bad.size:
+        j = int(bad[0])
+        if not text[j]:
+            return f"{_describe_token(tc, int(ids[j]))} is in the invalid class but the grammar allows it somewhere"
+        rep = int(tc.representatives[int(cls[j])])
+        if want[j] < 0:
+            return f"class {int(cls[j])} has representative {rep}, which the grammar allows nowhere"
+        return (
+            f"{_describe_token(tc, int(ids[j]))} is in class {int(cls[j])}, but its displacement "
+            f"differs from that of the representative {rep}"
+        )
+    classes = np.unique(cls[text])
+    rep_codes = code[tc.representatives[classes].astype(np.int64)]
+    if np.unique(rep_codes).size != classes.size:
+        _, index, counts = np.unique(rep_codes, return_index=True, return_counts=True)
+        c = int(classes[int(index[int(np.flatnonzero(counts > 1)[0])])])
+        return f"class {c} has the displacement of another class (they would be one class)"
     return ""

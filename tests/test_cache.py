@@ -101,7 +101,8 @@ def test_truncated_and_corrupted_npz(tmp_path: Path) -> None:
         (b"[1, 2]", "not a formalgram-cache metadata file"),
         (b'{"format": "something-else", "version": 1}', "not a formalgram-cache metadata file"),
         (b'{"format": "formalgram-cache", "version": 99}', "version 99 is not supported"),
-        (b'{"format": "formalgram-cache", "version": 1}', "checksum or metadata missing"),
+        (b'{"format": "formalgram-cache", "version": 1}', "checksum, size, array names or metadata missing"),
+        (b'{"format": "formalgram-cache", "version": true}', "version True is not supported"),
     ],
 )
 def test_garbage_meta(tmp_path: Path, content: bytes, message: str) -> None:
@@ -132,8 +133,10 @@ def test_pickled_payload_refused_even_with_valid_checksum(tmp_path: Path) -> Non
     (tmp_path / "arrays.npz").write_bytes(payload)
     record = json.loads((tmp_path / "meta.json").read_text())
     record["npz_sha256"] = hashlib.sha256(payload).hexdigest()
+    record["npz_size"] = len(payload)
+    record["arrays"] = ["bad"]
     (tmp_path / "meta.json").write_text(json.dumps(record))
-    with pytest.raises(CacheError, match="cannot be read safely"):
+    with pytest.raises(CacheError, match=r"array .bad. .* has a malformed .npy header"):
         read_cache(tmp_path, expect=EXPECT)
 
 

@@ -109,7 +109,8 @@ def test_load_refuses_broken_invariants_behind_a_valid_checksum(tmp_path: Path, 
     token_class, reps = CORRUPTIONS[name](tc)
     arrays["token_class"], arrays["representatives"] = token_class, reps
     write_cache(tmp_path, arrays, meta)  # checksum recomputed: only the invariants can tell
-    with pytest.raises(CacheError, match="inconsistent arrays"):
+    # wrong dtypes and lengths are caught on the .npy header, against the metadata, before the rest
+    with pytest.raises(CacheError, match=r"inconsistent arrays|expected int32|num_classes is"):
         TokenClasses.load(tmp_path, grammar=PAREN, vocab=vocab())
 
 
@@ -178,7 +179,7 @@ def test_meta_values_of_the_wrong_type_are_cache_errors(tmp_path: Path) -> None:
     text = meta_file.read_text()
     meta_file.write_text(text.replace(f'"invalid_class": {tc.invalid_class}', '"invalid_class": 1e999'))
     assert "1e999" in meta_file.read_text()
-    with pytest.raises(CacheError, match="malformed"):
+    with pytest.raises(CacheError, match="number 1e999 is out of range"):
         TokenClasses.load(tmp_path, grammar=PAREN, vocab=vocab())
 
 
