@@ -300,6 +300,7 @@ def pick_specialization(
     memory_budget: int | None,
     factor: int,
     sample: int,
+    trie: SequenceTrie | None = None,
 ) -> tuple[Grammar, DisplacementSearch]:
     """Choose between a GNF and its specialisation by the work each takes on a sample of tokens.
 
@@ -317,6 +318,8 @@ def pick_specialization(
         plain one (and within the memory budget).
     sample : int
         Both searches run on every ``sample``-th searched token.
+    trie : SequenceTrie or None
+        The trie of those tokens (``token_trie(toks, sample)``, built when ``None``).
 
     Returns
     -------
@@ -340,7 +343,8 @@ def pick_specialization(
     >>> pick_specialization(plain, special, toks, 1000, None, 10, 1)[0] is special
     True
     """
-    trie = token_trie(toks, sample)
+    if trie is None:
+        trie = token_trie(toks, sample)
     count = int(toks.lengths[::sample].size)
     cells = reset_size(memory_budget)
     first = DisplacementSearch(plain, max_states=max_states, memory_budget=memory_budget)
@@ -367,6 +371,7 @@ def search_vocabulary(
     progress: bool,
     max_states: int,
     memory_budget: int | None,
+    trie: SequenceTrie | None = None,
 ) -> tuple[npt.NDArray[np.int64], int, int]:
     """Search every token of ``toks`` over ``gnf`` (with ``search`` when in this process).
 
@@ -385,6 +390,9 @@ def search_vocabulary(
         Show a progress bar on stderr.
     max_states, memory_budget : int, int or None
         The budgets of each worker's search.
+    trie : SequenceTrie or None
+        The trie of the tokens' bytes (``token_trie(toks)``, taken from its cache or built
+        when ``None``).
 
     Returns
     -------
@@ -416,7 +424,9 @@ def search_vocabulary(
         class_bytes = class_of[toks.flat]
         return _run_parallel(gnf, class_bytes, toks, workers, progress, max_states, memory_budget, cells)
     count = int(toks.ids.size)
-    codes, _ = walk_trie(search, token_trie(toks), class_of, count, progress, cells, False)
+    if trie is None:
+        trie = token_trie(toks)
+    codes, _ = walk_trie(search, trie, class_of, count, progress, cells, False)
     return codes, search.expansions, search.work
 
 
@@ -565,18 +575,26 @@ def walk_trie(
                 inverse = slot[pair]
             else:
                 uniq, inverse = np.unique(pair, return_inverse=True)
-            nxt: list[int] = []
+            # the state of each distinct pair, numbered in order of first appearance
+            index_of: dict[int, int] = {}
+            new_index: list[int] = []
             for u in uniq.tolist():
                 node = nodes[u // ncls]
-                nxt.append(DEAD if node == DEAD else step(node, u % ncls))
-            new_nodes, new_index = np.unique(np.asarray(nxt, dtype=np.int64), return_inverse=True)
-            comp = new_index.reshape(-1)[inverse]
-            nodes = new_nodes.tolist()
+                if node != DEAD:
+                    node = step(node, u % ncls)
+                j = index_of.get(node)
+                if j is None:
+                    j = len(index_of)
+                    index_of[node] = j
+                new_index.append(j)
+            comp = np.asarray(new_index, dtype=np.int64)[inverse]
+            nodes = list(index_of)
             ending_nodes = trie.end_nodes[k]
             if ending_nodes.size:
                 ending_comp = comp[ending_nodes]
                 code_of_comp = np.full(len(nodes), -1, dtype=np.int64)
-                for j in np.unique(ending_comp).tolist():
+                present = np.bincount(ending_comp, minlength=len(nodes))
+                for j in np.flatnonzero(present).tolist():
                     node = nodes[j]
                     if node == DEAD:
                         continue
