@@ -7,15 +7,18 @@ arrives.  For each grammar of the shared JSON-schema corpus (``derived/json_mode
 * ``compress``  :meth:`Compressor.compress <formalgram_cfgzip.compress.Compressor.compress>` of
   the grammar text, cache off (a new grammar: parse, GNF, search, numbering; the vocabulary
   prepared once before the loop);
+* ``plain``     the same with ``specialize=False`` (the plain GNF: no per-occurrence copies of
+  single-byte symbols; more classes, a cheaper search);
 * ``hit``       the same call again with the in-memory cache on (a repeated request);
 * ``xgr``       XGrammar's ``GrammarCompiler.compile_grammar`` of the same text over the full
   vocabulary, a fresh compiler with ``cache_enabled=False`` and ``max_threads=1``;
 
 each the minimum of ``--repeats`` runs.  With ``--walk N`` it also times, on the first N
 grammars, a whole request at batch 8: ``comp-req`` = compress (cache off) + compile over the
-classes (``engines.compile``) + a 200-step walk of 8 sequences through the compressed adapter,
-against ``full-req`` = XGrammar's full-vocabulary compile (``engines.compile_full``) + the same
-walk through it (the walks are recorded once beforehand with the full engine, restarting a
+classes (``engines.compile``) + a 200-step walk of 8 sequences through the compressed adapter
+(``plain-req``: the same with the plain GNF),
+against ``full-req`` = XGrammar's own full-vocabulary compile (as ``xgr``) + the same walk with
+its own matchers and ``BatchGrammarMatcher`` (one thread), no adapter (the walks are recorded once beforehand with the full engine, restarting a
 sequence when its document is complete, and replayed identically by both); the summary also
 gives each request's compile and walk apart (from the fastest of the ``--repeats`` requests).  With ``--stages``
 it breaks the compression down per stage (parse, trim, GNF, specialisation, PDA, adjacency, the
@@ -100,6 +103,23 @@ def replay(compiled: CompiledGrammar, plan: list[list[int]]) -> None:
                 raise AssertionError(f"token {tok} of the recorded walk was refused")
 
 
+def replay_xgrammar(compiled: Any, width: int, plan: list[list[int]]) -> None:
+    """:func:`replay` on XGrammar itself: its matchers, its batch fill, no adapter."""
+    import xgrammar
+
+    rows = len(plan[0])
+    matchers = [xgrammar.GrammarMatcher(compiled) for _ in range(rows)]
+    batch = xgrammar.BatchGrammarMatcher(1)
+    bm = xgrammar.allocate_token_bitmask(rows, width)
+    for row_plan in plan:
+        batch.batch_fill_next_token_bitmask(matchers, bm)
+        for m, tok in zip(matchers, row_plan, strict=True):
+            if tok < 0:
+                m.reset()
+            elif not m.accept_token(tok):
+                raise AssertionError(f"token {tok} of the recorded walk was refused")
+
+
 def stage_times(text: str, compressor: Compressor) -> dict[str, float]:
     """Seconds of each stage of one compression, done step by step outside ``compress``."""
     from formalgram.adjacency import can_be_below
@@ -163,20 +183,24 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     cold = Compressor(vocab, cache_size=0)
     prepare_s = time.perf_counter() - t
+    plain = Compressor(cold.prepared, cache_size=0, specialize=False)
     warm = Compressor(vocab)
     info = full_tokenizer_info(vocab)
     print(f"vocabulary {args.vocab}: {vocab.size} tokens, prepared once in {prepare_s * 1e3:.0f} ms")
     print(f"{len(files)} grammars of {CORPUS}, best of {args.repeats} runs each, times in ms")
     rows: list[dict[str, float]] = []
-    header = f"{'grammar':<10} {'compress':>9} {'hit':>7} {'xgr':>7} {'ratio':>6} {'classes':>8}"
+    header = f"{'grammar':<10} {'compress':>9} {'plain':>7} {'hit':>7} {'xgr':>7} {'ratio':>6} {'classes':>8} {'plain':>6}"
     if args.walk:
-        header += f" {'comp-req':>9} {'full-req':>9} {'ratio':>6}"
+        header += f" {'comp-req':>9} {'plain-req':>9} {'full-req':>9} {'ratio':>6}"
     print(header)
     for i, path in enumerate(files):
         text = path.read_text(encoding="utf-8")
         row: dict[str, float] = {}
         classes = cold.compress(text)  # also warms the allocator for this grammar's size
         row["compress"] = best_of(args.repeats, lambda tx=text: cold.compress(tx))
+        plain_classes = plain.compress(text)
+        row["plain"] = best_of(args.repeats, lambda tx=text: plain.compress(tx))
+        row["plain_classes"] = float(plain_classes.num_classes)
         warm.compress(text)
         row["hit"] = best_of(args.repeats, lambda tx=text: warm.compress(tx))
         row["xgr"] = best_of(
@@ -187,38 +211,41 @@ def main(argv: list[str] | None = None) -> int:
         )
         row["classes"] = float(classes.num_classes)
         line = (
-            f"{path.stem:<10} {row['compress'] * 1e3:9.1f} {row['hit'] * 1e3:7.3f} {row['xgr'] * 1e3:7.1f} "
-            f"{row['compress'] / row['xgr']:6.2f} {classes.num_classes:8d}"
+            f"{path.stem:<10} {row['compress'] * 1e3:9.1f} {row['plain'] * 1e3:7.1f} {row['hit'] * 1e3:7.3f} "
+            f"{row['xgr'] * 1e3:7.1f} {row['compress'] / row['xgr']:6.2f} {classes.num_classes:8d} "
+            f"{plain_classes.num_classes:6d}"
         )
         if i < args.walk:
             plan = record_walk(compile_full(vocab, text), WALK_BATCH, WALK_STEPS, seed=i)
-            comp_parts = [float("inf")] * 3
+            parts: dict[str, list[float]] = {"comp": [float("inf")] * 3, "plain": [float("inf")] * 3}
             full_parts = [float("inf")] * 2
             for _ in range(args.repeats):
+                for name, compressor in (("comp", cold), ("plain", plain)):
+                    t0 = time.perf_counter()
+                    small = compressor.compress(text)
+                    t1 = time.perf_counter()
+                    compiled = compile_compressed(small, text)
+                    t2 = time.perf_counter()
+                    replay(compiled, plan)
+                    t3 = time.perf_counter()
+                    if t3 - t0 < sum(parts[name]):
+                        parts[name] = [t1 - t0, t2 - t1, t3 - t2]
                 t0 = time.perf_counter()
-                small = cold.compress(text)
+                own = xgrammar.GrammarCompiler(info, max_threads=1, cache_enabled=False).compile_grammar(text)
                 t1 = time.perf_counter()
-                compiled = compile_compressed(small, text)
-                t2 = time.perf_counter()
-                replay(compiled, plan)
-                t3 = time.perf_counter()
-                if t3 - t0 < sum(comp_parts):
-                    comp_parts = [t1 - t0, t2 - t1, t3 - t2]
-                t0 = time.perf_counter()
-                compiled = compile_full(vocab, text)
-                t1 = time.perf_counter()
-                replay(compiled, plan)
+                replay_xgrammar(own, vocab.logit_width, plan)
                 t2 = time.perf_counter()
                 if t2 - t0 < sum(full_parts):
                     full_parts = [t1 - t0, t2 - t1]
-            row["comp_req"] = sum(comp_parts)
-            row["comp_req_compile"] = comp_parts[1]
-            row["comp_req_walk"] = comp_parts[2]
+            for name in ("comp", "plain"):
+                row[f"{name}_req"] = sum(parts[name])
+                row[f"{name}_req_compile"] = parts[name][1]
+                row[f"{name}_req_walk"] = parts[name][2]
             row["full_req"] = sum(full_parts)
             row["full_req_compile"] = full_parts[0]
             row["full_req_walk"] = full_parts[1]
             line += (
-                f" {row['comp_req'] * 1e3:9.1f} {row['full_req'] * 1e3:9.1f} "
+                f" {row['comp_req'] * 1e3:9.1f} {row['plain_req'] * 1e3:9.1f} {row['full_req'] * 1e3:9.1f} "
                 f"{row['comp_req'] / row['full_req']:6.2f}"
             )
         if args.stages:
@@ -232,11 +259,15 @@ def main(argv: list[str] | None = None) -> int:
     print("\nsummary (ms)            median     total")
     for key in (
         "compress",
+        "plain",
         "hit",
         "xgr",
         "comp_req",
         "comp_req_compile",
         "comp_req_walk",
+        "plain_req",
+        "plain_req_compile",
+        "plain_req_walk",
         "full_req",
         "full_req_compile",
         "full_req_walk",
@@ -249,12 +280,19 @@ def main(argv: list[str] | None = None) -> int:
         f"  compress / xgr: median {statistics.median(ratios):.2f}x, totals {sum(column('compress')) / sum(column('xgr')):.2f}x"
     )
     print(f"  grammars where compress <= xgr: {sum(q <= 1.0 for q in ratios)} of {len(rows)}")
+    plain_ratios = [r["plain"] / r["xgr"] for r in rows]
+    print(
+        f"  plain / xgr: median {statistics.median(plain_ratios):.2f}x; classes median "
+        f"{statistics.median(column('classes')):.0f} specialised, {statistics.median(column('plain_classes')):.0f} plain"
+    )
     if args.walk:
-        req = [r["comp_req"] / r["full_req"] for r in rows if "comp_req" in r]
-        print(
-            f"  comp-req / full-req: median {statistics.median(req):.2f}x, totals "
-            f"{sum(column('comp_req')) / sum(column('full_req')):.2f}x, cheaper on {sum(q < 1.0 for q in req)} of {len(req)}"
-        )
+        for name in ("comp", "plain"):
+            req = [r[f"{name}_req"] / r["full_req"] for r in rows if f"{name}_req" in r]
+            total = sum(column(f"{name}_req")) / sum(column("full_req"))
+            print(
+                f"  {name}-req / full-req: median {statistics.median(req):.2f}x, totals {total:.2f}x, "
+                f"cheaper on {sum(q < 1.0 for q in req)} of {len(req)}"
+            )
     if args.stages:
         print("\nstages (ms, median over the grammars)")
         keys = [k for k in rows[0] if k.startswith("stage:")]

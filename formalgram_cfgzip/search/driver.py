@@ -223,6 +223,8 @@ def build_trie(
     return SequenceTrie(tuple(parents), tuple(labels), tuple(end_positions), tuple(end_nodes), size)
 
 
+SMALL_LEVEL = 1024  # trie levels with at most this many nodes are walked without numpy
+
 _TRIES: list[tuple[TokenTable, int, SequenceTrie]] = []  # tries of the last token table seen
 
 
@@ -552,85 +554,135 @@ def walk_trie(
     if depth == 0:
         return codes, []
     ncls = search.num_byte_classes
-    comp = np.zeros(1, dtype=np.int64)  # compact state index of each node of the current depth
+    classes: list[int] = class_of.tolist()
+    # compact state index of each node of the current depth: a numpy array on large levels,
+    # a list on small ones (SMALL_LEVEL), whichever the level was computed as
+    comp = np.zeros(1, dtype=np.int64)
+    comp_list: list[int] = [0]
+    small = False
     nodes: list[int] = [START]  # compact state index -> automaton node
-    code_of_key: dict[int, int] = {}
-    code_of_digest: dict[CanonicalKey, int] = {}
-    digests: list[CanonicalKey] = []
-    keys: list[int] = []  # code -> key node (valid until the tables are compacted)
-    use_digests = want_digests
+    coder = _Coder(search, want_digests)
     step = search.step
     bar = _progress_bar(trie.size, progress, "node")
     try:
         for k in range(depth):
-            pair = comp[trie.parents[k]] * ncls + class_of[trie.labels[k]]
-            live = int(pair.size)
-            span = len(nodes) * ncls
-            if span <= 4 * live + 65536:  # dense grouping, no sort
-                seen = np.zeros(span, dtype=bool)
-                seen[pair] = True
-                uniq = np.flatnonzero(seen)
-                slot = np.zeros(span, dtype=np.int64)
-                slot[uniq] = np.arange(uniq.size, dtype=np.int64)
-                inverse = slot[pair]
-            else:
-                uniq, inverse = np.unique(pair, return_inverse=True)
-            # the state of each distinct pair, numbered in order of first appearance
+            parents = trie.parents[k]
+            live = int(parents.size)
+            # the state of each distinct (state, class) pair, numbered in order of first appearance
             index_of: dict[int, int] = {}
-            new_index: list[int] = []
-            for u in uniq.tolist():
-                node = nodes[u // ncls]
-                if node != DEAD:
-                    node = step(node, u % ncls)
-                j = index_of.get(node)
-                if j is None:
-                    j = len(index_of)
-                    index_of[node] = j
-                new_index.append(j)
-            comp = np.asarray(new_index, dtype=np.int64)[inverse]
-            nodes = list(index_of)
-            ending_nodes = trie.end_nodes[k]
-            if ending_nodes.size:
-                ending_comp = comp[ending_nodes]
-                code_of_comp = np.full(len(nodes), -1, dtype=np.int64)
-                present = np.bincount(ending_comp, minlength=len(nodes))
-                for j in np.flatnonzero(present).tolist():
-                    node = nodes[j]
-                    if node == DEAD:
-                        continue
-                    key = search.key_of(node)
-                    if use_digests:
-                        d = search.digest(key)
-                        code = code_of_digest.get(d)
-                        if code is None:
-                            code = len(digests)
-                            code_of_digest[d] = code
-                            digests.append(d)
-                    else:
-                        code = code_of_key.get(key, -1)
-                        if code < 0:
-                            code = len(keys)
-                            code_of_key[key] = code
-                            keys.append(key)
-                    code_of_comp[j] = code
-                codes[trie.end_positions[k]] = code_of_comp[ending_comp]
+            if live <= SMALL_LEVEL:  # a few nodes: plain loops cost less than numpy calls
+                prev = comp_list if small else comp.tolist()
+                pair_index: dict[int, int] = {}
+                comp_list = []
+                for p, label in zip(parents.tolist(), trie.labels[k].tolist(), strict=True):
+                    c = classes[label]
+                    pair = prev[p] * ncls + c
+                    j = pair_index.get(pair)
+                    if j is None:
+                        node = nodes[prev[p]]
+                        if node != DEAD:
+                            node = step(node, c)
+                        j = index_of.get(node)
+                        if j is None:
+                            j = len(index_of)
+                            index_of[node] = j
+                        pair_index[pair] = j
+                    comp_list.append(j)
+                small = True
+                nodes = list(index_of)
+                ending = trie.end_nodes[k]
+                if ending.size:
+                    got = [coder.code(nodes[comp_list[e]]) for e in ending.tolist()]
+                    codes[trie.end_positions[k]] = np.asarray(got, dtype=np.int64)
+            else:
+                previous = np.asarray(comp_list, dtype=np.int64) if small else comp
+                small = False
+                pairs = previous[parents] * ncls + class_of[trie.labels[k]]
+                span = len(nodes) * ncls
+                if span <= 4 * live + 65536:  # dense grouping, no sort
+                    seen = np.zeros(span, dtype=bool)
+                    seen[pairs] = True
+                    uniq = np.flatnonzero(seen)
+                    slot = np.zeros(span, dtype=np.int64)
+                    slot[uniq] = np.arange(uniq.size, dtype=np.int64)
+                    inverse = slot[pairs]
+                else:
+                    uniq, inverse = np.unique(pairs, return_inverse=True)
+                new_index: list[int] = []
+                for u in uniq.tolist():
+                    node = nodes[u // ncls]
+                    if node != DEAD:
+                        node = step(node, u % ncls)
+                    j = index_of.get(node)
+                    if j is None:
+                        j = len(index_of)
+                        index_of[node] = j
+                    new_index.append(j)
+                comp = np.asarray(new_index, dtype=np.int64)[inverse]
+                nodes = list(index_of)
+                ending = trie.end_nodes[k]
+                if ending.size:
+                    ending_comp = comp[ending]
+                    code_of_comp = np.full(len(nodes), -1, dtype=np.int64)
+                    present = np.bincount(ending_comp, minlength=len(nodes))
+                    for j in np.flatnonzero(present).tolist():
+                        code_of_comp[j] = coder.code(nodes[j])
+                    codes[trie.end_positions[k]] = code_of_comp[ending_comp]
             if bar is not None:
                 bar.update(live)
             if k + 1 < depth and search.size() > reset_cells:
-                if not use_digests:  # key node ids die with the compaction: switch to digests
-                    for key in keys:
-                        d = search.digest(key)
-                        code_of_digest[d] = len(digests)
-                        digests.append(d)
-                    use_digests = True
+                coder.use_digests()  # key node ids die with the compaction
+                children = trie.parents[k + 1]
                 used = np.zeros(len(nodes), dtype=bool)
-                used[comp[trie.parents[k + 1]]] = True  # states of the nodes that have children
+                # the states of the nodes that have children
+                used[np.asarray(comp_list, dtype=np.int64)[children] if small else comp[children]] = True
                 kept = [node if keep else DEAD for node, keep in zip(nodes, used.tolist(), strict=True)]
                 nodes = search.compact(kept)
     finally:
         if bar is not None:
             bar.close()
-    return codes, digests
+    return codes, coder.digests
+
+
+class _Coder:
+    """Dense displacement codes of automaton nodes, by key node or, once asked to, by digest."""
+
+    def __init__(self, search: DisplacementSearch, digests: bool) -> None:
+        self.search = search
+        self.by_digest = digests
+        self.of_key: dict[int, int] = {}
+        self.of_digest: dict[CanonicalKey, int] = {}
+        self.digests: list[CanonicalKey] = []
+        self.keys: list[int] = []  # code -> key node (valid until the tables are compacted)
+
+    def code(self, node: int) -> int:
+        """The code of ``node``'s displacement (``-1`` for DEAD)."""
+        if node == DEAD:
+            return -1
+        key = self.search.key_of(node)
+        if self.by_digest:
+            d = self.search.digest(key)
+            code = self.of_digest.get(d)
+            if code is None:
+                code = len(self.digests)
+                self.of_digest[d] = code
+                self.digests.append(d)
+            return code
+        code = self.of_key.get(key, -1)
+        if code < 0:
+            code = len(self.keys)
+            self.of_key[key] = code
+            self.keys.append(key)
+        return code
+
+    def use_digests(self) -> None:
+        """Switch to digests (before the search's tables are compacted); codes are kept."""
+        if not self.by_digest:
+            for key in self.keys:
+                d = self.search.digest(key)
+                self.of_digest[d] = len(self.digests)
+                self.digests.append(d)
+            self.by_digest = True
 
 
 _WORKER: list[tuple[DisplacementSearch, int]] = []  # this worker process's search and reset size
