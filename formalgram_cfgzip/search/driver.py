@@ -591,8 +591,19 @@ def walk_trie(
                 small = True
                 nodes = list(index_of)
                 ending = trie.end_nodes[k]
-                if ending.size:
-                    got = [coder.code(nodes[comp_list[e]]) for e in ending.tolist()]
+                if ending.size > 2 * live:  # many sequences end on few nodes (a trie of classes)
+                    ending_comp = np.asarray(comp_list, dtype=np.int64)[ending]
+                    codes[trie.end_positions[k]] = _codes_of(coder, nodes, ending_comp)
+                elif ending.size:
+                    code_of: dict[int, int] = {}
+                    got: list[int] = []
+                    for e in ending.tolist():
+                        j = comp_list[e]
+                        code = code_of.get(j)
+                        if code is None:
+                            code = coder.code(nodes[j])
+                            code_of[j] = code
+                        got.append(code)
                     codes[trie.end_positions[k]] = np.asarray(got, dtype=np.int64)
             else:
                 previous = np.asarray(comp_list, dtype=np.int64) if small else comp
@@ -622,12 +633,7 @@ def walk_trie(
                 nodes = list(index_of)
                 ending = trie.end_nodes[k]
                 if ending.size:
-                    ending_comp = comp[ending]
-                    code_of_comp = np.full(len(nodes), -1, dtype=np.int64)
-                    present = np.bincount(ending_comp, minlength=len(nodes))
-                    for j in np.flatnonzero(present).tolist():
-                        code_of_comp[j] = coder.code(nodes[j])
-                    codes[trie.end_positions[k]] = code_of_comp[ending_comp]
+                    codes[trie.end_positions[k]] = _codes_of(coder, nodes, comp[ending])
             if bar is not None:
                 bar.update(live)
             if k + 1 < depth and search.size() > reset_cells:
@@ -642,6 +648,15 @@ def walk_trie(
         if bar is not None:
             bar.close()
     return codes, coder.digests
+
+
+def _codes_of(coder: _Coder, nodes: list[int], ending_comp: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The codes of the compact states ``ending_comp`` (each distinct state coded once)."""
+    code_of_comp = np.full(len(nodes), -1, dtype=np.int64)
+    present = np.bincount(ending_comp, minlength=len(nodes))
+    for j in np.flatnonzero(present).tolist():
+        code_of_comp[j] = coder.code(nodes[j])
+    return code_of_comp[ending_comp]
 
 
 class _Coder:
