@@ -11,6 +11,17 @@ with its error and the others go on; a rerun skips the pairs whose result loads 
 fingerprint checked (:meth:`TokenClasses.load <formalgram_cfgzip.classes.TokenClasses.load>`),
 not merely because the directory exists.
 
+Why Dask for the distributed extra
+----------------------------------
+``formalgram[distributed]`` installs Dask's ``distributed``, not Ray: it is pure Python
+(about 25 MB installed with ``dask``; Ray brings a large native runtime, built for fewer
+platforms), ``Client.get_executor()`` is a :class:`concurrent.futures.Executor`, so
+:func:`compress_many` needs no Dask-specific code, and a ``LocalCluster`` starts in a few
+seconds inside the process that asks for it, so the tests run a real scheduler with real
+worker processes and no outside service.  A job's arguments and result are small (paths,
+fingerprints, a status): the classes go to the shared output directory, so the workers need
+a file system they all see (or a local one, for a local cluster).
+
 Manifest format (JSON Lines)
 ----------------------------
 One JSON object per line; blank lines and lines starting with ``#`` are ignored; relative
