@@ -21,7 +21,7 @@ Examples
 from __future__ import annotations
 
 from formalgram_cfgzip.classes import TokenClasses
-from formalgram_cfgzip.compress import compress
+from formalgram_cfgzip.compress import Compressor, compress
 from formalgram_cfgzip.engines import compile_full, compile_grammar
 from formalgram_cfgzip.errors import (
     BatchIndexError,
@@ -35,6 +35,8 @@ from formalgram_cfgzip.errors import (
     VocabularyError,
 )
 from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander, apply_token_bitmask_inplace
+from formalgram_cfgzip.json_schema import from_json_schema
+from formalgram_cfgzip.many import Job, compress_many
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __version__ = "0.1.0"
@@ -44,8 +46,10 @@ __all__ = [
     "CfgzipError",
     "ClassesInvariantError",
     "ClassesMismatchError",
+    "Compressor",
     "EngineError",
     "GrammarViolation",
+    "Job",
     "MaskExpander",
     "TokenClasses",
     "TokenIdError",
@@ -57,4 +61,6 @@ __all__ = [
     "compile_full",
     "compile_grammar",
     "compress",
+    "compress_many",
+    "from_json_schema",
 ]

@@ -1,11 +1,12 @@
-"""The ``formalgram-cfgzip`` command line: ``compress`` and ``demo``.
+"""The ``formalgram-cfgzip`` command line: ``compress``, ``compress-many`` and ``demo``.
 
-``compress`` computes token classes for a grammar and a tokenizer and writes them to a
-cache directory; ``demo`` does the whole job on a built-in grammar and vocabulary and
-checks the compressed masks against the full-vocabulary engine.  Bad arguments exit with
-status 2 and one line; so do the library's own errors (:class:`~formalgram.errors.FormalgramError`),
-never with a traceback.  The benchmark report is not part of the installed command: it
-runs from a source checkout (``python -m bench``).
+``compress`` computes token classes for a grammar (or a JSON Schema) and a tokenizer and
+writes them to a cache directory; ``compress-many`` does so for every pair of a manifest,
+on local processes or a Dask cluster; ``demo`` does the whole job on a built-in grammar and
+vocabulary and checks the compressed masks against the full-vocabulary engine.  Bad
+arguments exit with status 2 and one line; so do the library's own errors
+(:class:`~formalgram.errors.FormalgramError`), never with a traceback.  The benchmark report
+is not part of the installed command: it runs from a source checkout (``python -m bench``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import NoReturn, TypedDict
+from typing import Any, NoReturn, TypedDict
 
 from formalgram.errors import FormalgramError, GrammarSyntaxError
 
@@ -110,16 +111,87 @@ def cmd_compress(args: argparse.Namespace) -> int:
     from formalgram_cfgzip.classes import compress
     from formalgram_cfgzip.vocabulary import Vocabulary
 
-    text = _read_grammar(args.grammar)
+    if (args.grammar is None) == (args.json_schema is None):
+        raise FormalgramError("give a grammar file or --json-schema FILE (exactly one)")
+    if args.json_schema is not None:
+        text = _json_schema_grammar(args.json_schema, args.json_schema_options)
+        args.grammar = args.json_schema
+    else:
+        text = _read_grammar(args.grammar)
     grammar = parse_gbnf(text, start=args.start)
     vocab = Vocabulary.load(args.tokenizer)
     t0 = time.perf_counter()
     classes = compress(grammar, vocab, **compress_options(args))
     seconds = time.perf_counter() - t0
     classes.save(args.output)
+    if args.json_schema is not None:  # the engine must compile exactly this text
+        (Path(args.output) / "grammar.gbnf").write_text(text, encoding="utf-8")
     print(f"compressed {args.grammar} for {args.tokenizer} -> {args.output}")
     print(_summary(classes, seconds))
     return 0
+
+
+def _json_schema_grammar(path: str, options: str | None) -> str:
+    """XGrammar's grammar text for the schema in ``path`` (``options``: a JSON object of keywords)."""
+    import json
+
+    from formalgram_cfgzip.json_schema import from_json_schema
+
+    try:
+        schema = Path(path).read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FormalgramError(f"cannot read JSON schema {path}: {exc}") from exc
+    try:
+        kwargs = json.loads(options) if options else {}
+    except ValueError as exc:
+        raise FormalgramError(f"--json-schema-options is not JSON: {exc}") from exc
+    if not isinstance(kwargs, dict):
+        raise FormalgramError("--json-schema-options must be a JSON object")
+    if isinstance(kwargs.get("separators"), list):
+        kwargs["separators"] = tuple(kwargs["separators"])
+    try:
+        return from_json_schema(schema, **kwargs)
+    except TypeError as exc:
+        raise FormalgramError(f"--json-schema-options: {exc}") from exc
+
+
+def cmd_compress_many(args: argparse.Namespace) -> int:
+    from formalgram_cfgzip.many import JobResult, compress_many, read_manifest
+
+    jobs = read_manifest(args.manifest)
+
+    def report(result: JobResult) -> None:
+        where = Path(result.directory).name if result.directory else "-"
+        extra = f"  {result.error}" if result.error else f"  {result.num_classes} classes"
+        print(
+            f"{result.status:<8} {result.job.describe()}  [{where}]  {result.seconds:.2f} s{extra}",
+            flush=True,
+        )
+
+    if args.dask_scheduler:
+        import importlib
+
+        try:
+            distributed: Any = importlib.import_module("distributed")  # untyped: kept as Any
+        except ImportError as exc:
+            raise FormalgramError(
+                "--dask-scheduler needs Dask's 'distributed' package (pip install formalgram[distributed])"
+            ) from exc
+        if args.dask_scheduler == "local":
+            with (
+                distributed.LocalCluster(
+                    n_workers=args.workers or None, threads_per_worker=1, dashboard_address=None
+                ) as cluster,
+                distributed.Client(cluster) as client,
+            ):
+                summary = compress_many(jobs, args.output, executor=client.get_executor(), on_result=report)
+        else:
+            with distributed.Client(args.dask_scheduler) as client:
+                summary = compress_many(jobs, args.output, executor=client.get_executor(), on_result=report)
+    else:
+        summary = compress_many(jobs, args.output, workers=args.workers or None, on_result=report)
+    print(f"{len(jobs)} pairs: {summary.line()} (summary in {Path(args.output) / 'summary.json'})")
+    return 1 if summary.count("failed") else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -181,7 +253,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("compress", help="compute token classes for a grammar and a tokenizer")
-    c.add_argument("grammar", help="GBNF / XGrammar EBNF file, or builtin:minic / builtin:json")
+    c.add_argument("grammar", nargs="?", help="GBNF / XGrammar EBNF file, or builtin:minic / builtin:json")
+    c.add_argument(
+        "--json-schema",
+        metavar="FILE",
+        help="compress XGrammar's grammar for this JSON Schema instead (written to OUTPUT/grammar.gbnf)",
+    )
+    c.add_argument(
+        "--json-schema-options",
+        metavar="JSON",
+        help='options of XGrammar\'s converter, e.g. \'{"any_whitespace": false, "indent": 2}\'',
+    )
     c.add_argument(
         "--tokenizer",
         required=True,
@@ -207,6 +289,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     c.set_defaults(func=cmd_compress)
+
+    m = sub.add_parser("compress-many", help="compress every grammar x tokenizer pair of a manifest")
+    m.add_argument("manifest", help="JSON Lines manifest (see formalgram_cfgzip.many)")
+    m.add_argument(
+        "-o", "--output", required=True, type=_output_dir, help="output (cache) directory, one entry per pair"
+    )
+    m.add_argument(
+        "--workers", type=_int_at_least(0), default=0, help="worker processes (default 0: one per CPU)"
+    )
+    m.add_argument(
+        "--dask-scheduler",
+        metavar="ADDRESS",
+        help="run on a Dask cluster (scheduler address, or 'local' for a local one); needs 'distributed'",
+    )
+    m.set_defaults(func=cmd_compress_many)
 
     d = sub.add_parser("demo", help="compress a built-in grammar and compare masks with the full engine")
     d.add_argument("--grammar", default="builtin:minic", help="grammar (default builtin:minic)")

@@ -5,13 +5,24 @@
 (:func:`formalgram.specialize_terminal_symbols`, chosen by :data:`SPECIALIZE_LIMIT` or a
 trial), runs every text token through the displacement search
 (:mod:`formalgram_cfgzip.search`), and numbers the classes (:func:`number_classes`).
+
+What depends on the vocabulary alone (its token table, the trie of its token bytes, the
+order in which class representatives are chosen) is prepared once
+(:func:`prepare_vocabulary`).  :class:`Compressor` holds one prepared vocabulary and
+compresses grammar after grammar on top of it, with an in-memory LRU cache keyed by the
+grammar's fingerprints and, optionally, a cache directory; :func:`compress` runs the same
+pipeline on the prepared form of the last vocabulary it saw.
 """
 
 from __future__ import annotations
 
+import os
 import resource
 import time
 import warnings
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -23,15 +34,122 @@ from formalgram.transforms.specialize import specialize_terminal_symbols
 from formalgram.transforms.useless import remove_useless
 from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint
 from formalgram_cfgzip.classes import TokenClasses
+from formalgram_cfgzip.errors import CacheError
 from formalgram_cfgzip.search.displacement import DisplacementSearch
-from formalgram_cfgzip.search.driver import TokenTable, pick_specialization, search_vocabulary, token_table
+from formalgram_cfgzip.search.driver import (
+    SequenceTrie,
+    TokenTable,
+    pick_specialization,
+    search_vocabulary,
+    token_table,
+    token_trie,
+)
 from formalgram_cfgzip.vocabulary import Vocabulary
 
-__all__ = ["SPECIALIZE_LIMIT", "SPECIALIZE_SAMPLE", "SPECIALIZE_TRIAL", "compress", "number_classes"]
+__all__ = [
+    "SPECIALIZE_LIMIT",
+    "SPECIALIZE_SAMPLE",
+    "SPECIALIZE_TRIAL",
+    "Compressor",
+    "PreparedVocabulary",
+    "cache_entry_name",
+    "compress",
+    "number_classes",
+    "prepare_vocabulary",
+]
 
 SPECIALIZE_LIMIT = 2500  # largest stack alphabet for which single-byte symbols are specialised at once
 SPECIALIZE_TRIAL = 4  # above it, specialise if that costs at most this many times the plain search...
 SPECIALIZE_SAMPLE = 8  # ...measured on every 8th searched token
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedVocabulary:
+    """Everything the pipeline needs from a vocabulary that no grammar changes (built once).
+
+    Attributes
+    ----------
+    vocab : Vocabulary
+        The vocabulary.
+    tokens : TokenTable
+        Its searched tokens (:func:`~formalgram_cfgzip.search.driver.token_table`).
+    trie : SequenceTrie
+        The trie of their bytes (:func:`~formalgram_cfgzip.search.driver.token_trie`).
+    samples : dict
+        Tries of every ``k``-th token for the specialisation trial, built on first use.
+    """
+
+    vocab: Vocabulary
+    tokens: TokenTable
+    trie: SequenceTrie
+    samples: dict[int, SequenceTrie] = field(default_factory=dict)
+
+    def sample_trie(self, every: int) -> SequenceTrie:
+        """The trie of every ``every``-th searched token (built once per ``every``).
+
+        Parameters
+        ----------
+        every : int
+            The sampling step.
+
+        Returns
+        -------
+        SequenceTrie
+
+        Notes
+        -----
+        :func:`~formalgram_cfgzip.search.driver.build_trie` of ``1/every`` of the token
+        bytes the first time, O(1) afterwards.
+
+        Examples
+        --------
+        >>> p = prepare_vocabulary(Vocabulary([b"a", b"b", b"c"]))
+        >>> p.sample_trie(2).size
+        2
+        """
+        trie = self.samples.get(every)
+        if trie is None:
+            trie = token_trie(self.tokens, every)
+            self.samples[every] = trie
+        return trie
+
+
+_PREPARED: list[PreparedVocabulary] = []  # the last vocabulary compress() saw
+
+
+def prepare_vocabulary(vocab: Vocabulary) -> PreparedVocabulary:
+    """The vocabulary-only part of the pipeline, done once (cached for the last vocabulary).
+
+    Parameters
+    ----------
+    vocab : Vocabulary
+        The vocabulary.
+
+    Returns
+    -------
+    PreparedVocabulary
+
+    Notes
+    -----
+    O(total token bytes) numpy work the first time, O(1) for the same vocabulary object
+    again.
+
+    Examples
+    --------
+    >>> p = prepare_vocabulary(Vocabulary([b"bb", b"a", b"b"]))
+    >>> p.trie.size, p.tokens.ids.tolist()
+    (3, [0, 1, 2])
+    >>> prepare_vocabulary(p.vocab) is p
+    True
+    """
+    for prepared in _PREPARED:
+        if prepared.vocab is vocab:
+            return prepared
+    toks = token_table(vocab)
+    prepared = PreparedVocabulary(vocab, toks, token_trie(toks))
+    _PREPARED.clear()
+    _PREPARED.append(prepared)
+    return prepared
 
 
 def compress(
@@ -53,7 +171,8 @@ def compress(
     equal displacement share a class.  Tokens with an empty displacement, special tokens,
     holes and padding ids form the *invalid* class (never allowed); stop tokens form their
     own class.  The representative of a class is its byte-wise shortest member (lowest id on
-    ties).
+    ties).  To compress many grammars for one vocabulary, :class:`Compressor` keeps the
+    vocabulary's preparation and a cache of results.
 
     Parameters
     ----------
@@ -89,7 +208,11 @@ def compress(
     -------
     TokenClasses
         With ``grammar_sha256`` the canonical fingerprint of the grammar and, when it was
-        given as text, ``grammar_text_sha256`` the fingerprint of that text.
+        given as text, ``grammar_text_sha256`` the fingerprint of that text.  ``stats``
+        holds the seconds of each stage (``parse_seconds``, ``trim_seconds``,
+        ``to_gnf_seconds``, ``specialize_seconds``, ``search_setup_seconds``,
+        ``search_seconds``, ``number_seconds``; ``gnf_seconds`` is everything before the
+        search).
 
     Raises
     ------
@@ -102,9 +225,10 @@ def compress(
 
     Notes
     -----
-    O(total token bytes) numpy work, one search step per distinct (automaton state, byte
-    class) pair and token depth, plus one expansion per distinct (search state set, byte
-    class) pair; the GNF conversion's cost is bounded by ``gnf_budget``.
+    O(trie nodes) numpy work (the vocabulary's token trie is built once per vocabulary),
+    one search step per distinct (automaton state, byte class) pair and token depth, plus
+    one expansion per distinct (search state set, byte class) pair; the GNF conversion's
+    cost is bounded by ``gnf_budget``.
 
     Examples
     --------
@@ -116,15 +240,46 @@ def compress(
     (False, [4])
     """
     t0 = time.perf_counter()
-    text_sha = ""
+    g, text_sha = _read(grammar)
+    return _run(
+        g,
+        grammar_fingerprint(g),
+        text_sha,
+        prepare_vocabulary(vocab),
+        workers,
+        progress,
+        gnf_budget,
+        max_states,
+        memory_budget,
+        specialize,
+        t0,
+    )
+
+
+def _read(grammar: Grammar | str) -> tuple[Grammar, str]:
+    """The grammar, and the fingerprint of its text (``""`` when given as a Grammar)."""
     if isinstance(grammar, str):
         from formalgram.syntax.gbnf import parse_gbnf
 
-        text_sha = fingerprint_text(grammar)
-        g = parse_gbnf(grammar)
-    else:
-        g = grammar
-    fp = grammar_fingerprint(g)
+        return parse_gbnf(grammar), fingerprint_text(grammar)
+    return grammar, ""
+
+
+def _run(
+    g: Grammar,
+    fp: str,
+    text_sha: str,
+    prepared: PreparedVocabulary,
+    workers: int,
+    progress: bool,
+    gnf_budget: int,
+    max_states: int,
+    memory_budget: int | None,
+    specialize: bool | None,
+    t0: float,
+) -> TokenClasses:
+    """The pipeline after parsing (``t0``: when the call started, parsing included)."""
+    t_parse = time.perf_counter() - t0
     live = generating(g)
     dead = [g.names[a] for a in range(len(g.names)) if g.rules_by_lhs[a] and a not in live]
     if dead:
@@ -132,9 +287,13 @@ def compress(
             f"grammar has nonterminals that derive no string ({', '.join(sorted(dead)[:5])}); "
             "XGrammar 0.2.9 still treats prefixes entering them as viable, so its masks can allow "
             "tokens that no complete parse accepts, and compressed masks then differ from it there",
-            stacklevel=2,
+            stacklevel=3,
         )
-    gnf = to_gnf(remove_useless(g), budget=gnf_budget)
+    t1 = time.perf_counter()
+    trimmed = remove_useless(g)
+    t2 = time.perf_counter()
+    gnf = to_gnf(trimmed, budget=gnf_budget)
+    t3 = time.perf_counter()
     # Copying single-byte symbols per occurrence sharpens adjacency (fewer, larger classes) but
     # multiplies the stack alphabet.  By default: done at once while the alphabet stays small,
     # otherwise only if a trial on a sample of tokens finds it affordable.
@@ -147,25 +306,36 @@ def compress(
             specialized = True
         else:
             trial = special
-    t_gnf = time.perf_counter() - t0
+    t4 = time.perf_counter()
+    t_gnf = t4 - t0
 
-    toks = token_table(vocab)
+    toks = prepared.tokens
     trial_outcome = -1.0  # no trial
     t_pick = 0.0
     if trial is None:
         search = DisplacementSearch(gnf, max_states=max_states, memory_budget=memory_budget)
     else:
         gnf, search = pick_specialization(
-            gnf, trial, toks, max_states, memory_budget, SPECIALIZE_TRIAL, SPECIALIZE_SAMPLE
+            gnf,
+            trial,
+            toks,
+            max_states,
+            memory_budget,
+            SPECIALIZE_TRIAL,
+            SPECIALIZE_SAMPLE,
+            prepared.sample_trie(SPECIALIZE_SAMPLE),
         )
         specialized = gnf is trial
         trial_outcome = float(specialized)
-        t_pick = time.perf_counter() - t0 - t_gnf
+        t_pick = time.perf_counter() - t4
+    t5 = time.perf_counter()
     codes, expansions, work = search_vocabulary(
-        gnf, search, toks, workers, progress, max_states, memory_budget
+        gnf, search, toks, workers, progress, max_states, memory_budget, prepared.trie
     )
-    t_search = time.perf_counter() - t0 - t_gnf
+    t6 = time.perf_counter()
+    vocab = prepared.vocab
     token_class, reps_arr, stop_class, invalid_class = number_classes(vocab, toks, codes)
+    t7 = time.perf_counter()
     stats: dict[str, float] = {
         "tokens": float(vocab.size),
         "classes": float(reps_arr.shape[0]),
@@ -178,12 +348,238 @@ def compress(
         "specialized": float(specialized),
         "specialize_trial": trial_outcome,
         "specialize_trial_seconds": t_pick,
+        "parse_seconds": t_parse,
+        "trim_seconds": t2 - t1,
+        "to_gnf_seconds": t3 - t2,
+        "specialize_seconds": t4 - t3,
         "gnf_seconds": t_gnf,
-        "search_seconds": t_search,
+        "search_setup_seconds": t5 - t4 - t_pick if trial is None else t_pick,
+        "search_seconds": t6 - t4,
+        "number_seconds": t7 - t6,
         "seconds": time.perf_counter() - t0,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
     }
     return TokenClasses(token_class, reps_arr, invalid_class, stop_class, vocab, fp, stats, text_sha)
+
+
+def cache_entry_name(grammar_sha256: str, vocab_sha256: str, specialize: bool | None = None) -> str:
+    """Name of the sub-directory that holds one (grammar, vocabulary) result in a cache directory.
+
+    Parameters
+    ----------
+    grammar_sha256 : str
+        The grammar's canonical fingerprint (:func:`~formalgram_cfgzip.cache.grammar_fingerprint`).
+    vocab_sha256 : str
+        The vocabulary's fingerprint (:meth:`Vocabulary.fingerprint`).
+    specialize : bool or None
+        The ``specialize`` option of :func:`compress` (it changes the classes).
+
+    Returns
+    -------
+    str
+        ``g<24 hex>-v<24 hex>``, with ``-specialized`` or ``-plain`` when ``specialize`` is
+        forced.  The name only locates the entry: loading checks the full fingerprints.
+
+    Notes
+    -----
+    O(1).
+
+    Examples
+    --------
+    >>> cache_entry_name("ab" * 32, "cd" * 32)
+    'gabababababababababababab-vcdcdcdcdcdcdcdcdcdcdcdcd'
+    >>> cache_entry_name("ab" * 32, "cd" * 32, False)[-6:]
+    '-plain'
+    """
+    suffix = "" if specialize is None else ("-specialized" if specialize else "-plain")
+    return f"g{grammar_sha256[:24]}-v{vocab_sha256[:24]}{suffix}"
+
+
+class Compressor:
+    """Compress grammar after grammar for one vocabulary, the vocabulary's work done once.
+
+    The vocabulary is prepared at construction (:func:`prepare_vocabulary`: token table,
+    trie of the token bytes); each :meth:`compress` then costs only what depends on the
+    grammar, and gives what :func:`compress` gives for the same grammar, options and
+    vocabulary, bit for bit.  Results are kept in an in-memory LRU cache keyed by the
+    grammar's fingerprints (the text's, so that a repeated text is not even parsed, and the
+    canonical one, so that a reformatted text is found too), and, with ``cache_dir``, in one
+    sub-directory per grammar (:func:`cache_entry_name`), loaded with every fingerprint
+    checked (:meth:`TokenClasses.load`).
+
+    Parameters
+    ----------
+    vocab : Vocabulary or PreparedVocabulary
+        The vocabulary, or its preparation (shared with other compressors).
+    cache_size : int
+        Most entries in the in-memory cache (a grammar given as text takes two: its text
+        and its canonical fingerprint); 0 for none.
+    cache_dir : path or None
+        Directory of saved results (created when needed); ``None`` for none.
+    workers, gnf_budget, max_states, memory_budget, specialize
+        As in :func:`compress`.
+
+    Attributes
+    ----------
+    prepared : PreparedVocabulary
+        The vocabulary's preparation.
+    hits, disk_hits, misses : int
+        Results found in memory, found on disk, and computed.
+
+    Raises
+    ------
+    CacheError
+        If ``cache_size`` is negative.
+
+    Notes
+    -----
+    Preparing costs O(total token bytes) numpy work (tenths of a second for a 128k-token
+    vocabulary).  The cached :class:`TokenClasses` are shared between callers: do not
+    modify their arrays.  Not thread-safe: one compressor per thread.
+
+    Examples
+    --------
+    >>> c = Compressor(Vocabulary([b"(", b"((", b")", b"x", b"y"]))
+    >>> a = c.compress('root ::= "(" root ")" | "x"')
+    >>> b = c.compress('root ::= "x" | "(" root ")"')  # the same grammar, written otherwise
+    >>> a.token_class.tolist() == b.token_class.tolist(), c.misses, c.hits
+    (True, 1, 1)
+    """
+
+    def __init__(
+        self,
+        vocab: Vocabulary | PreparedVocabulary,
+        *,
+        cache_size: int = 64,
+        cache_dir: str | os.PathLike[str] | None = None,
+        workers: int = 1,
+        gnf_budget: int = 2_000_000,
+        max_states: int = 200_000,
+        memory_budget: int | None = 4 << 30,
+        specialize: bool | None = None,
+    ) -> None:
+        if cache_size < 0:
+            raise CacheError(f"cache_size must be at least 0, got {cache_size}")
+        self.prepared = vocab if isinstance(vocab, PreparedVocabulary) else prepare_vocabulary(vocab)
+        self.cache_size = cache_size
+        self.cache_dir = None if cache_dir is None else Path(cache_dir)
+        self.workers = workers
+        self.gnf_budget = gnf_budget
+        self.max_states = max_states
+        self.memory_budget = memory_budget
+        self.specialize = specialize
+        self.hits = 0
+        self.disk_hits = 0
+        self.misses = 0
+        self._lru: OrderedDict[str, TokenClasses] = OrderedDict()
+
+    @property
+    def vocab(self) -> Vocabulary:
+        """The vocabulary (``prepared.vocab``)."""
+        return self.prepared.vocab
+
+    def compress(self, grammar: Grammar | str, *, progress: bool = False) -> TokenClasses:
+        """Classes of ``grammar`` over the vocabulary: from the caches, or computed.
+
+        Parameters
+        ----------
+        grammar : Grammar or str
+            The grammar, or GBNF/XGrammar-EBNF text with start rule ``root``.
+        progress : bool
+            Show a progress bar on stderr while searching.
+
+        Returns
+        -------
+        TokenClasses
+            Equal, bit for bit, to ``compress(grammar, vocab, ...)`` with this compressor's
+            options (``stats`` aside: those of the computation that produced them).
+
+        Raises
+        ------
+        GrammarSyntaxError, GrammarTooLarge, EmptyLanguageError
+            As :func:`compress`.
+        CacheError
+            If the cache directory cannot be written.
+
+        Notes
+        -----
+        A repeated text costs one hash of it; a new text its parse and canonical
+        fingerprint, then the grammar's pipeline (:func:`compress`) unless a cache has it.
+        """
+        t0 = time.perf_counter()
+        text_sha = ""
+        if isinstance(grammar, str):
+            text_sha = fingerprint_text(grammar)
+            known = self._recall("text:" + text_sha)
+            if known is not None:
+                self.hits += 1
+                return known
+        g, _ = _read(grammar)
+        fp = grammar_fingerprint(g)
+        known = self._recall("grammar:" + fp)
+        if known is not None:
+            self.hits += 1
+        else:
+            known = self._load(g, fp)
+            if known is not None:
+                self.disk_hits += 1
+            else:
+                known = _run(
+                    g,
+                    fp,
+                    text_sha,
+                    self.prepared,
+                    self.workers,
+                    progress,
+                    self.gnf_budget,
+                    self.max_states,
+                    self.memory_budget,
+                    self.specialize,
+                    t0,
+                )
+                self.misses += 1
+                if self.cache_dir is not None:
+                    known.save(self._entry(fp))
+            self._remember("grammar:" + fp, known)
+        if known.grammar_text_sha256 != text_sha:
+            known = replace(known, grammar_text_sha256=text_sha)
+        if text_sha:
+            self._remember("text:" + text_sha, known)
+        return known
+
+    def clear(self) -> None:
+        """Empty the in-memory cache (the cache directory is kept); O(entries)."""
+        self._lru.clear()
+
+    def _entry(self, fp: str) -> Path:
+        assert self.cache_dir is not None
+        return self.cache_dir / cache_entry_name(fp, self.prepared.vocab.fingerprint(), self.specialize)
+
+    def _load(self, g: Grammar, fp: str) -> TokenClasses | None:
+        """The saved result for ``g`` (fingerprint ``fp``), or None when absent or unusable."""
+        if self.cache_dir is None:
+            return None
+        where = self._entry(fp)
+        if not (where / "meta.json").is_file():
+            return None
+        try:
+            return TokenClasses.load(where, grammar=g, vocab=self.prepared.vocab)
+        except CacheError:
+            return None  # corrupted or from elsewhere: recomputed and overwritten
+
+    def _recall(self, key: str) -> TokenClasses | None:
+        found = self._lru.get(key)
+        if found is not None:
+            self._lru.move_to_end(key)
+        return found
+
+    def _remember(self, key: str, classes: TokenClasses) -> None:
+        if self.cache_size == 0:
+            return
+        self._lru[key] = classes
+        self._lru.move_to_end(key)
+        while len(self._lru) > self.cache_size:
+            self._lru.popitem(last=False)
 
 
 def number_classes(

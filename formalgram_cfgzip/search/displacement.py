@@ -610,6 +610,7 @@ class DisplacementSearch:
         # root is never final); each group's children are merged once at the end
         groups: dict[int, list[int]] = {}
         split = self._split[c]
+        below_classes = self._below_classes
         scanned = 0
         if node == START:
             self._consume([(a, _EPS) for a in self._starters[c]], c, groups)
@@ -622,21 +623,30 @@ class DisplacementSearch:
                     self.max_states,
                     "too many distinct stack tops for one token prefix",
                 )
+            sep_of = self._sep_of
             for sym, child in edges:
                 if sym >= 0:  # pop the top of σ_out
                     for head, rest, _ in split[sym]:
                         if head >= 0:
-                            _add(groups, head, self._chain(rest, child) if rest else child)
+                            item = self._chain(rest, child) if rest else child
+                            lst = groups.get(head)
+                            if lst is None:
+                                groups[head] = [item]
+                            else:
+                                lst.append(item)
                         else:  # σ_out may now be empty: label its separator with ``sym``
                             for sym2, child2 in self._edges_of(child):
-                                _add(groups, self._sep_of[sym] if sym2 == _SEP else sym2, child2)
+                                _add(groups, sep_of[sym] if sym2 == _SEP else sym2, child2)
                 elif sym != _SEP:  # σ_out is empty: backtrack below the consumed input
                     last = -sym - 2
-                    if (self._classes_below(last) >> c) & 1:
+                    classes = below_classes[last]
+                    if classes < 0:
+                        classes = self._classes_below(last)
+                    if (classes >> c) & 1:
                         for sym2, child2 in self._backtrack(last, child, c):
                             _add(groups, sym2, child2)
         if groups:
-            r = self._node(False, tuple((sym, self._union(groups[sym])) for sym in sorted(groups)))
+            r = self._node(False, tuple([(sym, self._union(groups[sym])) for sym in sorted(groups)]))
         else:
             r = DEAD
         self._memo[k] = r

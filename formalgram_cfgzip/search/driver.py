@@ -2,9 +2,11 @@
 
 :class:`~formalgram_cfgzip.search.displacement.DisplacementSearch` maps one byte-class
 sequence to an automaton state.  This module runs it over every searched token of a
-vocabulary at once (:func:`run_levels`): at depth ``k`` the tokens still running are grouped
-by (state, next byte class) with numpy, so each distinct pair costs one search step however
-many tokens share it, and the search tables are compacted when they outgrow their budget.
+vocabulary at once: the tokens are stored once per vocabulary as a trie of their bytes
+(:func:`build_trie`, :func:`token_trie`), and :func:`walk_trie` walks it level by level for
+one grammar: at depth ``k`` the trie nodes are grouped by (state of their parent, byte class
+of their byte) with numpy, so each distinct pair costs one search step however many tokens
+share it, and the search tables are compacted when they outgrow their budget.
 :func:`search_vocabulary` splits the work over worker processes when asked to, and
 :func:`pick_specialization` decides between two GNF grammars by the work each takes on a
 sample of tokens.
@@ -25,12 +27,16 @@ from formalgram_cfgzip.search.displacement import DEAD, START, CanonicalKey, Dis
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
+    "SequenceTrie",
     "TokenTable",
+    "build_trie",
     "pick_specialization",
     "reset_size",
     "run_levels",
     "search_vocabulary",
     "token_table",
+    "token_trie",
+    "walk_trie",
 ]
 
 
@@ -112,6 +118,151 @@ def token_table(vocab: Vocabulary) -> TokenTable:
     return table
 
 
+@dataclass(frozen=True, eq=False)
+class SequenceTrie:
+    """Sequences of small integers (bytes, byte classes) as a trie stored level by level.
+
+    Node ``j`` of depth ``k + 1`` is the prefix of length ``k + 1`` of some sequences; the
+    nodes of one depth are numbered in increasing (parent, label) order, and depth 0 holds
+    the root alone (node 0).
+
+    Attributes
+    ----------
+    parents : tuple of numpy.ndarray
+        ``parents[k][j]`` (int64): the node of depth ``k`` that node ``j`` of depth ``k + 1``
+        extends.
+    labels : tuple of numpy.ndarray
+        ``labels[k][j]`` (uint8): the symbol by which it extends it.
+    end_positions, end_nodes : tuple of numpy.ndarray
+        int64: the sequences of length ``k + 1`` are ``end_positions[k]`` (indices into the
+        sequences given to :func:`build_trie`) and end at nodes ``end_nodes[k]`` of depth
+        ``k + 1``.
+    size : int
+        Number of nodes below the root (the numpy work of one :func:`walk_trie`).
+    """
+
+    parents: tuple[npt.NDArray[np.int64], ...]
+    labels: tuple[npt.NDArray[np.uint8], ...]
+    end_positions: tuple[npt.NDArray[np.int64], ...]
+    end_nodes: tuple[npt.NDArray[np.int64], ...]
+    size: int
+
+
+def build_trie(
+    symbols: npt.NDArray[np.uint8],
+    offsets: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    alphabet: int = 256,
+) -> SequenceTrie:
+    """The trie of the sequences ``symbols[offsets[i] : offsets[i] + lengths[i]]`` (all non-empty).
+
+    Parameters
+    ----------
+    symbols : numpy.ndarray
+        uint8 symbols of the concatenated sequences, each below ``alphabet``.
+    offsets, lengths : numpy.ndarray
+        int64 start and length (at least 1) of each sequence.
+    alphabet : int
+        Number of distinct symbols (256 for bytes).
+
+    Returns
+    -------
+    SequenceTrie
+
+    Notes
+    -----
+    O(total length) numpy work: the sequences still running at depth ``k`` are grouped by
+    (node of depth ``k``, next symbol), densely or by sorting, whichever is cheaper.
+
+    Examples
+    --------
+    >>> seqs = [b"ab", b"a", b"b", b"ab"]
+    >>> flat = np.frombuffer(b"".join(seqs), dtype=np.uint8)
+    >>> t = build_trie(flat, np.array([0, 2, 3, 4]), np.array([2, 1, 1, 2]))
+    >>> [p.tolist() for p in t.parents], [bytes(lab) for lab in t.labels], t.size
+    ([[0, 0], [0]], [b'ab', b'b'], 3)
+    >>> [e.tolist() for e in t.end_positions], [e.tolist() for e in t.end_nodes]
+    ([[1, 2], [0, 3]], [[0, 1], [0, 0]])
+    """
+    m = int(lengths.size)
+    parents: list[npt.NDArray[np.int64]] = []
+    labels: list[npt.NDArray[np.uint8]] = []
+    end_positions: list[npt.NDArray[np.int64]] = []
+    end_nodes: list[npt.NDArray[np.int64]] = []
+    if m == 0:
+        return SequenceTrie((), (), (), (), 0)
+    order = np.argsort(-lengths, kind="stable")  # longest first: the running ones are a prefix
+    starts = offsets[order]
+    neg = -lengths[order]
+    depth = int(-neg[0])
+    running = np.searchsorted(neg, -np.arange(depth + 1, dtype=np.int64), side="left").tolist()
+    node = np.zeros(m, dtype=np.int64)  # node of each running sequence at the current depth
+    width = 1  # nodes at the current depth
+    size = 0
+    for k in range(depth):
+        live = running[k]
+        key = node[:live] * alphabet + symbols[starts[:live] + k]
+        span = width * alphabet
+        if span <= 4 * live + 65536:  # dense grouping, no sort
+            seen = np.zeros(span, dtype=bool)
+            seen[key] = True
+            uniq = np.flatnonzero(seen)
+            slot = np.zeros(span, dtype=np.int64)
+            slot[uniq] = np.arange(uniq.size, dtype=np.int64)
+            node = slot[key]
+        else:
+            uniq, inverse = np.unique(key, return_inverse=True)
+            node = inverse.reshape(-1)
+        parents.append(uniq // alphabet)
+        labels.append((uniq % alphabet).astype(np.uint8))
+        width = int(uniq.size)
+        size += width
+        done = running[k + 1]
+        end_positions.append(order[done:live].astype(np.int64))
+        end_nodes.append(node[done:live])
+    return SequenceTrie(tuple(parents), tuple(labels), tuple(end_positions), tuple(end_nodes), size)
+
+
+SMALL_LEVEL = 1024  # trie levels with at most this many nodes are walked without numpy
+
+_TRIES: list[tuple[TokenTable, int, SequenceTrie]] = []  # tries of the last token table seen
+
+
+def token_trie(toks: TokenTable, sample: int = 1) -> SequenceTrie:
+    """The trie of the bytes of every ``sample``-th token of ``toks``; cached for the last table.
+
+    Parameters
+    ----------
+    toks : TokenTable
+        The searched tokens (:func:`token_table`).
+    sample : int
+        Keep tokens ``0, sample, 2 * sample, ...`` of ``toks`` (sequence ``i`` of the trie is
+        token ``toks.ids[i * sample]``).
+
+    Returns
+    -------
+    SequenceTrie
+
+    Notes
+    -----
+    :func:`build_trie` the first time, O(1) for the same table and sample again.
+
+    Examples
+    --------
+    >>> t = token_trie(token_table(Vocabulary([b"ab", b"a", b"b"])))
+    >>> t.size, [e.tolist() for e in t.end_positions]
+    (3, [[1, 2], [0]])
+    """
+    for table, every, trie in _TRIES:
+        if table is toks and every == sample:
+            return trie
+    trie = build_trie(toks.flat, toks.offsets[::sample], toks.lengths[::sample])
+    if _TRIES and _TRIES[0][0] is not toks:
+        _TRIES.clear()
+    _TRIES.append((toks, sample, trie))
+    return trie
+
+
 def reset_size(memory_budget: int | None) -> int:
     """Search-table size (:meth:`DisplacementSearch.size`) above which :func:`run_levels` compacts.
 
@@ -138,9 +289,9 @@ def reset_size(memory_budget: int | None) -> int:
     return max(200_000, (memory_budget or (8 << 30)) // 1600)
 
 
-def _class_bytes(search: DisplacementSearch, toks: TokenTable) -> npt.NDArray[np.uint8]:
-    """The byte class of every byte of ``toks.flat`` under ``search``'s partition."""
-    return np.frombuffer(bytes(search.byte_class), dtype=np.uint8)[toks.flat]
+def _class_of(search: DisplacementSearch) -> npt.NDArray[np.uint8]:
+    """Byte value -> byte class of ``search``, as a numpy table."""
+    return np.frombuffer(bytes(search.byte_class), dtype=np.uint8)
 
 
 def pick_specialization(
@@ -151,6 +302,7 @@ def pick_specialization(
     memory_budget: int | None,
     factor: int,
     sample: int,
+    trie: SequenceTrie | None = None,
 ) -> tuple[Grammar, DisplacementSearch]:
     """Choose between a GNF and its specialisation by the work each takes on a sample of tokens.
 
@@ -168,6 +320,8 @@ def pick_specialization(
         plain one (and within the memory budget).
     sample : int
         Both searches run on every ``sample``-th searched token.
+    trie : SequenceTrie or None
+        The trie of those tokens (``token_trie(toks, sample)``, built when ``None``).
 
     Returns
     -------
@@ -191,11 +345,12 @@ def pick_specialization(
     >>> pick_specialization(plain, special, toks, 1000, None, 10, 1)[0] is special
     True
     """
-    offsets = toks.offsets[::sample]
-    lengths = toks.lengths[::sample]
+    if trie is None:
+        trie = token_trie(toks, sample)
+    count = int(toks.lengths[::sample].size)
     cells = reset_size(memory_budget)
     first = DisplacementSearch(plain, max_states=max_states, memory_budget=memory_budget)
-    run_levels(first, _class_bytes(first, toks), offsets, lengths, False, cells, False)
+    walk_trie(first, trie, _class_of(first), count, False, cells, False)
     budget = factor * max(first.work, 1000)
     if first.size() > cells // 4:
         first.reset()  # do not hold both searches' tables at once (memory); redone if kept
@@ -203,7 +358,7 @@ def pick_specialization(
         second = DisplacementSearch(
             special, max_states=max_states, memory_budget=memory_budget, max_work=budget
         )
-        run_levels(second, _class_bytes(second, toks), offsets, lengths, False, cells, False)
+        walk_trie(second, trie, _class_of(second), count, False, cells, False)
     except GrammarTooLarge:
         return plain, first
     second.max_work = None
@@ -218,6 +373,7 @@ def search_vocabulary(
     progress: bool,
     max_states: int,
     memory_budget: int | None,
+    trie: SequenceTrie | None = None,
 ) -> tuple[npt.NDArray[np.int64], int, int]:
     """Search every token of ``toks`` over ``gnf`` (with ``search`` when in this process).
 
@@ -236,6 +392,9 @@ def search_vocabulary(
         Show a progress bar on stderr.
     max_states, memory_budget : int, int or None
         The budgets of each worker's search.
+    trie : SequenceTrie or None
+        The trie of the tokens' bytes (``token_trie(toks)``, taken from its cache or built
+        when ``None``).
 
     Returns
     -------
@@ -261,11 +420,15 @@ def search_vocabulary(
     >>> codes.tolist()  # "(" and "((" differ, "y" is valid nowhere
     [0, 2, 1, 3, -1]
     """
-    class_bytes = _class_bytes(search, toks)
     cells = reset_size(memory_budget)
+    class_of = _class_of(search)
     if workers > 1 and toks.ids.size > 2000:
+        class_bytes = class_of[toks.flat]
         return _run_parallel(gnf, class_bytes, toks, workers, progress, max_states, memory_budget, cells)
-    codes, _ = run_levels(search, class_bytes, toks.offsets, toks.lengths, progress, cells, False)
+    count = int(toks.ids.size)
+    if trie is None:
+        trie = token_trie(toks)
+    codes, _ = walk_trie(search, trie, class_of, count, progress, cells, False)
     return codes, search.expansions, search.work
 
 
@@ -287,13 +450,9 @@ def run_levels(
     reset_cells: int,
     want_digests: bool,
 ) -> tuple[npt.NDArray[np.int64], list[CanonicalKey]]:
-    """Displacement codes of byte-class sequences, all sequences advanced one byte at a time.
+    """Displacement codes of byte-class sequences: :func:`walk_trie` over their trie.
 
-    Sequence ``i`` is ``class_bytes[offsets[i] : offsets[i] + lengths[i]]`` (non-empty).  At
-    depth ``k`` the sequences still running are grouped by (current automaton state, next
-    byte class): each distinct pair costs one :meth:`DisplacementSearch.step`, however many
-    tokens share it (a walk of the vocabulary trie in which prefixes that reach the same
-    state are merged), and the grouping itself is numpy work.
+    Sequence ``i`` is ``class_bytes[offsets[i] : offsets[i] + lengths[i]]`` (non-empty).
 
     Parameters
     ----------
@@ -303,11 +462,67 @@ def run_levels(
         uint8 byte classes of the concatenated sequences.
     offsets, lengths : numpy.ndarray
         int64 start and length of each sequence.
+    progress, reset_cells, want_digests
+        As in :func:`walk_trie`.
+
+    Returns
+    -------
+    (numpy.ndarray, list of bytes)
+        As :func:`walk_trie`, one code per sequence.
+
+    Notes
+    -----
+    :func:`build_trie` plus :func:`walk_trie`.
+
+    Examples
+    --------
+    >>> from formalgram import parse_gbnf, to_gnf
+    >>> search = DisplacementSearch(to_gnf(parse_gbnf('root ::= "a"+ "b"')))
+    >>> seqs = [search.byte_class[c] for c in b"aaaab"]
+    >>> cb = np.asarray(seqs, dtype=np.uint8)
+    >>> codes, _ = run_levels(search, cb, np.array([0, 1, 0, 4]), np.array([1, 1, 2, 1]), False, 10**6, False)
+    >>> codes.tolist()
+    [0, 0, 0, 1]
+    """
+    ncls = search.num_byte_classes
+    trie = build_trie(class_bytes, offsets, lengths, ncls)
+    identity = np.arange(ncls, dtype=np.uint8)
+    return walk_trie(search, trie, identity, int(lengths.size), progress, reset_cells, want_digests)
+
+
+def walk_trie(
+    search: DisplacementSearch,
+    trie: SequenceTrie,
+    class_of: npt.NDArray[np.uint8],
+    count: int,
+    progress: bool,
+    reset_cells: int,
+    want_digests: bool,
+) -> tuple[npt.NDArray[np.int64], list[CanonicalKey]]:
+    """Displacement codes of the sequences of a trie, every node advanced once, depth by depth.
+
+    The state of a node is ``search``'s state after reading its prefix (mapped through
+    ``class_of``).  At depth ``k`` the nodes are grouped by (state of their parent, class of
+    their label): each distinct pair costs one :meth:`DisplacementSearch.step`, however many
+    nodes share it (prefixes that reach the same state are merged), and the grouping itself
+    is numpy work.
+
+    Parameters
+    ----------
+    search : DisplacementSearch
+        The search (its tables are kept, and compacted above ``reset_cells``).
+    trie : SequenceTrie
+        The sequences (:func:`build_trie`).
+    class_of : numpy.ndarray
+        uint8: label -> byte class of ``search`` (``search.byte_class`` for a trie of
+        bytes, the identity for a trie of byte classes).
+    count : int
+        Number of sequences in the trie (the length of the result).
     progress : bool
         Show a progress bar on stderr.
     reset_cells : int
         Search-table size (:meth:`DisplacementSearch.size`) above which the tables are
-        compacted to the states still running.
+        compacted to the states of the nodes that have children.
     want_digests : bool
         Return the digest of every code (for merging the codes of several processes).
 
@@ -322,103 +537,167 @@ def run_levels(
 
     Notes
     -----
-    One step per distinct (state, byte class) pair per depth, plus O(total bytes) numpy work.
+    One step per distinct (state, byte class) pair per depth, plus O(trie nodes) numpy work.
 
     Examples
     --------
     >>> from formalgram import parse_gbnf, to_gnf
     >>> search = DisplacementSearch(to_gnf(parse_gbnf('root ::= "a"+ "b"')))
-    >>> seqs = [search.byte_class[c] for c in b"aaaab"]
-    >>> cb = np.asarray(seqs, dtype=np.uint8)
-    >>> codes, _ = run_levels(search, cb, np.array([0, 1, 0, 4]), np.array([1, 1, 2, 1]), False, 10**6, False)
-    >>> codes.tolist()
-    [0, 0, 0, 1]
+    >>> toks = token_table(Vocabulary([b"a", b"aa", b"ab", b"b", b"ba"]))
+    >>> class_of = np.frombuffer(bytes(search.byte_class), dtype=np.uint8)
+    >>> codes, _ = walk_trie(search, token_trie(toks), class_of, 5, False, 10**6, False)
+    >>> codes.tolist()  # "a" and "aa" alike, "ab" (also at the start) unlike "b"; "ba" valid nowhere
+    [0, 0, 2, 1, -1]
     """
-    m = int(lengths.size)
-    codes = np.full(m, -1, dtype=np.int64)
-    if m == 0:
+    codes = np.full(count, -1, dtype=np.int64)
+    depth = len(trie.parents)
+    if depth == 0:
         return codes, []
     ncls = search.num_byte_classes
-    order = np.argsort(-lengths, kind="stable")  # longest first: the running ones are a prefix
-    starts = offsets[order]
-    neg = -lengths[order]
-    depth = int(-neg[0])
-    running = np.searchsorted(neg, -np.arange(depth + 1, dtype=np.int64), side="left").tolist()
-    comp = np.zeros(m, dtype=np.int64)  # compact state index of each running sequence
+    classes: list[int] = class_of.tolist()
+    # compact state index of each node of the current depth: a numpy array on large levels,
+    # a list on small ones (SMALL_LEVEL), whichever the level was computed as
+    comp = np.zeros(1, dtype=np.int64)
+    comp_list: list[int] = [0]
+    small = False
     nodes: list[int] = [START]  # compact state index -> automaton node
-    code_of_key: dict[int, int] = {}
-    code_of_digest: dict[CanonicalKey, int] = {}
-    digests: list[CanonicalKey] = []
-    keys: list[int] = []  # code -> key node (valid until the tables are compacted)
-    use_digests = want_digests
+    coder = _Coder(search, want_digests)
     step = search.step
-    bar = _progress_bar(int(-neg.sum()), progress, "B")
+    bar = _progress_bar(trie.size, progress, "node")
     try:
         for k in range(depth):
-            live = running[k]
-            comp = comp[:live]
-            pair = comp * ncls + class_bytes[starts[:live] + k]
-            span = len(nodes) * ncls
-            if span <= 4 * live + 65536:  # dense grouping, no sort
-                seen = np.zeros(span, dtype=bool)
-                seen[pair] = True
-                uniq = np.flatnonzero(seen)
-                slot = np.zeros(span, dtype=np.int64)
-                slot[uniq] = np.arange(uniq.size, dtype=np.int64)
-                inverse = slot[pair]
-            else:
-                uniq, inverse = np.unique(pair, return_inverse=True)
-            nxt: list[int] = []
-            for u in uniq.tolist():
-                node = nodes[u // ncls]
-                nxt.append(DEAD if node == DEAD else step(node, u % ncls))
-            new_nodes, new_index = np.unique(np.asarray(nxt, dtype=np.int64), return_inverse=True)
-            comp = new_index.reshape(-1)[inverse]
-            nodes = new_nodes.tolist()
-            # sequences of length k + 1 end here
-            done = running[k + 1]
-            if done < live:
-                ending = np.unique(comp[done:live])
-                code_of_comp = np.full(len(nodes), -1, dtype=np.int64)
-                for j in ending.tolist():
-                    node = nodes[j]
-                    if node == DEAD:
-                        continue
-                    key = search.key_of(node)
-                    if use_digests:
-                        d = search.digest(key)
-                        code = code_of_digest.get(d)
+            parents = trie.parents[k]
+            live = int(parents.size)
+            # the state of each distinct (state, class) pair, numbered in order of first appearance
+            index_of: dict[int, int] = {}
+            if live <= SMALL_LEVEL:  # a few nodes: plain loops cost less than numpy calls
+                prev = comp_list if small else comp.tolist()
+                pair_index: dict[int, int] = {}
+                comp_list = []
+                for p, label in zip(parents.tolist(), trie.labels[k].tolist(), strict=True):
+                    c = classes[label]
+                    pair = prev[p] * ncls + c
+                    j = pair_index.get(pair)
+                    if j is None:
+                        node = nodes[prev[p]]
+                        if node != DEAD:
+                            node = step(node, c)
+                        j = index_of.get(node)
+                        if j is None:
+                            j = len(index_of)
+                            index_of[node] = j
+                        pair_index[pair] = j
+                    comp_list.append(j)
+                small = True
+                nodes = list(index_of)
+                ending = trie.end_nodes[k]
+                if ending.size > 2 * live:  # many sequences end on few nodes (a trie of classes)
+                    ending_comp = np.asarray(comp_list, dtype=np.int64)[ending]
+                    codes[trie.end_positions[k]] = _codes_of(coder, nodes, ending_comp)
+                elif ending.size:
+                    code_of: dict[int, int] = {}
+                    got: list[int] = []
+                    for e in ending.tolist():
+                        j = comp_list[e]
+                        code = code_of.get(j)
                         if code is None:
-                            code = len(digests)
-                            code_of_digest[d] = code
-                            digests.append(d)
-                    else:
-                        code = code_of_key.get(key, -1)
-                        if code < 0:
-                            code = len(keys)
-                            code_of_key[key] = code
-                            keys.append(key)
-                    code_of_comp[j] = code
-                codes[order[done:live]] = code_of_comp[comp[done:live]]
+                            code = coder.code(nodes[j])
+                            code_of[j] = code
+                        got.append(code)
+                    codes[trie.end_positions[k]] = np.asarray(got, dtype=np.int64)
+            else:
+                previous = np.asarray(comp_list, dtype=np.int64) if small else comp
+                small = False
+                pairs = previous[parents] * ncls + class_of[trie.labels[k]]
+                span = len(nodes) * ncls
+                if span <= 4 * live + 65536:  # dense grouping, no sort
+                    seen = np.zeros(span, dtype=bool)
+                    seen[pairs] = True
+                    uniq = np.flatnonzero(seen)
+                    slot = np.zeros(span, dtype=np.int64)
+                    slot[uniq] = np.arange(uniq.size, dtype=np.int64)
+                    inverse = slot[pairs]
+                else:
+                    uniq, inverse = np.unique(pairs, return_inverse=True)
+                new_index: list[int] = []
+                for u in uniq.tolist():
+                    node = nodes[u // ncls]
+                    if node != DEAD:
+                        node = step(node, u % ncls)
+                    j = index_of.get(node)
+                    if j is None:
+                        j = len(index_of)
+                        index_of[node] = j
+                    new_index.append(j)
+                comp = np.asarray(new_index, dtype=np.int64)[inverse]
+                nodes = list(index_of)
+                ending = trie.end_nodes[k]
+                if ending.size:
+                    codes[trie.end_positions[k]] = _codes_of(coder, nodes, comp[ending])
             if bar is not None:
                 bar.update(live)
             if k + 1 < depth and search.size() > reset_cells:
-                if not use_digests:  # key node ids die with the compaction: switch to digests
-                    for key in keys:
-                        d = search.digest(key)
-                        code_of_digest[d] = len(digests)
-                        digests.append(d)
-                    use_digests = True
-                live = running[k + 1]
-                comp = comp[:live]
+                coder.use_digests()  # key node ids die with the compaction
+                children = trie.parents[k + 1]
                 used = np.zeros(len(nodes), dtype=bool)
-                used[comp] = True
+                # the states of the nodes that have children
+                used[np.asarray(comp_list, dtype=np.int64)[children] if small else comp[children]] = True
                 kept = [node if keep else DEAD for node, keep in zip(nodes, used.tolist(), strict=True)]
                 nodes = search.compact(kept)
     finally:
         if bar is not None:
             bar.close()
-    return codes, digests
+    return codes, coder.digests
+
+
+def _codes_of(coder: _Coder, nodes: list[int], ending_comp: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The codes of the compact states ``ending_comp`` (each distinct state coded once)."""
+    code_of_comp = np.full(len(nodes), -1, dtype=np.int64)
+    present = np.bincount(ending_comp, minlength=len(nodes))
+    for j in np.flatnonzero(present).tolist():
+        code_of_comp[j] = coder.code(nodes[j])
+    return code_of_comp[ending_comp]
+
+
+class _Coder:
+    """Dense displacement codes of automaton nodes, by key node or, once asked to, by digest."""
+
+    def __init__(self, search: DisplacementSearch, digests: bool) -> None:
+        self.search = search
+        self.by_digest = digests
+        self.of_key: dict[int, int] = {}
+        self.of_digest: dict[CanonicalKey, int] = {}
+        self.digests: list[CanonicalKey] = []
+        self.keys: list[int] = []  # code -> key node (valid until the tables are compacted)
+
+    def code(self, node: int) -> int:
+        """The code of ``node``'s displacement (``-1`` for DEAD)."""
+        if node == DEAD:
+            return -1
+        key = self.search.key_of(node)
+        if self.by_digest:
+            d = self.search.digest(key)
+            code = self.of_digest.get(d)
+            if code is None:
+                code = len(self.digests)
+                self.of_digest[d] = code
+                self.digests.append(d)
+            return code
+        code = self.of_key.get(key, -1)
+        if code < 0:
+            code = len(self.keys)
+            self.of_key[key] = code
+            self.keys.append(key)
+        return code
+
+    def use_digests(self) -> None:
+        """Switch to digests (before the search's tables are compacted); codes are kept."""
+        if not self.by_digest:
+            for key in self.keys:
+                d = self.search.digest(key)
+                self.of_digest[d] = len(self.digests)
+                self.digests.append(d)
+            self.by_digest = True
 
 
 _WORKER: list[tuple[DisplacementSearch, int]] = []  # this worker process's search and reset size
