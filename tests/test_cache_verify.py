@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
-from test_pda_support import shared_grammars
+from _data import grammar
 
 from formalgram_cfgzip import CacheError, TokenClasses, Vocabulary
 from formalgram_cfgzip.cache import read_cache, write_cache
@@ -230,10 +230,7 @@ def test_verification_that_cannot_run_is_a_cache_error(paren: TokenClasses, tmp_
 
 
 def _real(name: str) -> str:
-    root = shared_grammars()
-    if root is None:
-        pytest.skip("shared grammars folder is absent")
-    return (root / "llama_cpp" / name).read_text()
+    return grammar(f"llama_cpp/{name}").read_text()
 
 
 @pytest.fixture(scope="module")
