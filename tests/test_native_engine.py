@@ -174,7 +174,7 @@ token_lists = st.lists(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=4, alphabet=ALPHABET), token_lists, st.integers(0, 2**32 - 1))
 def test_mask_equals_earley_on_random_grammars(g: Grammar, tokens: list[bytes], seed: int) -> None:
-    """Theorem 1 of proofs/native_engine.md: every token at every step, against Earley."""
+    """proofs/native_engine.md, Theorem 1: every token at every step, against Earley."""
     vocab = small_vocab(tokens)
     try:
         classes = compress(g, vocab, progress=False)
@@ -189,7 +189,7 @@ def test_mask_equals_earley_on_random_grammars(g: Grammar, tokens: list[bytes], 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=4, alphabet=ALPHABET), st.lists(st.sampled_from(ALPHABET), max_size=7))
 def test_gss_holds_exactly_the_pda_stacks(g: Grammar, letters: list[int]) -> None:
-    """Lemma 2 of proofs/native_engine.md: the GSS's stacks equal the explicit PDA simulation."""
+    """proofs/native_engine.md, Lemma 2: the GSS's stacks equal the explicit PDA simulation."""
     vocab = small_vocab([bytes([b]) for b in ALPHABET])
     try:
         classes = compress(g, vocab, progress=False)
@@ -246,7 +246,7 @@ def _accepted_words(d: DomainAutomaton, k: int) -> set[tuple[int, ...]]:
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=4, alphabet=ALPHABET), token_lists)
 def test_domain_automaton_reads_exactly_the_popped_sequences(g: Grammar, tokens: list[bytes]) -> None:
-    """Lemma 3 of proofs/native_engine.md: class k's words are dom(k) of the explicit displacement."""
+    """proofs/native_engine.md, Lemma 3: class k's words are dom(k) of the explicit displacement."""
     vocab = small_vocab(tokens)
     try:
         classes = compress(g, vocab, progress=False)
@@ -308,14 +308,14 @@ def _real_walks(rel: str, n_tokens: int, walks: int, steps: int) -> int:
 
 @pytest.mark.parametrize("rel", REAL_FAST)
 def test_real_grammar_walks_match_earley(rel: str) -> None:
-    """Theorem 1 of proofs/native_engine.md on real grammars: every token of a 2,000-token Llama-3 sample."""
+    """proofs/native_engine.md, Theorem 1 on real grammars: every token of a 2,000-token Llama-3 sample."""
     assert _real_walks(rel, 2000, walks=3, steps=25) > 0
 
 
 @pytest.mark.heavy
 @pytest.mark.parametrize("rel", REAL_FAST + REAL_HEAVY)
 def test_real_grammar_walks_match_earley_heavy(rel: str) -> None:
-    """As above with a 20,000-token sample and longer walks."""
+    """proofs/native_engine.md, Theorem 1: as above with a 20,000-token sample and longer walks."""
     assert _real_walks(rel, 20_000, walks=4, steps=60) > 0
 
 
@@ -334,7 +334,7 @@ def json_list() -> tuple[TokenClasses, NativeTables, Vocabulary]:
 def test_rollback_reset_and_termination(
     kernel: Kernel, json_list: tuple[TokenClasses, NativeTables, Vocabulary]
 ) -> None:
-    """Rollback returns to earlier masks exactly; a stop token terminates the matcher."""
+    """proofs/native_engine.md, Corollary 2 and Theorem 1: rollback is exact; a stop token terminates."""
     classes, tables, vocab = json_list
     grammar = compile_native(classes, JSON_LIST, tables=tables, kernel=kernel)
     m = grammar.matcher()
@@ -370,6 +370,7 @@ def test_rollback_reset_and_termination(
 def test_batch_fills_equal_single_fills(
     kernel: Kernel, json_list: tuple[TokenClasses, NativeTables, Vocabulary]
 ) -> None:
+    """proofs/native_engine.md, Theorem 1 (batches): batch fills equal one-by-one fills."""
     classes, tables, vocab = json_list
     grammar = NativeGrammar(classes, tables, kernel=kernel)
     rng = random.Random(5)
@@ -391,6 +392,7 @@ def test_batch_fills_equal_single_fills(
 
 
 def test_bad_input_errors(json_list: tuple[TokenClasses, NativeTables, Vocabulary]) -> None:
+    """proofs/native_engine.md (bad input): typed errors, no crash."""
     classes, tables, _ = json_list
     grammar = NativeGrammar(classes, tables)
     m = grammar.matcher()
@@ -414,6 +416,7 @@ def test_bad_input_errors(json_list: tuple[TokenClasses, NativeTables, Vocabular
 def test_tables_cache_roundtrip_and_corruption(
     tmp_path: Path, json_list: tuple[TokenClasses, NativeTables, Vocabulary]
 ) -> None:
+    """proofs/native_engine.md (bad input): the tables' cache round-trips and refuses foreign or cut files."""
     classes, tables, vocab = json_list
     tables.save(tmp_path / "t")
     back = NativeTables.load(tmp_path / "t", classes)
@@ -431,7 +434,7 @@ def test_tables_cache_roundtrip_and_corruption(
 
 
 def test_inconsistent_tables_are_refused(json_list: tuple[TokenClasses, NativeTables, Vocabulary]) -> None:
-    """Out-of-range arrays are named by ``inconsistency`` and refused by the C kernel (no crash)."""
+    """proofs/native_engine.md (bad input): out-of-range arrays are named and refused, never followed."""
     import dataclasses
 
     classes, tables, _ = json_list
@@ -454,7 +457,7 @@ def test_inconsistent_tables_are_refused(json_list: tuple[TokenClasses, NativeTa
 def test_masks_are_exact_for_any_gnf_of_the_language(
     json_list: tuple[TokenClasses, NativeTables, Vocabulary],
 ) -> None:
-    """Proof, remark 2: tables built on an unspecialised GNF give the same masks."""
+    """proofs/native_engine.md, Remark 2: tables built on an unspecialised GNF give the same masks."""
     classes, tables, vocab = json_list
     plain = class_gnf(JSON_LIST, specialized=False)
     other = build_tables(classes, JSON_LIST, gnf=plain)
