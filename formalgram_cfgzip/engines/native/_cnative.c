@@ -55,29 +55,64 @@ typedef struct {
     int32_t next;  /* next record of the same node, -1 at the end */
 } Rec;
 
+/* The hot arrays are arrays of small structs: what one step reads together shares a cache
+ * line (the kernels mostly run right after a model's forward pass has evicted the caches). */
+typedef struct {
+    int32_t sym, up; /* a push-trie node: its last symbol, the node of its prefix (-1: a root) */
+} TrieNode;
+
+typedef struct {
+    int64_t key;    /* c * nsym + X, -1: empty slot */
+    int32_t lo, hi; /* its pushed tails: trans_push[lo..hi) */
+} Slot;
+
+typedef struct {
+    int32_t lo, hi, out, pad; /* domain state: edges [lo, hi), output set (-1: none) */
+} DState;
+
+typedef struct {
+    int32_t sym, to;
+} DEdge;
+
+typedef struct {
+    uint32_t stamp; /* the byte step that made `node` for this trie node */
+    int32_t node;
+} Fresh;
+
+typedef struct {
+    uint32_t stamp;      /* the byte step the other fields belong to */
+    int32_t root;        /* new node of the trie root with this symbol, -1: none */
+    int32_t first, made; /* exposed nodes of this symbol without a root: the first one, and the
+                            node merging them (-1: only one so far) */
+} SymScratch;
+
+typedef struct {
+    uint64_t key; /* (node << 32) | state */
+    uint32_t gen; /* the walk that stored it */
+    uint32_t pad;
+} Visit;
+
 typedef struct {
     PyObject_HEAD
     int32_t nsym, start, accepts_empty, num_classes, stop_class, words;
     uint8_t byte_class[256];
     int32_t ntrie;
-    int32_t *trie_sym, *trie_up;
-    /* transitions: open addressing, key c * nsym + X -> index j into trans_start */
-    int64_t *hkey;
-    int32_t *hval;
+    TrieNode *trie;
+    /* transitions: open addressing on c * nsym + X */
+    Slot *slots;
     uint64_t hmask;
-    int32_t *trans_start, *trans_push;
+    int32_t *trans_push;
     /* domain automaton */
     int32_t nstates, nsets;
-    int32_t *edge_start, *edge_sym, *edge_to, *out;
+    DState *dstates;
+    DEdge *dedges;
     int32_t *set_start, *set_class;
     int64_t *set_bits_at; /* offset of a set's bit row in set_bits, -1: OR its list instead */
     uint32_t *set_bits;
     /* byte-step scratch */
     uint32_t step_id;
-    uint32_t *fresh_stamp; /* per trie node */
-    int32_t *fresh_node;
-    uint32_t *sym_stamp; /* per symbol: a new trie root (root_node) or exposed nodes */
-    int32_t *root_node, *alone_first, *alone_node;
+    Fresh *fresh;     /* per trie node */
+    SymScratch *symx; /* per symbol */
     Rec *recs;
     int64_t recs_cap;
     int32_t *head;
@@ -94,8 +129,7 @@ typedef struct {
     uint32_t walk_id;
     uint32_t *set_stamp;
     int32_t *hits;
-    uint64_t *vkey;  /* visited (node, state) pairs, open addressing */
-    uint32_t *vgen;
+    Visit *visit; /* visited (node, state) pairs, open addressing */
     uint64_t vmask;
     int64_t vcount;
     int32_t *stack;
@@ -106,26 +140,17 @@ typedef struct {
 static void
 Tables_dealloc(Tables *t)
 {
-    free(t->trie_sym);
-    free(t->trie_up);
-    free(t->hkey);
-    free(t->hval);
-    free(t->trans_start);
+    free(t->trie);
+    free(t->slots);
     free(t->trans_push);
-    free(t->edge_start);
-    free(t->edge_sym);
-    free(t->edge_to);
-    free(t->out);
+    free(t->dstates);
+    free(t->dedges);
     free(t->set_start);
     free(t->set_class);
     free(t->set_bits_at);
     free(t->set_bits);
-    free(t->fresh_stamp);
-    free(t->fresh_node);
-    free(t->sym_stamp);
-    free(t->root_node);
-    free(t->alone_first);
-    free(t->alone_node);
+    free(t->fresh);
+    free(t->symx);
     free(t->recs);
     free(t->head);
     free(t->exp_off);
@@ -136,8 +161,7 @@ Tables_dealloc(Tables *t)
     free(t->tops_b);
     free(t->set_stamp);
     free(t->hits);
-    free(t->vkey);
-    free(t->vgen);
+    free(t->visit);
     free(t->stack);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
@@ -193,7 +217,7 @@ Tables_init(Tables *t, PyObject *args, PyObject *kwds)
                             "set_start",   "set_class",    NULL};
     int nsym, start, accepts_empty, num_classes, stop_class;
     PyObject *o[12];
-    if (t->trie_sym != NULL) {
+    if (t->trie != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Tables is already initialised");
         return -1;
     }
@@ -209,108 +233,135 @@ Tables_init(Tables *t, PyObject *args, PyObject *kwds)
     t->num_classes = num_classes;
     t->stop_class = stop_class;
     t->words = (num_classes + 31) / 32;
-    int64_t n_bc, n_ts, n_tu, n_tk, n_st, n_tp, n_es, n_esym, n_eto, n_out, n_ss, n_sc;
-    uint8_t *bc = copy_buffer(o[0], 1, &n_bc, "byte_class");
-    if (bc == NULL)
-        return -1;
-    if (n_bc != 256) {
-        free(bc);
-        return bad("byte_class must have 256 entries");
+    int64_t n[12];
+    void *a[12] = {NULL};
+    static const size_t item[12] = {1, 4, 4, 8, 4, 4, 4, 4, 4, 4, 4, 4};
+    static const char *what[12] = {"byte_class", "trie_sym", "trie_up", "trans_key", "trans_start", "trans_push",
+                                   "edge_start", "edge_sym", "edge_to",  "out",         "set_start",   "set_class"};
+    int rc = -1;
+    for (int i = 0; i < 12; i++)
+        if ((a[i] = copy_buffer(o[i], item[i], &n[i], what[i])) == NULL)
+            goto done;
+    const uint8_t *bc = a[0];
+    const int32_t *tsym = a[1], *tup = a[2], *tstart = a[4], *tpush = a[5];
+    const int64_t *keys = a[3];
+    const int32_t *estart = a[6], *esym = a[7], *eto = a[8], *out = a[9];
+    int64_t n_ts = n[1], n_tk = n[3], n_tp = n[5], n_out = n[9], n_ss = n[10], n_sc = n[11];
+    /* every index the kernels follow is checked here, once */
+    if (n[0] != 256) {
+        bad("byte_class must have 256 entries");
+        goto done;
     }
     memcpy(t->byte_class, bc, 256);
-    free(bc);
     int nbc = 0;
     for (int b = 0; b < 256; b++)
         if (t->byte_class[b] + 1 > nbc)
             nbc = t->byte_class[b] + 1;
-    int64_t *keys = NULL;
-    if ((t->trie_sym = copy_buffer(o[1], 4, &n_ts, "trie_sym")) == NULL ||
-        (t->trie_up = copy_buffer(o[2], 4, &n_tu, "trie_up")) == NULL ||
-        (keys = copy_buffer(o[3], 8, &n_tk, "trans_key")) == NULL ||
-        (t->trans_start = copy_buffer(o[4], 4, &n_st, "trans_start")) == NULL ||
-        (t->trans_push = copy_buffer(o[5], 4, &n_tp, "trans_push")) == NULL ||
-        (t->edge_start = copy_buffer(o[6], 4, &n_es, "edge_start")) == NULL ||
-        (t->edge_sym = copy_buffer(o[7], 4, &n_esym, "edge_sym")) == NULL ||
-        (t->edge_to = copy_buffer(o[8], 4, &n_eto, "edge_to")) == NULL ||
-        (t->out = copy_buffer(o[9], 4, &n_out, "out")) == NULL ||
-        (t->set_start = copy_buffer(o[10], 4, &n_ss, "set_start")) == NULL ||
-        (t->set_class = copy_buffer(o[11], 4, &n_sc, "set_class")) == NULL) {
-        free(keys);
-        return -1;
+    if (n_ts != n[2] || n_ts > INT32_MAX) {
+        bad("trie arrays differ in length");
+        goto done;
     }
-    /* every index the kernels follow is checked here, once */
-    if (n_ts != n_tu || n_ts > INT32_MAX) {
-        free(keys);
-        return bad("trie arrays differ in length");
-    }
-    t->ntrie = (int32_t)n_ts;
     for (int64_t i = 0; i < n_ts; i++)
-        if (t->trie_sym[i] < 0 || t->trie_sym[i] >= nsym || t->trie_up[i] < -1 || t->trie_up[i] >= i) {
-            free(keys);
-            return bad("push trie out of range");
+        if (tsym[i] < 0 || tsym[i] >= nsym || tup[i] < -1 || tup[i] >= i) {
+            bad("push trie out of range");
+            goto done;
         }
-    if (n_st != n_tk + 1 || t->trans_start[0] != 0 || t->trans_start[n_tk] != n_tp) {
-        free(keys);
-        return bad("trans_start has the wrong shape");
+    if (n[4] != n_tk + 1 || tstart[0] != 0 || tstart[n_tk] != n_tp) {
+        bad("trans_start has the wrong shape");
+        goto done;
     }
     for (int64_t j = 0; j < n_tk; j++)
-        if (t->trans_start[j + 1] <= t->trans_start[j] || keys[j] < 0 ||
-            keys[j] >= (int64_t)nbc * nsym || (j > 0 && keys[j] <= keys[j - 1])) {
-            free(keys);
-            return bad("transitions are inconsistent");
+        if (tstart[j + 1] <= tstart[j] || keys[j] < 0 || keys[j] >= (int64_t)nbc * nsym ||
+            (j > 0 && keys[j] <= keys[j - 1])) {
+            bad("transitions are inconsistent");
+            goto done;
         }
     for (int64_t e = 0; e < n_tp; e++)
-        if (t->trans_push[e] < -1 || t->trans_push[e] >= n_ts) {
-            free(keys);
-            return bad("trans_push out of range");
+        if (tpush[e] < -1 || tpush[e] >= n_ts) {
+            bad("trans_push out of range");
+            goto done;
         }
+    if (n_out > INT32_MAX || n[6] != n_out + 1 || n_out < 1 || estart[0] != 0 || estart[n_out] != n[7] ||
+        n[8] != n[7]) {
+        bad("domain automaton arrays have the wrong shape");
+        goto done;
+    }
+    if (n_ss < 1 || ((const int32_t *)a[10])[0] != 0 || ((const int32_t *)a[10])[n_ss - 1] != n_sc) {
+        bad("set_start has the wrong shape");
+        goto done;
+    }
+    t->nstates = (int32_t)n_out;
+    t->nsets = (int32_t)(n_ss - 1);
+    for (int64_t s = 0; s < n_out; s++) {
+        if (estart[s + 1] < estart[s] || out[s] < -1 || out[s] >= t->nsets) {
+            bad("domain automaton out of range");
+            goto done;
+        }
+        for (int32_t e = estart[s]; e < estart[s + 1]; e++)
+            if (eto[e] < 0 || eto[e] >= n_out || esym[e] < 0 || esym[e] >= nsym ||
+                (e > estart[s] && esym[e] <= esym[e - 1])) {
+                bad("domain automaton edges out of range or unsorted");
+                goto done;
+            }
+    }
+    t->set_start = a[10];
+    t->set_class = a[11];
+    a[10] = a[11] = NULL; /* kept */
+    for (int64_t s = 0; s + 1 < n_ss; s++)
+        if (t->set_start[s + 1] < t->set_start[s]) {
+            bad("set_start is not increasing");
+            goto done;
+        }
+    for (int64_t i = 0; i < n_sc; i++)
+        if (t->set_class[i] < 0 || t->set_class[i] >= num_classes) {
+            bad("set class out of range");
+            goto done;
+        }
+    /* the structs */
+    t->ntrie = (int32_t)n_ts;
+    t->trie = malloc((size_t)(n_ts > 0 ? n_ts : 1) * sizeof(TrieNode));
+    t->trans_push = a[5];
+    a[5] = NULL; /* kept */
     uint64_t hsize = 16;
     while (hsize < 2 * (uint64_t)n_tk + 2)
         hsize *= 2;
     t->hmask = hsize - 1;
-    t->hkey = malloc(hsize * sizeof(int64_t));
-    t->hval = malloc(hsize * sizeof(int32_t));
-    if (t->hkey == NULL || t->hval == NULL) {
-        free(keys);
+    t->slots = malloc(hsize * sizeof(Slot));
+    t->dstates = malloc((size_t)n_out * sizeof(DState));
+    t->dedges = malloc((size_t)(n[7] > 0 ? n[7] : 1) * sizeof(DEdge));
+    if (t->trie == NULL || t->slots == NULL || t->dstates == NULL || t->dedges == NULL) {
         PyErr_NoMemory();
-        return -1;
+        goto done;
+    }
+    for (int64_t i = 0; i < n_ts; i++) {
+        t->trie[i].sym = tsym[i];
+        t->trie[i].up = tup[i];
     }
     for (uint64_t i = 0; i < hsize; i++)
-        t->hkey[i] = -1;
+        t->slots[i].key = -1;
     for (int64_t j = 0; j < n_tk; j++) {
         uint64_t h = mix64((uint64_t)keys[j]) & t->hmask;
-        while (t->hkey[h] >= 0)
+        while (t->slots[h].key >= 0)
             h = (h + 1) & t->hmask;
-        t->hkey[h] = keys[j];
-        t->hval[h] = (int32_t)j;
+        t->slots[h].key = keys[j];
+        t->slots[h].lo = tstart[j];
+        t->slots[h].hi = tstart[j + 1];
     }
-    free(keys);
-    if (n_out > INT32_MAX || n_es != n_out + 1 || n_out < 1 || t->edge_start[0] != 0 ||
-        t->edge_start[n_out] != n_esym || n_eto != n_esym)
-        return bad("domain automaton arrays have the wrong shape");
-    t->nstates = (int32_t)n_out;
-    t->nsets = (int32_t)(n_ss - 1);
-    if (n_ss < 1 || t->set_start[0] != 0 || t->set_start[n_ss - 1] != n_sc)
-        return bad("set_start has the wrong shape");
     for (int64_t s = 0; s < n_out; s++) {
-        if (t->edge_start[s + 1] < t->edge_start[s] || t->out[s] < -1 || t->out[s] >= t->nsets)
-            return bad("domain automaton out of range");
-        for (int32_t e = t->edge_start[s]; e < t->edge_start[s + 1]; e++)
-            if (t->edge_to[e] < 0 || t->edge_to[e] >= n_out || t->edge_sym[e] < 0 || t->edge_sym[e] >= nsym ||
-                (e > t->edge_start[s] && t->edge_sym[e] <= t->edge_sym[e - 1]))
-                return bad("domain automaton edges out of range or unsorted");
+        t->dstates[s].lo = estart[s];
+        t->dstates[s].hi = estart[s + 1];
+        t->dstates[s].out = out[s];
+        t->dstates[s].pad = 0;
     }
-    for (int64_t s = 0; s + 1 < n_ss; s++)
-        if (t->set_start[s + 1] < t->set_start[s])
-            return bad("set_start is not increasing");
-    for (int64_t i = 0; i < n_sc; i++)
-        if (t->set_class[i] < 0 || t->set_class[i] >= num_classes)
-            return bad("set class out of range");
+    for (int64_t e = 0; e < n[7]; e++) {
+        t->dedges[e].sym = esym[e];
+        t->dedges[e].to = eto[e];
+    }
     /* class sets: a bit row when ORing it is cheaper than setting its classes one by one */
     t->set_bits_at = malloc(((size_t)t->nsets + 1) * sizeof(int64_t));
     if (t->set_bits_at == NULL) {
         PyErr_NoMemory();
-        return -1;
+        goto done;
     }
     int64_t nbits = 0;
     for (int32_t s = 0; s < t->nsets; s++) {
@@ -325,7 +376,7 @@ Tables_init(Tables *t, PyObject *args, PyObject *kwds)
     t->set_bits = calloc(nbits > 0 ? (size_t)nbits : 1, sizeof(uint32_t));
     if (t->set_bits == NULL) {
         PyErr_NoMemory();
-        return -1;
+        goto done;
     }
     for (int32_t s = 0; s < t->nsets; s++)
         if (t->set_bits_at[s] >= 0) {
@@ -334,38 +385,35 @@ Tables_init(Tables *t, PyObject *args, PyObject *kwds)
                 row[t->set_class[i] >> 5] |= (uint32_t)1 << (t->set_class[i] & 31);
         }
     /* scratch sized by the tables */
-    t->fresh_stamp = calloc((size_t)(n_ts > 0 ? n_ts : 1), sizeof(uint32_t));
-    t->fresh_node = calloc((size_t)(n_ts > 0 ? n_ts : 1), sizeof(int32_t));
-    t->sym_stamp = calloc((size_t)nsym, sizeof(uint32_t));
-    t->root_node = calloc((size_t)nsym, sizeof(int32_t));
-    t->alone_first = calloc((size_t)nsym, sizeof(int32_t));
-    t->alone_node = calloc((size_t)nsym, sizeof(int32_t));
+    t->fresh = calloc((size_t)(n_ts > 0 ? n_ts : 1), sizeof(Fresh));
+    t->symx = calloc((size_t)nsym, sizeof(SymScratch));
     t->set_stamp = calloc((size_t)(t->nsets > 0 ? t->nsets : 1), sizeof(uint32_t));
     t->hits = calloc((size_t)(t->nsets > 0 ? t->nsets : 1), sizeof(int32_t));
     t->vmask = 1023;
-    t->vkey = calloc(t->vmask + 1, sizeof(uint64_t));
-    t->vgen = calloc(t->vmask + 1, sizeof(uint32_t));
-    if (t->fresh_stamp == NULL || t->fresh_node == NULL || t->sym_stamp == NULL || t->root_node == NULL ||
-        t->alone_first == NULL || t->alone_node == NULL || t->set_stamp == NULL || t->hits == NULL ||
-        t->vkey == NULL || t->vgen == NULL) {
+    t->visit = calloc(t->vmask + 1, sizeof(Visit));
+    if (t->fresh == NULL || t->symx == NULL || t->set_stamp == NULL || t->hits == NULL || t->visit == NULL) {
         PyErr_NoMemory();
-        return -1;
+        goto done;
     }
     t->step_id = 0;
     t->walk_id = 0;
-    return 0;
+    rc = 0;
+done:
+    for (int i = 0; i < 12; i++)
+        free(a[i]);
+    return rc;
 }
 
-static inline int32_t
+static inline const Slot *
 trans_lookup(const Tables *t, int64_t key)
 {
     uint64_t h = mix64((uint64_t)key) & t->hmask;
     for (;;) {
-        int64_t k = t->hkey[h];
-        if (k == key)
-            return t->hval[h];
-        if (k < 0)
-            return -1;
+        const Slot *slot = &t->slots[h];
+        if (slot->key == key)
+            return slot;
+        if (slot->key < 0)
+            return NULL;
         h = (h + 1) & t->hmask;
     }
 }
@@ -373,19 +421,19 @@ trans_lookup(const Tables *t, int64_t key)
 static inline int32_t
 dom_child(const Tables *t, int32_t d, int32_t sym)
 {
-    int32_t lo = t->edge_start[d], hi = t->edge_start[d + 1];
-    const int32_t *es = t->edge_sym;
+    int32_t lo = t->dstates[d].lo, hi = t->dstates[d].hi;
+    const DEdge *es = t->dedges;
     while (hi - lo > 8) {
         int32_t mid = lo + (hi - lo) / 2;
-        if (es[mid] <= sym)
+        if (es[mid].sym <= sym)
             lo = mid;
         else
             hi = mid;
     }
     for (; lo < hi; lo++) {
-        if (es[lo] == sym)
-            return t->edge_to[lo];
-        if (es[lo] > sym)
+        if (es[lo].sym == sym)
+            return es[lo].to;
+        if (es[lo].sym > sym)
             return -1;
     }
     return -1;
@@ -395,8 +443,8 @@ static uint32_t
 next_step_id(Tables *t)
 {
     if (++t->step_id == 0) {
-        memset(t->fresh_stamp, 0, (size_t)(t->ntrie > 0 ? t->ntrie : 1) * sizeof(uint32_t));
-        memset(t->sym_stamp, 0, (size_t)t->nsym * sizeof(uint32_t));
+        memset(t->fresh, 0, (size_t)(t->ntrie > 0 ? t->ntrie : 1) * sizeof(Fresh));
+        memset(t->symx, 0, (size_t)t->nsym * sizeof(SymScratch));
         t->step_id = 1;
     }
     return t->step_id;
@@ -406,11 +454,15 @@ next_step_id(Tables *t)
 /* State                                                                                 */
 
 typedef struct {
+    int32_t sym, plen; /* symbol (-1 for the bottom), number of parents */
+    int64_t poff;      /* the parents: arena[poff .. poff + plen) */
+} Node;
+
+typedef struct {
     PyObject_HEAD
     Tables *t;
     /* nodes: symbol, parent slice [poff, poff + plen) of the arena; node 0 is the bottom */
-    int32_t *sym, *plen;
-    int64_t *poff;
+    Node *nodes;
     uint32_t *nstamp; /* per node, for de-duplication */
     uint32_t mark;
     int64_t ncap, nn, stamp_cap;
@@ -428,9 +480,7 @@ typedef struct {
 static void
 State_dealloc(State *s)
 {
-    free(s->sym);
-    free(s->plen);
-    free(s->poff);
+    free(s->nodes);
     free(s->nstamp);
     free(s->arena);
     free(s->h_toff);
@@ -487,15 +537,9 @@ new_node(State *s, int32_t symbol)
 {
     if (s->nn >= s->ncap) {
         int64_t cap = s->ncap;
-        if (GROW(s->sym, cap, s->nn + 1) < 0)
+        if (GROW(s->nodes, cap, s->nn + 1) < 0)
             return -1;
         void *p;
-        if ((p = realloc(s->plen, (size_t)cap * sizeof(int32_t))) == NULL)
-            return PyErr_NoMemory(), -1;
-        s->plen = p;
-        if ((p = realloc(s->poff, (size_t)cap * sizeof(int64_t))) == NULL)
-            return PyErr_NoMemory(), -1;
-        s->poff = p;
         if ((p = realloc(s->nstamp, (size_t)cap * sizeof(uint32_t))) == NULL)
             return PyErr_NoMemory(), -1;
         s->nstamp = p;
@@ -503,9 +547,9 @@ new_node(State *s, int32_t symbol)
         s->ncap = cap;
     }
     int64_t i = s->nn++;
-    s->sym[i] = symbol;
-    s->poff[i] = 0;
-    s->plen[i] = 0;
+    s->nodes[i].sym = symbol;
+    s->nodes[i].poff = 0;
+    s->nodes[i].plen = 0;
     s->nstamp[i] = 0;
     return (int)i;
 }
@@ -522,8 +566,8 @@ state_reset(State *s)
         return -1;
     s->arena[0] = 0; /* node 1 lies on the bottom */
     s->an = 1;
-    s->poff[1] = 0;
-    s->plen[1] = 1;
+    s->nodes[1].poff = 0;
+    s->nodes[1].plen = 1;
     int32_t tops[2] = {0, 1};
     return t->accepts_empty ? history_push(s, tops, 2, 0) : history_push(s, tops + 1, 1, 0);
 }
@@ -539,7 +583,7 @@ State_init(State *s, PyObject *args, PyObject *kwds)
     }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", names, &TablesType, &tables))
         return -1;
-    if (((Tables *)tables)->trie_sym == NULL) {
+    if (((Tables *)tables)->trie == NULL) {
         PyErr_SetString(PyExc_ValueError, "Tables is not initialised");
         return -1;
     }
@@ -606,11 +650,11 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
         int32_t v = cur[i];
         if (v == 0)
             continue;
-        int32_t j = trans_lookup(t, base + s->sym[v]);
-        if (j < 0)
+        const Slot *slot = trans_lookup(t, base + s->nodes[v].sym);
+        if (slot == NULL)
             continue;
-        int32_t voff = (int32_t)s->poff[v], vlen = s->plen[v];
-        for (int32_t e = t->trans_start[j]; e < t->trans_start[j + 1]; e++) {
+        int32_t voff = (int32_t)s->nodes[v].poff, vlen = s->nodes[v].plen;
+        for (int32_t e = slot->lo; e < slot->hi; e++) {
             int32_t tau = t->trans_push[e];
             if (tau < 0) {
                 if (GROW(t->exp_off, t->exp_cap, nexp + 1) < 0)
@@ -626,35 +670,35 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
                 continue;
             }
             int32_t g;
-            if (t->fresh_stamp[tau] == id) {
-                g = t->fresh_node[tau];
+            if (t->fresh[tau].stamp == id) {
+                g = t->fresh[tau].node;
             } else {
-                if ((g = step_node(s, t->trie_sym[tau], first_new)) < 0)
+                if ((g = step_node(s, t->trie[tau].sym, first_new)) < 0)
                     return -1;
-                t->fresh_stamp[tau] = id;
-                t->fresh_node[tau] = g;
+                t->fresh[tau].stamp = id;
+                t->fresh[tau].node = g;
                 int32_t tt = tau, child = g;
                 for (;;) { /* the nodes above, up to the trie root */
-                    int32_t up = t->trie_up[tt];
+                    int32_t up = t->trie[tt].up;
                     if (up < 0) {
-                        int32_t x = t->trie_sym[tt];
-                        t->sym_stamp[x] = id;
-                        t->root_node[x] = child;
+                        SymScratch *sx = &t->symx[t->trie[tt].sym];
+                        sx->stamp = id;
+                        sx->root = child;
                         if (GROW(*out, *out_cap, ntop + 1) < 0)
                             return -1;
                         (*out)[ntop++] = child;
                         break;
                     }
-                    if (t->fresh_stamp[up] == id) {
-                        if (add_rec(t, &nrec, first_new, t->fresh_node[up], child, -1) < 0)
+                    if (t->fresh[up].stamp == id) {
+                        if (add_rec(t, &nrec, first_new, t->fresh[up].node, child, -1) < 0)
                             return -1;
                         break;
                     }
-                    int32_t h = step_node(s, t->trie_sym[up], first_new);
+                    int32_t h = step_node(s, t->trie[up].sym, first_new);
                     if (h < 0)
                         return -1;
-                    t->fresh_stamp[up] = id;
-                    t->fresh_node[up] = h;
+                    t->fresh[up].stamp = id;
+                    t->fresh[up].node = h;
                     if (add_rec(t, &nrec, first_new, h, child, -1) < 0)
                         return -1;
                     tt = up;
@@ -682,32 +726,34 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
                 if (s->nstamp[u] == m)
                     continue;
                 s->nstamp[u] = m;
-                int32_t x = s->sym[u];
-                if (t->sym_stamp[x] == id) {
-                    if (t->root_node[x] >= 0) {
-                        if (add_rec(t, &nrec, first_new, t->root_node[x], (int32_t)s->poff[u], s->plen[u]) < 0)
+                SymScratch *sx = &t->symx[s->nodes[u].sym];
+                int32_t uoff = (int32_t)s->nodes[u].poff, ulen = s->nodes[u].plen;
+                if (sx->stamp == id) {
+                    if (sx->root >= 0) {
+                        if (add_rec(t, &nrec, first_new, sx->root, uoff, ulen) < 0)
                             return -1;
-                    } else if (t->alone_node[x] >= 0) {
-                        if (add_rec(t, &nrec, first_new, t->alone_node[x], (int32_t)s->poff[u], s->plen[u]) < 0)
+                    } else if (sx->made >= 0) {
+                        if (add_rec(t, &nrec, first_new, sx->made, uoff, ulen) < 0)
                             return -1;
                     } else { /* a second exposed node of this symbol: merge both into a new one */
-                        int32_t first = t->alone_first[x];
-                        int32_t g = step_node(s, x, first_new);
+                        int32_t first = sx->first;
+                        int32_t g = step_node(s, s->nodes[u].sym, first_new);
                         if (g < 0)
                             return -1;
-                        t->alone_node[x] = g;
-                        if (add_rec(t, &nrec, first_new, g, (int32_t)s->poff[first], s->plen[first]) < 0 ||
-                            add_rec(t, &nrec, first_new, g, (int32_t)s->poff[u], s->plen[u]) < 0)
+                        sx = &t->symx[s->nodes[u].sym];
+                        sx->made = g;
+                        if (add_rec(t, &nrec, first_new, g, (int32_t)s->nodes[first].poff, s->nodes[first].plen) < 0 ||
+                            add_rec(t, &nrec, first_new, g, uoff, ulen) < 0)
                             return -1;
                     }
                 } else {
-                    t->sym_stamp[x] = id;
-                    t->root_node[x] = -1;
-                    t->alone_first[x] = u;
-                    t->alone_node[x] = -1;
+                    sx->stamp = id;
+                    sx->root = -1;
+                    sx->first = u;
+                    sx->made = -1;
                     if (GROW(t->alone_syms, t->alone_cap, nalone + 1) < 0)
                         return -1;
-                    t->alone_syms[nalone++] = x;
+                    t->alone_syms[nalone++] = s->nodes[u].sym;
                 }
             }
         }
@@ -715,7 +761,7 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
             int32_t x = t->alone_syms[i];
             if (GROW(*out, *out_cap, ntop + 1) < 0)
                 return -1;
-            (*out)[ntop++] = t->alone_node[x] >= 0 ? t->alone_node[x] : t->alone_first[x];
+            (*out)[ntop++] = t->symx[x].made >= 0 ? t->symx[x].made : t->symx[x].first;
         }
     }
     /* parents of the new nodes */
@@ -725,8 +771,8 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
             continue; /* cannot happen: every new node gets a record */
         Rec *rec = &t->recs[r];
         if (rec->next < 0 && rec->len >= 0) { /* one slice: shared, not copied */
-            s->poff[g] = rec->off;
-            s->plen[g] = rec->len;
+            s->nodes[g].poff = rec->off;
+            s->nodes[g].plen = rec->len;
             continue;
         }
         uint32_t m = ++s->mark;
@@ -755,8 +801,8 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
             return -1;
         }
         memcpy(s->arena + s->an, t->buf, (size_t)nb * sizeof(int32_t));
-        s->poff[g] = s->an;
-        s->plen[g] = (int32_t)nb;
+        s->nodes[g].poff = s->an;
+        s->nodes[g].plen = (int32_t)nb;
         s->an += nb;
     }
     if (bottom) {
@@ -832,7 +878,7 @@ fill_row(State *s, uint32_t *row)
     uint32_t w = ++t->walk_id;
     if (w == 0) {
         memset(t->set_stamp, 0, (size_t)(t->nsets > 0 ? t->nsets : 1) * sizeof(uint32_t));
-        memset(t->vgen, 0, (size_t)(t->vmask + 1) * sizeof(uint32_t));
+        memset(t->visit, 0, (size_t)(t->vmask + 1) * sizeof(Visit));
         w = t->walk_id = 1;
     }
     int64_t nhits = 0, sp = 0, pairs = 0;
@@ -842,7 +888,7 @@ fill_row(State *s, uint32_t *row)
         int32_t v = tops[i];
         if (v == 0)
             continue;
-        int32_t d = dom_child(t, 0, s->sym[v]);
+        int32_t d = dom_child(t, 0, s->nodes[v].sym);
         if (d < 0)
             continue;
         if (GROW(t->stack, t->stack_cap, sp + 2) < 0)
@@ -856,8 +902,8 @@ fill_row(State *s, uint32_t *row)
         uint64_t key = ((uint64_t)(uint32_t)v << 32) | (uint32_t)d;
         uint64_t h = mix64(key) & t->vmask;
         int seen = 0;
-        while (t->vgen[h] == w) {
-            if (t->vkey[h] == key) {
+        while (t->visit[h].gen == w) {
+            if (t->visit[h].key == key) {
                 seen = 1;
                 break;
             }
@@ -865,49 +911,44 @@ fill_row(State *s, uint32_t *row)
         }
         if (seen)
             continue;
-        t->vgen[h] = w;
-        t->vkey[h] = key;
+        t->visit[h].gen = w;
+        t->visit[h].key = key;
         pairs++;
         if (2 * ++t->vcount > (int64_t)t->vmask) { /* grow the visited table: rehash this walk's pairs */
             uint64_t nsize = 2 * (t->vmask + 1), nmask = nsize - 1;
-            uint64_t *nk = calloc(nsize, sizeof(uint64_t));
-            uint32_t *ng = calloc(nsize, sizeof(uint32_t));
-            if (nk == NULL || ng == NULL) {
-                free(nk);
-                free(ng);
+            Visit *nv = calloc(nsize, sizeof(Visit));
+            if (nv == NULL) {
                 PyErr_NoMemory();
                 return -1;
             }
             for (uint64_t i = 0; i <= t->vmask; i++)
-                if (t->vgen[i] == w) {
-                    uint64_t j = mix64(t->vkey[i]) & nmask;
-                    while (ng[j] == w)
+                if (t->visit[i].gen == w) {
+                    uint64_t j = mix64(t->visit[i].key) & nmask;
+                    while (nv[j].gen == w)
                         j = (j + 1) & nmask;
-                    ng[j] = w;
-                    nk[j] = t->vkey[i];
+                    nv[j] = t->visit[i];
                 }
-            free(t->vkey);
-            free(t->vgen);
-            t->vkey = nk;
-            t->vgen = ng;
+            free(t->visit);
+            t->visit = nv;
             t->vmask = nmask;
         }
-        int32_t o = t->out[d];
+        const DState *ds = &t->dstates[d];
+        int32_t o = ds->out;
         if (o >= 0 && t->set_stamp[o] != w) {
             t->set_stamp[o] = w;
             t->hits[nhits++] = o;
         }
-        if (t->edge_start[d + 1] == t->edge_start[d])
+        if (ds->hi == ds->lo)
             continue;
-        int32_t len = s->plen[v];
-        const int32_t *par = s->arena + s->poff[v];
+        int32_t len = s->nodes[v].plen;
+        const int32_t *par = s->arena + s->nodes[v].poff;
         if (GROW(t->stack, t->stack_cap, sp + 2 * (int64_t)len) < 0)
             return -1;
         for (int32_t k = 0; k < len; k++) {
             int32_t u = par[k];
             if (u == 0)
                 continue;
-            int32_t d2 = dom_child(t, d, s->sym[u]);
+            int32_t d2 = dom_child(t, d, s->nodes[u].sym);
             if (d2 >= 0) {
                 t->stack[sp++] = u;
                 t->stack[sp++] = d2;
@@ -1054,18 +1095,18 @@ State_node(State *s, PyObject *arg)
         PyErr_Format(PyExc_IndexError, "node %zd does not exist", i);
         return NULL;
     }
-    PyObject *par = PyTuple_New(s->plen[i]);
+    PyObject *par = PyTuple_New(s->nodes[i].plen);
     if (par == NULL)
         return NULL;
-    for (int32_t k = 0; k < s->plen[i]; k++) {
-        PyObject *x = PyLong_FromLong(s->arena[s->poff[i] + k]);
+    for (int32_t k = 0; k < s->nodes[i].plen; k++) {
+        PyObject *x = PyLong_FromLong(s->arena[s->nodes[i].poff + k]);
         if (x == NULL) {
             Py_DECREF(par);
             return NULL;
         }
         PyTuple_SET_ITEM(par, k, x);
     }
-    return Py_BuildValue("(iN)", s->sym[i], par);
+    return Py_BuildValue("(iN)", s->nodes[i].sym, par);
 }
 
 static PyObject *
