@@ -51,7 +51,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:grammar has nonterminals that de
 ALPHABET = b"abc"
 
 
-# -- helpers ----------------------------------------------------------------------------
+# -- oracles ------------------------------------------------------------------------------
 def allowed_tokens(row: npt.NDArray[np.int32], width: int) -> set[int]:
     bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:width]
     return set(np.flatnonzero(bits).tolist())
