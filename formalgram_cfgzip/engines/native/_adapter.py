@@ -1,0 +1,108 @@
+"""The native engine's one door into the rest of the package.
+
+Everything the native engine takes from other modules -- the grammar pipeline of
+:func:`~formalgram_cfgzip.classes.compress`, the displacement search and the internals of its
+tries, the class data, the mask expander, the on-disk cache and the errors -- is imported
+here and nowhere else in :mod:`formalgram_cfgzip.engines.native`, so that moving those
+modules changes only the imports of this file.
+
+The three ``trie_*`` accessors read private fields of
+:class:`~formalgram_cfgzip.displacement.DisplacementSearch` (the hash-consed trie of strings
+``σ_out · # · reverse(σ_in)``): the domain automaton is built from the very nodes the
+search interned, which is what makes equal domains cost nothing to detect.
+"""
+
+from __future__ import annotations
+
+from formalgram.analysis import generating, reachable
+from formalgram.errors import FormalgramError, GrammarError, GrammarTooLarge
+from formalgram.grammar import Grammar
+from formalgram.pda import PDA
+from formalgram.syntax.gbnf import parse_gbnf
+from formalgram.transforms.gnf import to_gnf
+from formalgram.transforms.useless import remove_useless
+from formalgram_cfgzip.cache import read_cache, write_cache
+from formalgram_cfgzip.classes import TokenClasses, grammar_fingerprint
+from formalgram_cfgzip.displacement import DEAD, START, DisplacementSearch, specialize_terminal_symbols
+from formalgram_cfgzip.errors import CacheError, ClassesMismatchError, EngineError, TokenIdError
+from formalgram_cfgzip.expand import MaskExpander
+from formalgram_cfgzip.vocabulary import Vocabulary
+
+__all__ = [
+    "DEAD",
+    "PDA",
+    "START",
+    "CacheError",
+    "ClassesMismatchError",
+    "DisplacementSearch",
+    "EngineError",
+    "FormalgramError",
+    "Grammar",
+    "GrammarError",
+    "GrammarTooLarge",
+    "MaskExpander",
+    "TokenClasses",
+    "TokenIdError",
+    "Vocabulary",
+    "class_gnf",
+    "grammar_fingerprint",
+    "parse_grammar",
+    "read_cache",
+    "trie_edges",
+    "trie_final",
+    "trie_union",
+    "write_cache",
+]
+
+
+def parse_grammar(grammar: Grammar | str) -> Grammar:
+    """``grammar`` itself, or the grammar of GBNF text (start rule ``root``), as ``compress`` reads it."""
+    return parse_gbnf(grammar) if isinstance(grammar, str) else grammar
+
+
+def class_gnf(grammar: Grammar | str, *, specialized: bool, gnf_budget: int = 2_000_000) -> Grammar:
+    """The GNF grammar ``compress`` searched: trimmed, converted, specialised when it was.
+
+    Parameters
+    ----------
+    grammar : Grammar or str
+        The grammar the classes were computed from.
+    specialized : bool
+        ``classes.stats["specialized"]``: whether single-byte symbols were copied per occurrence.
+    gnf_budget : int, keyword-only
+        Size budget of the conversion (``compress``'s default).
+
+    Returns
+    -------
+    Grammar
+        A GNF grammar of the same language.  Every nonterminal reachable from its start is
+        generating (checked; a :class:`GrammarError` otherwise).
+
+    Raises
+    ------
+    GrammarTooLarge, EmptyLanguageError, GrammarSyntaxError
+        As :func:`~formalgram_cfgzip.classes.compress`.
+    """
+    gnf = to_gnf(remove_useless(parse_grammar(grammar)), budget=gnf_budget)
+    if specialized:
+        gnf = specialize_terminal_symbols(gnf)
+    live = generating(gnf)
+    for a in reachable(gnf):
+        if a not in live:
+            raise GrammarError(f"GNF symbol {gnf.names[a]!r} is reachable but derives nothing")
+    return gnf
+
+
+def trie_edges(search: DisplacementSearch, node: int) -> tuple[tuple[int, int], ...]:
+    """The ``(symbol, child)`` edges of a trie node of ``search`` (chains unrolled one step)."""
+    return search._edges_of(node)
+
+
+def trie_final(search: DisplacementSearch, node: int) -> bool:
+    """Whether the empty string belongs to the set of trie node ``node``."""
+    return search._final[node]
+
+
+def trie_union(search: DisplacementSearch, nodes: list[int]) -> int:
+    """The canonical node of the union of the sets of ``nodes`` (equal sets, equal ids)."""
+    return search._union(nodes)

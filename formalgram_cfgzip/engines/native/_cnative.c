@@ -1,0 +1,1247 @@
+/*
+ * formalgram_cfgzip.engines.native._cnative -- the native mask engine's hot paths in C.
+ *
+ * The compiled companion of formalgram_cfgzip/engines/native/gss.py (the pure-Python
+ * reference, which documents the algorithms and why they are exact).  Plain C99 and the
+ * CPython API only.
+ *
+ *   Tables  the immutable arrays of one grammar (push trie, transitions, domain automaton,
+ *           class sets as bit rows or lists), copied in once, plus the scratch space of a
+ *           byte step and of a mask walk (shared by every State of the Tables: all calls
+ *           hold the GIL, so no two run at once);
+ *   State   one matcher: the graph-structured stack (nodes with a symbol and a slice of a
+ *           parent arena; nodes are never changed once made), the tops after every accepted
+ *           token (rollback truncates the node and parent arenas back to that token).
+ *
+ * Nothing is allocated per step once the arenas and scratch arrays have grown to the
+ * sizes a walk needs (they only grow, by doubling).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------ */
+/* growable arrays                                                                       */
+
+static int
+grow(void **buf, int64_t *cap, int64_t need, size_t item)
+{
+    if (need <= *cap)
+        return 0;
+    int64_t n = *cap > 0 ? *cap : 64;
+    while (n < need)
+        n *= 2;
+    void *p = realloc(*buf, (size_t)n * item);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+#define GROW(ptr, cap, need) grow((void **)&(ptr), &(cap), (need), sizeof(*(ptr)))
+
+/* ------------------------------------------------------------------------------------ */
+/* Tables                                                                                */
+
+typedef struct {
+    int32_t node;  /* new node the parents go to */
+    int32_t off;   /* arena offset of a parent slice, or the parent itself when len < 0 */
+    int32_t len;   /* slice length, -1 for a single parent */
+    int32_t next;  /* next record of the same node, -1 at the end */
+} Rec;
+
+/* The hot arrays are arrays of small structs: what one step reads together shares a cache
+ * line (the kernels mostly run right after a model's forward pass has evicted the caches). */
+typedef struct {
+    int32_t sym, up; /* a push-trie node: its last symbol, the node of its prefix (-1: a root) */
+} TrieNode;
+
+typedef struct {
+    int64_t key;    /* c * nsym + X, -1: empty slot */
+    int32_t lo, hi; /* its pushed tails: trans_push[lo..hi) */
+} Slot;
+
+typedef struct {
+    int32_t lo, hi, out, pad; /* domain state: edges [lo, hi), output set (-1: none) */
+} DState;
+
+typedef struct {
+    int32_t sym, to;
+} DEdge;
+
+typedef struct {
+    uint32_t stamp; /* the byte step that made `node` for this trie node */
+    int32_t node;
+} Fresh;
+
+typedef struct {
+    uint32_t stamp;      /* the byte step the other fields belong to */
+    int32_t root;        /* new node of the trie root with this symbol, -1: none */
+    int32_t first, made; /* exposed nodes of this symbol without a root: the first one, and the
+                            node merging them (-1: only one so far) */
+} SymScratch;
+
+typedef struct {
+    uint64_t key; /* (node << 32) | state */
+    uint32_t gen; /* the walk that stored it */
+    uint32_t pad;
+} Visit;
+
+typedef struct {
+    PyObject_HEAD
+    int32_t nsym, start, accepts_empty, num_classes, stop_class, words;
+    uint8_t byte_class[256];
+    int32_t ntrie;
+    TrieNode *trie;
+    /* transitions: open addressing on c * nsym + X */
+    Slot *slots;
+    uint64_t hmask;
+    int32_t *trans_push;
+    /* domain automaton */
+    int32_t nstates, nsets;
+    DState *dstates;
+    DEdge *dedges;
+    int32_t *set_start, *set_class;
+    int64_t *set_bits_at; /* offset of a set's bit row in set_bits, -1: OR its list instead */
+    uint32_t *set_bits;
+    /* byte-step scratch */
+    uint32_t step_id;
+    Fresh *fresh;     /* per trie node */
+    SymScratch *symx; /* per symbol */
+    Rec *recs;
+    int64_t recs_cap;
+    int32_t *head;
+    int64_t head_cap;
+    int32_t *exp_off, *exp_len;
+    int64_t exp_cap;
+    int32_t *alone_syms;
+    int64_t alone_cap;
+    int32_t *buf;
+    int64_t buf_cap;
+    int32_t *tops_a, *tops_b;
+    int64_t tops_a_cap, tops_b_cap;
+    /* walk scratch */
+    uint32_t walk_id;
+    uint32_t *set_stamp;
+    int32_t *hits;
+    Visit *visit; /* visited (node, state) pairs, open addressing */
+    uint64_t vmask;
+    int64_t vcount;
+    int32_t *stack;
+    int64_t stack_cap;
+    int64_t last_pairs;
+} Tables;
+
+static void
+Tables_dealloc(Tables *t)
+{
+    free(t->trie);
+    free(t->slots);
+    free(t->trans_push);
+    free(t->dstates);
+    free(t->dedges);
+    free(t->set_start);
+    free(t->set_class);
+    free(t->set_bits_at);
+    free(t->set_bits);
+    free(t->fresh);
+    free(t->symx);
+    free(t->recs);
+    free(t->head);
+    free(t->exp_off);
+    free(t->exp_len);
+    free(t->alone_syms);
+    free(t->buf);
+    free(t->tops_a);
+    free(t->tops_b);
+    free(t->set_stamp);
+    free(t->hits);
+    free(t->visit);
+    free(t->stack);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+/* a copy of a 1-D buffer of `item`-byte items; its length in *n */
+static void *
+copy_buffer(PyObject *obj, size_t item, int64_t *n, const char *what)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(obj, &v, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (v.len % (Py_ssize_t)item != 0) {
+        PyErr_Format(PyExc_ValueError, "%s must hold %zu-byte items", what, item);
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    *n = v.len / (Py_ssize_t)item;
+    void *p = malloc(v.len > 0 ? (size_t)v.len : 1);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    memcpy(p, v.buf, (size_t)v.len);
+    PyBuffer_Release(&v);
+    return p;
+}
+
+static uint64_t
+mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static int
+bad(const char *msg)
+{
+    PyErr_SetString(PyExc_ValueError, msg);
+    return -1;
+}
+
+static int
+Tables_init(Tables *t, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"num_symbols", "start_symbol", "accepts_empty", "num_classes", "stop_class",
+                            "byte_class",  "trie_sym",     "trie_up",       "trans_key",   "trans_start",
+                            "trans_push",  "edge_start",   "edge_sym",      "edge_to",     "out",
+                            "set_start",   "set_class",    NULL};
+    int nsym, start, accepts_empty, num_classes, stop_class;
+    PyObject *o[12];
+    if (t->trie != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Tables is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iipiiOOOOOOOOOOOO", names, &nsym, &start, &accepts_empty,
+                                     &num_classes, &stop_class, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                                     &o[6], &o[7], &o[8], &o[9], &o[10], &o[11]))
+        return -1;
+    if (nsym < 1 || start < 0 || start >= nsym || num_classes < 1 || stop_class < -1 || stop_class >= num_classes)
+        return bad("bad symbol or class counts");
+    t->nsym = nsym;
+    t->start = start;
+    t->accepts_empty = accepts_empty;
+    t->num_classes = num_classes;
+    t->stop_class = stop_class;
+    t->words = (num_classes + 31) / 32;
+    int64_t n[12];
+    void *a[12] = {NULL};
+    static const size_t item[12] = {1, 4, 4, 8, 4, 4, 4, 4, 4, 4, 4, 4};
+    static const char *what[12] = {"byte_class", "trie_sym", "trie_up", "trans_key", "trans_start", "trans_push",
+                                   "edge_start", "edge_sym", "edge_to",  "out",         "set_start",   "set_class"};
+    int rc = -1;
+    for (int i = 0; i < 12; i++)
+        if ((a[i] = copy_buffer(o[i], item[i], &n[i], what[i])) == NULL)
+            goto done;
+    const uint8_t *bc = a[0];
+    const int32_t *tsym = a[1], *tup = a[2], *tstart = a[4], *tpush = a[5];
+    const int64_t *keys = a[3];
+    const int32_t *estart = a[6], *esym = a[7], *eto = a[8], *out = a[9];
+    int64_t n_ts = n[1], n_tk = n[3], n_tp = n[5], n_out = n[9], n_ss = n[10], n_sc = n[11];
+    /* every index the kernels follow is checked here, once */
+    if (n[0] != 256) {
+        bad("byte_class must have 256 entries");
+        goto done;
+    }
+    memcpy(t->byte_class, bc, 256);
+    int nbc = 0;
+    for (int b = 0; b < 256; b++)
+        if (t->byte_class[b] + 1 > nbc)
+            nbc = t->byte_class[b] + 1;
+    if (n_ts != n[2] || n_ts > INT32_MAX) {
+        bad("trie arrays differ in length");
+        goto done;
+    }
+    for (int64_t i = 0; i < n_ts; i++)
+        if (tsym[i] < 0 || tsym[i] >= nsym || tup[i] < -1 || tup[i] >= i) {
+            bad("push trie out of range");
+            goto done;
+        }
+    if (n[4] != n_tk + 1 || tstart[0] != 0 || tstart[n_tk] != n_tp) {
+        bad("trans_start has the wrong shape");
+        goto done;
+    }
+    for (int64_t j = 0; j < n_tk; j++)
+        if (tstart[j + 1] <= tstart[j] || keys[j] < 0 || keys[j] >= (int64_t)nbc * nsym ||
+            (j > 0 && keys[j] <= keys[j - 1])) {
+            bad("transitions are inconsistent");
+            goto done;
+        }
+    for (int64_t e = 0; e < n_tp; e++)
+        if (tpush[e] < -1 || tpush[e] >= n_ts) {
+            bad("trans_push out of range");
+            goto done;
+        }
+    if (n_out > INT32_MAX || n[6] != n_out + 1 || n_out < 1 || estart[0] != 0 || estart[n_out] != n[7] ||
+        n[8] != n[7]) {
+        bad("domain automaton arrays have the wrong shape");
+        goto done;
+    }
+    if (n_ss < 1 || ((const int32_t *)a[10])[0] != 0 || ((const int32_t *)a[10])[n_ss - 1] != n_sc) {
+        bad("set_start has the wrong shape");
+        goto done;
+    }
+    t->nstates = (int32_t)n_out;
+    t->nsets = (int32_t)(n_ss - 1);
+    for (int64_t s = 0; s < n_out; s++) {
+        if (estart[s + 1] < estart[s] || out[s] < -1 || out[s] >= t->nsets) {
+            bad("domain automaton out of range");
+            goto done;
+        }
+        for (int32_t e = estart[s]; e < estart[s + 1]; e++)
+            if (eto[e] < 0 || eto[e] >= n_out || esym[e] < 0 || esym[e] >= nsym ||
+                (e > estart[s] && esym[e] <= esym[e - 1])) {
+                bad("domain automaton edges out of range or unsorted");
+                goto done;
+            }
+    }
+    t->set_start = a[10];
+    t->set_class = a[11];
+    a[10] = a[11] = NULL; /* kept */
+    for (int64_t s = 0; s + 1 < n_ss; s++)
+        if (t->set_start[s + 1] < t->set_start[s]) {
+            bad("set_start is not increasing");
+            goto done;
+        }
+    for (int64_t i = 0; i < n_sc; i++)
+        if (t->set_class[i] < 0 || t->set_class[i] >= num_classes) {
+            bad("set class out of range");
+            goto done;
+        }
+    /* the structs */
+    t->ntrie = (int32_t)n_ts;
+    t->trie = malloc((size_t)(n_ts > 0 ? n_ts : 1) * sizeof(TrieNode));
+    t->trans_push = a[5];
+    a[5] = NULL; /* kept */
+    uint64_t hsize = 16;
+    while (hsize < 2 * (uint64_t)n_tk + 2)
+        hsize *= 2;
+    t->hmask = hsize - 1;
+    t->slots = malloc(hsize * sizeof(Slot));
+    t->dstates = malloc((size_t)n_out * sizeof(DState));
+    t->dedges = malloc((size_t)(n[7] > 0 ? n[7] : 1) * sizeof(DEdge));
+    if (t->trie == NULL || t->slots == NULL || t->dstates == NULL || t->dedges == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int64_t i = 0; i < n_ts; i++) {
+        t->trie[i].sym = tsym[i];
+        t->trie[i].up = tup[i];
+    }
+    for (uint64_t i = 0; i < hsize; i++)
+        t->slots[i].key = -1;
+    for (int64_t j = 0; j < n_tk; j++) {
+        uint64_t h = mix64((uint64_t)keys[j]) & t->hmask;
+        while (t->slots[h].key >= 0)
+            h = (h + 1) & t->hmask;
+        t->slots[h].key = keys[j];
+        t->slots[h].lo = tstart[j];
+        t->slots[h].hi = tstart[j + 1];
+    }
+    for (int64_t s = 0; s < n_out; s++) {
+        t->dstates[s].lo = estart[s];
+        t->dstates[s].hi = estart[s + 1];
+        t->dstates[s].out = out[s];
+        t->dstates[s].pad = 0;
+    }
+    for (int64_t e = 0; e < n[7]; e++) {
+        t->dedges[e].sym = esym[e];
+        t->dedges[e].to = eto[e];
+    }
+    /* class sets: a bit row when ORing it is cheaper than setting its classes one by one */
+    t->set_bits_at = malloc(((size_t)t->nsets + 1) * sizeof(int64_t));
+    if (t->set_bits_at == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t nbits = 0;
+    for (int32_t s = 0; s < t->nsets; s++) {
+        int64_t size = t->set_start[s + 1] - t->set_start[s];
+        if (4 * size > t->words) {
+            t->set_bits_at[s] = nbits;
+            nbits += t->words;
+        } else {
+            t->set_bits_at[s] = -1;
+        }
+    }
+    t->set_bits = calloc(nbits > 0 ? (size_t)nbits : 1, sizeof(uint32_t));
+    if (t->set_bits == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int32_t s = 0; s < t->nsets; s++)
+        if (t->set_bits_at[s] >= 0) {
+            uint32_t *row = t->set_bits + t->set_bits_at[s];
+            for (int32_t i = t->set_start[s]; i < t->set_start[s + 1]; i++)
+                row[t->set_class[i] >> 5] |= (uint32_t)1 << (t->set_class[i] & 31);
+        }
+    /* scratch sized by the tables */
+    t->fresh = calloc((size_t)(n_ts > 0 ? n_ts : 1), sizeof(Fresh));
+    t->symx = calloc((size_t)nsym, sizeof(SymScratch));
+    t->set_stamp = calloc((size_t)(t->nsets > 0 ? t->nsets : 1), sizeof(uint32_t));
+    t->hits = calloc((size_t)(t->nsets > 0 ? t->nsets : 1), sizeof(int32_t));
+    t->vmask = 1023;
+    t->visit = calloc(t->vmask + 1, sizeof(Visit));
+    if (t->fresh == NULL || t->symx == NULL || t->set_stamp == NULL || t->hits == NULL || t->visit == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    t->step_id = 0;
+    t->walk_id = 0;
+    rc = 0;
+done:
+    for (int i = 0; i < 12; i++)
+        free(a[i]);
+    return rc;
+}
+
+static inline const Slot *
+trans_lookup(const Tables *t, int64_t key)
+{
+    uint64_t h = mix64((uint64_t)key) & t->hmask;
+    for (;;) {
+        const Slot *slot = &t->slots[h];
+        if (slot->key == key)
+            return slot;
+        if (slot->key < 0)
+            return NULL;
+        h = (h + 1) & t->hmask;
+    }
+}
+
+static inline int32_t
+dom_child(const Tables *t, int32_t d, int32_t sym)
+{
+    int32_t lo = t->dstates[d].lo, hi = t->dstates[d].hi;
+    const DEdge *es = t->dedges;
+    while (hi - lo > 8) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (es[mid].sym <= sym)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    for (; lo < hi; lo++) {
+        if (es[lo].sym == sym)
+            return es[lo].to;
+        if (es[lo].sym > sym)
+            return -1;
+    }
+    return -1;
+}
+
+static uint32_t
+next_step_id(Tables *t)
+{
+    if (++t->step_id == 0) {
+        memset(t->fresh, 0, (size_t)(t->ntrie > 0 ? t->ntrie : 1) * sizeof(Fresh));
+        memset(t->symx, 0, (size_t)t->nsym * sizeof(SymScratch));
+        t->step_id = 1;
+    }
+    return t->step_id;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* State                                                                                 */
+
+typedef struct {
+    int32_t sym, plen; /* symbol (-1 for the bottom), number of parents */
+    int64_t poff;      /* the parents: arena[poff .. poff + plen) */
+} Node;
+
+typedef struct {
+    PyObject_HEAD
+    Tables *t;
+    /* nodes: symbol, parent slice [poff, poff + plen) of the arena; node 0 is the bottom */
+    Node *nodes;
+    uint32_t *nstamp; /* per node, for de-duplication */
+    uint32_t mark;
+    int64_t ncap, nn, stamp_cap;
+    int32_t *arena;
+    int64_t acap, an;
+    /* history: per accepted token, its tops (slice of tops_arena) and the arena sizes */
+    int64_t *h_toff, *h_nodes, *h_arena;
+    int32_t *h_ntops;
+    uint8_t *h_term;
+    int64_t hcap, hn;
+    int32_t *tarena;
+    int64_t tcap, tn;
+} State;
+
+static void
+State_dealloc(State *s)
+{
+    free(s->nodes);
+    free(s->nstamp);
+    free(s->arena);
+    free(s->h_toff);
+    free(s->h_nodes);
+    free(s->h_arena);
+    free(s->h_ntops);
+    free(s->h_term);
+    free(s->tarena);
+    Py_XDECREF(s->t);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyTypeObject TablesType;
+static PyTypeObject StateType;
+
+/* append a history entry whose tops are tops[0..ntops) (tops may not point into tarena) */
+static int
+history_push(State *s, const int32_t *tops, int32_t ntops, uint8_t term)
+{
+    if (s->hn >= s->hcap) {
+        int64_t cap = s->hcap;
+        if (GROW(s->h_toff, cap, s->hn + 1) < 0)
+            return -1;
+        void *p;
+        if ((p = realloc(s->h_nodes, (size_t)cap * sizeof(int64_t))) == NULL)
+            return PyErr_NoMemory(), -1;
+        s->h_nodes = p;
+        if ((p = realloc(s->h_arena, (size_t)cap * sizeof(int64_t))) == NULL)
+            return PyErr_NoMemory(), -1;
+        s->h_arena = p;
+        if ((p = realloc(s->h_ntops, (size_t)cap * sizeof(int32_t))) == NULL)
+            return PyErr_NoMemory(), -1;
+        s->h_ntops = p;
+        if ((p = realloc(s->h_term, (size_t)cap)) == NULL)
+            return PyErr_NoMemory(), -1;
+        s->h_term = p;
+        s->hcap = cap;
+    }
+    if (GROW(s->tarena, s->tcap, s->tn + ntops) < 0)
+        return -1;
+    memcpy(s->tarena + s->tn, tops, (size_t)ntops * sizeof(int32_t));
+    s->h_toff[s->hn] = s->tn;
+    s->h_ntops[s->hn] = ntops;
+    s->h_nodes[s->hn] = s->nn;
+    s->h_arena[s->hn] = s->an;
+    s->h_term[s->hn] = term;
+    s->tn += ntops;
+    s->hn++;
+    return 0;
+}
+
+static int
+new_node(State *s, int32_t symbol)
+{
+    if (s->nn >= s->ncap) {
+        int64_t cap = s->ncap;
+        if (GROW(s->nodes, cap, s->nn + 1) < 0)
+            return -1;
+        void *p;
+        if ((p = realloc(s->nstamp, (size_t)cap * sizeof(uint32_t))) == NULL)
+            return PyErr_NoMemory(), -1;
+        s->nstamp = p;
+        memset(s->nstamp + s->ncap, 0, (size_t)(cap - s->ncap) * sizeof(uint32_t));
+        s->ncap = cap;
+    }
+    int64_t i = s->nn++;
+    s->nodes[i].sym = symbol;
+    s->nodes[i].poff = 0;
+    s->nodes[i].plen = 0;
+    s->nstamp[i] = 0;
+    return (int)i;
+}
+
+static int
+state_reset(State *s)
+{
+    Tables *t = s->t;
+    s->nn = 0;
+    s->an = 0;
+    s->hn = 0;
+    s->tn = 0;
+    if (new_node(s, -1) < 0 || new_node(s, t->start) < 0 || GROW(s->arena, s->acap, 1) < 0)
+        return -1;
+    s->arena[0] = 0; /* node 1 lies on the bottom */
+    s->an = 1;
+    s->nodes[1].poff = 0;
+    s->nodes[1].plen = 1;
+    int32_t tops[2] = {0, 1};
+    return t->accepts_empty ? history_push(s, tops, 2, 0) : history_push(s, tops + 1, 1, 0);
+}
+
+static int
+State_init(State *s, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"tables", NULL};
+    PyObject *tables;
+    if (s->t != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "State is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", names, &TablesType, &tables))
+        return -1;
+    if (((Tables *)tables)->trie == NULL) {
+        PyErr_SetString(PyExc_ValueError, "Tables is not initialised");
+        return -1;
+    }
+    Py_INCREF(tables);
+    s->t = (Tables *)tables;
+    return state_reset(s);
+}
+
+static int
+add_rec(Tables *t, int64_t *nrec, int32_t first_new, int32_t node, int32_t off, int32_t len)
+{
+    if (GROW(t->recs, t->recs_cap, *nrec + 1) < 0)
+        return -1;
+    int32_t slot = node - first_new;
+    Rec *r = &t->recs[*nrec];
+    r->node = node;
+    r->off = off;
+    r->len = len;
+    r->next = t->head[slot];
+    t->head[slot] = (int32_t)*nrec;
+    (*nrec)++;
+    return 0;
+}
+
+/* a new node made during a step: room for its record list */
+static int
+step_node(State *s, int32_t symbol, int32_t first_new)
+{
+    Tables *t = s->t;
+    int g = new_node(s, symbol);
+    if (g < 0)
+        return -1;
+    if (GROW(t->head, t->head_cap, (int64_t)(g - first_new) + 1) < 0)
+        return -1;
+    t->head[g - first_new] = -1;
+    return g;
+}
+
+static void
+insertion_sort(int32_t *a, int64_t n)
+{
+    for (int64_t i = 1; i < n; i++) {
+        int32_t x = a[i];
+        int64_t j = i;
+        while (j > 0 && a[j - 1] > x) {
+            a[j] = a[j - 1];
+            j--;
+        }
+        a[j] = x;
+    }
+}
+
+/* one byte of class c from the tops cur[0..ncur) into *out (t->tops_b or t->tops_a), count in *nout */
+static int
+state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int64_t *out_cap, int64_t *nout)
+{
+    Tables *t = s->t;
+    uint32_t id = next_step_id(t);
+    int32_t first_new = (int32_t)s->nn;
+    int64_t nrec = 0, nexp = 0, nalone = 0, ntop = 0;
+    int bottom = 0;
+    int64_t base = (int64_t)c * t->nsym;
+    for (int64_t i = 0; i < ncur; i++) {
+        int32_t v = cur[i];
+        if (v == 0)
+            continue;
+        const Slot *slot = trans_lookup(t, base + s->nodes[v].sym);
+        if (slot == NULL)
+            continue;
+        int32_t voff = (int32_t)s->nodes[v].poff, vlen = s->nodes[v].plen;
+        for (int32_t e = slot->lo; e < slot->hi; e++) {
+            int32_t tau = t->trans_push[e];
+            if (tau < 0) {
+                if (GROW(t->exp_off, t->exp_cap, nexp + 1) < 0)
+                    return -1;
+                int64_t cap = t->exp_cap;
+                void *p = realloc(t->exp_len, (size_t)cap * sizeof(int32_t));
+                if (p == NULL)
+                    return PyErr_NoMemory(), -1;
+                t->exp_len = p;
+                t->exp_off[nexp] = voff;
+                t->exp_len[nexp] = vlen;
+                nexp++;
+                continue;
+            }
+            int32_t g;
+            if (t->fresh[tau].stamp == id) {
+                g = t->fresh[tau].node;
+            } else {
+                if ((g = step_node(s, t->trie[tau].sym, first_new)) < 0)
+                    return -1;
+                t->fresh[tau].stamp = id;
+                t->fresh[tau].node = g;
+                int32_t tt = tau, child = g;
+                for (;;) { /* the nodes above, up to the trie root */
+                    int32_t up = t->trie[tt].up;
+                    if (up < 0) {
+                        SymScratch *sx = &t->symx[t->trie[tt].sym];
+                        sx->stamp = id;
+                        sx->root = child;
+                        if (GROW(*out, *out_cap, ntop + 1) < 0)
+                            return -1;
+                        (*out)[ntop++] = child;
+                        break;
+                    }
+                    if (t->fresh[up].stamp == id) {
+                        if (add_rec(t, &nrec, first_new, t->fresh[up].node, child, -1) < 0)
+                            return -1;
+                        break;
+                    }
+                    int32_t h = step_node(s, t->trie[up].sym, first_new);
+                    if (h < 0)
+                        return -1;
+                    t->fresh[up].stamp = id;
+                    t->fresh[up].node = h;
+                    if (add_rec(t, &nrec, first_new, h, child, -1) < 0)
+                        return -1;
+                    tt = up;
+                    child = h;
+                }
+            }
+            if (add_rec(t, &nrec, first_new, g, voff, vlen) < 0)
+                return -1;
+        }
+    }
+    /* exposed nodes: merged into the new root of their symbol, or with each other */
+    if (nexp) {
+        uint32_t m = ++s->mark;
+        if (m == 0) {
+            memset(s->nstamp, 0, (size_t)s->ncap * sizeof(uint32_t));
+            m = s->mark = 1;
+        }
+        for (int64_t i = 0; i < nexp; i++) {
+            for (int32_t k = 0; k < t->exp_len[i]; k++) {
+                int32_t u = s->arena[t->exp_off[i] + k];
+                if (u == 0) {
+                    bottom = 1;
+                    continue;
+                }
+                if (s->nstamp[u] == m)
+                    continue;
+                s->nstamp[u] = m;
+                SymScratch *sx = &t->symx[s->nodes[u].sym];
+                int32_t uoff = (int32_t)s->nodes[u].poff, ulen = s->nodes[u].plen;
+                if (sx->stamp == id) {
+                    if (sx->root >= 0) {
+                        if (add_rec(t, &nrec, first_new, sx->root, uoff, ulen) < 0)
+                            return -1;
+                    } else if (sx->made >= 0) {
+                        if (add_rec(t, &nrec, first_new, sx->made, uoff, ulen) < 0)
+                            return -1;
+                    } else { /* a second exposed node of this symbol: merge both into a new one */
+                        int32_t first = sx->first;
+                        int32_t g = step_node(s, s->nodes[u].sym, first_new);
+                        if (g < 0)
+                            return -1;
+                        sx = &t->symx[s->nodes[u].sym];
+                        sx->made = g;
+                        if (add_rec(t, &nrec, first_new, g, (int32_t)s->nodes[first].poff, s->nodes[first].plen) < 0 ||
+                            add_rec(t, &nrec, first_new, g, uoff, ulen) < 0)
+                            return -1;
+                    }
+                } else {
+                    sx->stamp = id;
+                    sx->root = -1;
+                    sx->first = u;
+                    sx->made = -1;
+                    if (GROW(t->alone_syms, t->alone_cap, nalone + 1) < 0)
+                        return -1;
+                    t->alone_syms[nalone++] = s->nodes[u].sym;
+                }
+            }
+        }
+        for (int64_t i = 0; i < nalone; i++) {
+            int32_t x = t->alone_syms[i];
+            if (GROW(*out, *out_cap, ntop + 1) < 0)
+                return -1;
+            (*out)[ntop++] = t->symx[x].made >= 0 ? t->symx[x].made : t->symx[x].first;
+        }
+    }
+    /* parents of the new nodes */
+    for (int32_t g = first_new; g < (int32_t)s->nn; g++) {
+        int32_t r = t->head[g - first_new];
+        if (r < 0)
+            continue; /* cannot happen: every new node gets a record */
+        Rec *rec = &t->recs[r];
+        if (rec->next < 0 && rec->len >= 0) { /* one slice: shared, not copied */
+            s->nodes[g].poff = rec->off;
+            s->nodes[g].plen = rec->len;
+            continue;
+        }
+        uint32_t m = ++s->mark;
+        if (m == 0) {
+            memset(s->nstamp, 0, (size_t)s->ncap * sizeof(uint32_t));
+            m = s->mark = 1;
+        }
+        int64_t nb = 0;
+        for (; r >= 0; r = t->recs[r].next) {
+            rec = &t->recs[r];
+            int32_t len = rec->len < 0 ? 1 : rec->len;
+            if (GROW(t->buf, t->buf_cap, nb + len) < 0)
+                return -1;
+            for (int32_t k = 0; k < len; k++) {
+                int32_t u = rec->len < 0 ? rec->off : s->arena[rec->off + k];
+                if (s->nstamp[u] != m) {
+                    s->nstamp[u] = m;
+                    t->buf[nb++] = u;
+                }
+            }
+        }
+        if (GROW(s->arena, s->acap, s->an + nb) < 0)
+            return -1;
+        if (s->an + nb > INT32_MAX) {
+            PyErr_SetString(PyExc_MemoryError, "graph-structured stack too large");
+            return -1;
+        }
+        memcpy(s->arena + s->an, t->buf, (size_t)nb * sizeof(int32_t));
+        s->nodes[g].poff = s->an;
+        s->nodes[g].plen = (int32_t)nb;
+        s->an += nb;
+    }
+    if (bottom) {
+        if (GROW(*out, *out_cap, ntop + 1) < 0)
+            return -1;
+        (*out)[ntop++] = 0;
+    }
+    insertion_sort(*out, ntop);
+    *nout = ntop;
+    return 0;
+}
+
+static inline const int32_t *
+cur_tops(const State *s, int32_t *n)
+{
+    *n = s->h_ntops[s->hn - 1];
+    return s->tarena + s->h_toff[s->hn - 1];
+}
+
+/* 1: accepted, 0: rejected (state unchanged), -1: error (state unchanged) */
+static int
+accept_bytes(State *s, const uint8_t *data, Py_ssize_t len)
+{
+    Tables *t = s->t;
+    if (s->h_term[s->hn - 1] || len == 0)
+        return 0;
+    int32_t n0;
+    const int32_t *tops = cur_tops(s, &n0);
+    int64_t ncur = n0;
+    int64_t mark_nodes = s->nn, mark_arena = s->an;
+    /* the first byte reads from the history's tops, later ones ping-pong between two buffers */
+    int32_t **bufs[2] = {&t->tops_a, &t->tops_b};
+    int64_t *caps[2] = {&t->tops_a_cap, &t->tops_b_cap};
+    const int32_t *cur = tops;
+    int which = 0;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        int64_t nout = 0;
+        if (state_step(s, cur, ncur, t->byte_class[data[i]], bufs[which], caps[which], &nout) < 0 || nout == 0) {
+            s->nn = mark_nodes;
+            s->an = mark_arena;
+            return PyErr_Occurred() ? -1 : 0;
+        }
+        cur = *bufs[which];
+        ncur = nout;
+        which ^= 1;
+    }
+    if (history_push(s, cur, (int32_t)ncur, 0) < 0) {
+        s->nn = mark_nodes;
+        s->an = mark_arena;
+        return -1;
+    }
+    return 1;
+}
+
+static int
+stop_allowed(const State *s)
+{
+    int32_t n;
+    const int32_t *tops = cur_tops(s, &n);
+    return !s->h_term[s->hn - 1] && n > 0 && tops[0] == 0;
+}
+
+/* the class mask into row[0..words) */
+static int
+fill_row(State *s, uint32_t *row)
+{
+    Tables *t = s->t;
+    memset(row, 0, (size_t)t->words * sizeof(uint32_t));
+    if (s->h_term[s->hn - 1])
+        return 0;
+    int32_t ntops;
+    const int32_t *tops = cur_tops(s, &ntops);
+    uint32_t w = ++t->walk_id;
+    if (w == 0) {
+        memset(t->set_stamp, 0, (size_t)(t->nsets > 0 ? t->nsets : 1) * sizeof(uint32_t));
+        memset(t->visit, 0, (size_t)(t->vmask + 1) * sizeof(Visit));
+        w = t->walk_id = 1;
+    }
+    int64_t nhits = 0, sp = 0, pairs = 0;
+    t->vcount = 0;
+    /* the stack holds (node, state) pairs whose state is already past the node's symbol */
+    for (int32_t i = 0; i < ntops; i++) {
+        int32_t v = tops[i];
+        if (v == 0)
+            continue;
+        int32_t d = dom_child(t, 0, s->nodes[v].sym);
+        if (d < 0)
+            continue;
+        if (GROW(t->stack, t->stack_cap, sp + 2) < 0)
+            return -1;
+        t->stack[sp++] = v;
+        t->stack[sp++] = d;
+    }
+    while (sp) {
+        int32_t d = t->stack[--sp];
+        int32_t v = t->stack[--sp];
+        uint64_t key = ((uint64_t)(uint32_t)v << 32) | (uint32_t)d;
+        uint64_t h = mix64(key) & t->vmask;
+        int seen = 0;
+        while (t->visit[h].gen == w) {
+            if (t->visit[h].key == key) {
+                seen = 1;
+                break;
+            }
+            h = (h + 1) & t->vmask;
+        }
+        if (seen)
+            continue;
+        t->visit[h].gen = w;
+        t->visit[h].key = key;
+        pairs++;
+        if (2 * ++t->vcount > (int64_t)t->vmask) { /* grow the visited table: rehash this walk's pairs */
+            uint64_t nsize = 2 * (t->vmask + 1), nmask = nsize - 1;
+            Visit *nv = calloc(nsize, sizeof(Visit));
+            if (nv == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            for (uint64_t i = 0; i <= t->vmask; i++)
+                if (t->visit[i].gen == w) {
+                    uint64_t j = mix64(t->visit[i].key) & nmask;
+                    while (nv[j].gen == w)
+                        j = (j + 1) & nmask;
+                    nv[j] = t->visit[i];
+                }
+            free(t->visit);
+            t->visit = nv;
+            t->vmask = nmask;
+        }
+        const DState *ds = &t->dstates[d];
+        int32_t o = ds->out;
+        if (o >= 0 && t->set_stamp[o] != w) {
+            t->set_stamp[o] = w;
+            t->hits[nhits++] = o;
+        }
+        if (ds->hi == ds->lo)
+            continue;
+        int32_t len = s->nodes[v].plen;
+        const int32_t *par = s->arena + s->nodes[v].poff;
+        if (GROW(t->stack, t->stack_cap, sp + 2 * (int64_t)len) < 0)
+            return -1;
+        for (int32_t k = 0; k < len; k++) {
+            int32_t u = par[k];
+            if (u == 0)
+                continue;
+            int32_t d2 = dom_child(t, d, s->nodes[u].sym);
+            if (d2 >= 0) {
+                t->stack[sp++] = u;
+                t->stack[sp++] = d2;
+            }
+        }
+    }
+    t->last_pairs = pairs;
+    int32_t words = t->words;
+    for (int64_t i = 0; i < nhits; i++) {
+        int32_t o = t->hits[i];
+        int64_t at = t->set_bits_at[o];
+        if (at >= 0) {
+            const uint32_t *b = t->set_bits + at;
+            for (int32_t k = 0; k < words; k++)
+                row[k] |= b[k];
+        } else {
+            for (int32_t k = t->set_start[o]; k < t->set_start[o + 1]; k++) {
+                int32_t cl = t->set_class[k];
+                row[cl >> 5] |= (uint32_t)1 << (cl & 31);
+            }
+        }
+    }
+    if (t->stop_class >= 0 && ntops > 0 && tops[0] == 0)
+        row[t->stop_class >> 5] |= (uint32_t)1 << (t->stop_class & 31);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Python methods                                                                        */
+
+static PyObject *
+State_accept_bytes(State *s, PyObject *arg)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int r = accept_bytes(s, (const uint8_t *)v.buf, v.len);
+    PyBuffer_Release(&v);
+    if (r < 0)
+        return NULL;
+    return PyBool_FromLong(r);
+}
+
+static PyObject *
+State_accept_stop(State *s, PyObject *Py_UNUSED(ignored))
+{
+    if (!stop_allowed(s))
+        Py_RETURN_FALSE;
+    Tables *t = s->t;
+    int32_t n;
+    const int32_t *tops = cur_tops(s, &n);
+    /* copied out first: growing the tops arena may move `tops` */
+    if (GROW(t->tops_a, t->tops_a_cap, n) < 0)
+        return NULL;
+    memcpy(t->tops_a, tops, (size_t)n * sizeof(int32_t));
+    if (history_push(s, t->tops_a, n, 1) < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+State_rollback(State *s, PyObject *arg)
+{
+    Py_ssize_t k = PyLong_AsSsize_t(arg);
+    if (k == -1 && PyErr_Occurred())
+        return NULL;
+    if (k < 0 || k > s->hn - 1) {
+        PyErr_Format(PyExc_ValueError, "cannot roll back %zd tokens: %zd were accepted", k, (Py_ssize_t)(s->hn - 1));
+        return NULL;
+    }
+    if (k) {
+        s->hn -= k;
+        s->nn = s->h_nodes[s->hn - 1];
+        s->an = s->h_arena[s->hn - 1];
+        s->tn = s->h_toff[s->hn - 1] + s->h_ntops[s->hn - 1];
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+State_reset(State *s, PyObject *Py_UNUSED(ignored))
+{
+    if (state_reset(s) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+State_fill(State *s, PyObject *arg)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(arg, &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (v.len != (Py_ssize_t)s->t->words * 4) {
+        PyErr_Format(PyExc_ValueError, "class row must have %d int32 words", s->t->words);
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    int r = fill_row(s, (uint32_t *)v.buf);
+    PyBuffer_Release(&v);
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+State_stop_allowed(State *s, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(stop_allowed(s));
+}
+
+static PyObject *
+State_is_terminated(State *s, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(s->h_term[s->hn - 1]);
+}
+
+static PyObject *
+State_tops(State *s, PyObject *Py_UNUSED(ignored))
+{
+    int32_t n;
+    const int32_t *tops = cur_tops(s, &n);
+    PyObject *r = PyTuple_New(n);
+    if (r == NULL)
+        return NULL;
+    for (int32_t i = 0; i < n; i++) {
+        PyObject *x = PyLong_FromLong(tops[i]);
+        if (x == NULL) {
+            Py_DECREF(r);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(r, i, x);
+    }
+    return r;
+}
+
+static PyObject *
+State_node(State *s, PyObject *arg)
+{
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i < 0 || i >= s->nn) {
+        PyErr_Format(PyExc_IndexError, "node %zd does not exist", i);
+        return NULL;
+    }
+    PyObject *par = PyTuple_New(s->nodes[i].plen);
+    if (par == NULL)
+        return NULL;
+    for (int32_t k = 0; k < s->nodes[i].plen; k++) {
+        PyObject *x = PyLong_FromLong(s->arena[s->nodes[i].poff + k]);
+        if (x == NULL) {
+            Py_DECREF(par);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(par, k, x);
+    }
+    return Py_BuildValue("(iN)", s->nodes[i].sym, par);
+}
+
+static PyObject *
+State_info(State *s, PyObject *Py_UNUSED(ignored))
+{
+    return Py_BuildValue("{s:L,s:L,s:L,s:L}", "nodes", (long long)s->nn, "parents", (long long)s->an, "position",
+                         (long long)(s->hn - 1), "last_pairs", (long long)s->t->last_pairs);
+}
+
+/* fill_batch(states, bitmask): row i of a C-contiguous int32 (batch, words) bitmask from states[i] */
+static PyObject *
+fill_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "fill_batch(states, bitmask)");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[0], "states must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[1], &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t words = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyObject_TypeCheck(items[i], &StateType) || ((State *)items[i])->t == NULL) {
+            PyErr_SetString(PyExc_TypeError, "states must be initialised State objects");
+            goto done;
+        }
+        Py_ssize_t wi = ((State *)items[i])->t->words;
+        if (words >= 0 && wi != words) {
+            PyErr_SetString(PyExc_ValueError, "states of different widths");
+            goto done;
+        }
+        words = wi;
+    }
+    if (n > 0 && v.len < n * words * 4) {
+        PyErr_SetString(PyExc_ValueError, "bitmask has too few rows or words for the states");
+        goto done;
+    }
+    if (n > 0 && v.len % (words * 4) != 0) {
+        PyErr_SetString(PyExc_ValueError, "bitmask rows must have the class width");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (fill_row((State *)items[i], (uint32_t *)v.buf + i * words) < 0)
+            goto done;
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&v);
+    Py_DECREF(seq);
+    return result;
+}
+
+static PyMethodDef State_methods[] = {
+    {"accept_bytes", (PyCFunction)State_accept_bytes, METH_O,
+     "accept_bytes(data) -> bool\n\nRead a token's bytes; False (state unchanged) if no stack survives."},
+    {"accept_stop", (PyCFunction)State_accept_stop, METH_NOARGS,
+     "accept_stop() -> bool\n\nAccept a stop token (terminates) when the prefix is in the language."},
+    {"rollback", (PyCFunction)State_rollback, METH_O, "rollback(num_tokens)\n\nUndo the last accepted tokens."},
+    {"reset", (PyCFunction)State_reset, METH_NOARGS, "reset()\n\nBack to the empty prefix."},
+    {"fill", (PyCFunction)State_fill, METH_O,
+     "fill(row)\n\nWrite the class mask into a writable int32 buffer of ceil(num_classes/32) words."},
+    {"stop_allowed", (PyCFunction)State_stop_allowed, METH_NOARGS, "Whether the prefix is in the language."},
+    {"is_terminated", (PyCFunction)State_is_terminated, METH_NOARGS, "Whether a stop token was accepted."},
+    {"tops", (PyCFunction)State_tops, METH_NOARGS, "The current top nodes, ascending (0: the bottom)."},
+    {"node", (PyCFunction)State_node, METH_O, "node(i) -> (symbol, parents)"},
+    {"info", (PyCFunction)State_info, METH_NOARGS,
+     "Sizes: nodes, parents (arena entries), position, last_pairs (pairs of the last walk of the tables)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject StateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "formalgram_cfgzip.engines.native._cnative.State",
+    .tp_doc = PyDoc_STR("State(tables)\n\nOne matcher's graph-structured stack over shared Tables."),
+    .tp_basicsize = sizeof(State),
+    .tp_itemsize = 0,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)State_init,
+    .tp_dealloc = (destructor)State_dealloc,
+    .tp_methods = State_methods,
+};
+
+static PyTypeObject TablesType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "formalgram_cfgzip.engines.native._cnative.Tables",
+    .tp_doc = PyDoc_STR("Tables(num_symbols, start_symbol, accepts_empty, num_classes, stop_class, byte_class,\n"
+                        "       trie_sym, trie_up, trans_key, trans_start, trans_push, edge_start, edge_sym,\n"
+                        "       edge_to, out, set_start, set_class)\n\n"
+                        "The immutable arrays of one grammar (copied; every index checked)."),
+    .tp_basicsize = sizeof(Tables),
+    .tp_itemsize = 0,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Tables_init,
+    .tp_dealloc = (destructor)Tables_dealloc,
+};
+
+static PyMethodDef module_methods[] = {
+    {"fill_batch", (PyCFunction)(void (*)(void))fill_batch, METH_FASTCALL,
+     "fill_batch(states, bitmask)\n\nRow i of a C-contiguous int32 bitmask := class mask of states[i]."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "formalgram_cfgzip.engines.native._cnative",
+    "The native mask engine's graph-structured stack and mask walk in C.", -1, module_methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__cnative(void)
+{
+    if (PyType_Ready(&TablesType) < 0 || PyType_Ready(&StateType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&TablesType);
+    if (PyModule_AddObject(m, "Tables", (PyObject *)&TablesType) < 0) {
+        Py_DECREF(&TablesType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&StateType);
+    if (PyModule_AddObject(m, "State", (PyObject *)&StateType) < 0) {
+        Py_DECREF(&StateType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,47 @@
+"""Type stub of the native engine's C kernel (formalgram_cfgzip/engines/native/_cnative.c)."""
+
+from collections.abc import Sequence
+
+from _typeshed import ReadableBuffer, WriteableBuffer
+
+class Tables:
+    """The immutable arrays of one grammar (copied; every index checked)."""
+
+    def __init__(
+        self,
+        num_symbols: int,
+        start_symbol: int,
+        accepts_empty: bool,
+        num_classes: int,
+        stop_class: int,
+        byte_class: ReadableBuffer,
+        trie_sym: ReadableBuffer,
+        trie_up: ReadableBuffer,
+        trans_key: ReadableBuffer,
+        trans_start: ReadableBuffer,
+        trans_push: ReadableBuffer,
+        edge_start: ReadableBuffer,
+        edge_sym: ReadableBuffer,
+        edge_to: ReadableBuffer,
+        out: ReadableBuffer,
+        set_start: ReadableBuffer,
+        set_class: ReadableBuffer,
+    ) -> None: ...
+
+class State:
+    """One matcher's graph-structured stack over shared Tables."""
+
+    def __init__(self, tables: Tables) -> None: ...
+    def accept_bytes(self, data: ReadableBuffer, /) -> bool: ...
+    def accept_stop(self) -> bool: ...
+    def rollback(self, num_tokens: int, /) -> None: ...
+    def reset(self) -> None: ...
+    def fill(self, row: WriteableBuffer, /) -> None: ...
+    def stop_allowed(self) -> bool: ...
+    def is_terminated(self) -> bool: ...
+    def tops(self) -> tuple[int, ...]: ...
+    def node(self, i: int, /) -> tuple[int, tuple[int, ...]]: ...
+    def info(self) -> dict[str, int]: ...
+
+def fill_batch(states: Sequence[State], bitmask: WriteableBuffer, /) -> None:
+    """Row ``i`` of a C-contiguous int32 bitmask := class mask of ``states[i]``."""

@@ -1,0 +1,435 @@
+"""The native engine's immutable tables: the PDA's transitions as a push trie, and the domains.
+
+:func:`build_tables` turns ``(classes, grammar)`` into a :class:`NativeTables`: flat int32
+arrays that both kernels (pure Python, C) read, that every matcher of a grammar shares, and
+that :meth:`NativeTables.save` / :meth:`NativeTables.load` keep on disk (no pickle,
+fingerprinted).
+
+**The push trie.**  Reading a byte of byte class ``c`` with ``X`` on top pops ``X`` and pushes
+the tail ``B1 ... Bn`` (``B1`` on top) of one rule ``X -> a B1 ... Bn`` with ``c ∈ a``.  All
+distinct non-empty tails of all rules are stored once as a trie keyed top first: node ``τ``
+stands for a tail prefix ``B1 ... Bi`` and records ``Bi`` (``trie_sym``), the node of
+``B1 ... B(i-1)`` (``trie_up``, ``-1`` for ``i = 1``) and ``i - 1`` (``trie_depth``).  The
+transitions of ``(c, X)`` are the trie nodes of their tails (``-1`` for the empty tail):
+``trans_push[trans_start[j] : trans_start[j + 1]]`` where ``trans_key[j] == c * num_symbols + X``
+(keys ascending).  Within one step of the graph-structured stack, one stack cell per trie
+node is enough (see :mod:`formalgram_cfgzip.engines.native.gss`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from formalgram_cfgzip.engines.native._adapter import (
+    PDA,
+    CacheError,
+    ClassesMismatchError,
+    DisplacementSearch,
+    Grammar,
+    TokenClasses,
+    class_gnf,
+    grammar_fingerprint,
+    read_cache,
+    write_cache,
+)
+from formalgram_cfgzip.engines.native.domains import DomainAutomaton, domain_automaton, domain_roots
+
+__all__ = ["TABLES_VERSION", "NativeTables", "build_tables"]
+
+TABLES_VERSION = "native-tables-1"
+I32 = npt.NDArray[np.int32]
+_ARRAYS = (
+    "byte_class",
+    "trie_sym",
+    "trie_up",
+    "trie_depth",
+    "trans_key",
+    "trans_start",
+    "trans_push",
+    "edge_start",
+    "edge_sym",
+    "edge_to",
+    "out",
+    "set_start",
+    "set_class",
+    "domain_group",
+)
+
+
+@dataclass(frozen=True, eq=False)
+class NativeTables:
+    """Everything a native matcher reads: PDA transitions, domain automaton, class ids.
+
+    Attributes
+    ----------
+    num_classes, stop_class, invalid_class : int
+        As in :class:`~formalgram_cfgzip.classes.TokenClasses` (``-1``: none).
+    num_symbols : int
+        Stack symbols (GNF nonterminals); ids ``0 .. num_symbols - 1``.
+    start_symbol : int
+        The initial stack is ``(start_symbol)``.
+    accepts_empty : bool
+        Whether the empty string is in the language (the stop token is allowed at once).
+    byte_class : numpy.ndarray
+        uint8, 256 entries: byte -> byte class of the PDA.
+    trie_sym, trie_up, trie_depth : numpy.ndarray
+        The push trie (module docstring).
+    trans_key, trans_start, trans_push : numpy.ndarray
+        Transitions: key ``c * num_symbols + X`` -> trie nodes of the pushed tails (``-1``
+        for an empty tail); ``trans_key`` is int64 and ascending.
+    domains : DomainAutomaton
+        Top-first automaton of the classes' popped sequences.
+    domain_group : numpy.ndarray
+        int32, class -> group of classes with equal domains (``-1`` for classes without
+        text).  Classes of one group are allowed together in every context.
+    grammar_sha256, vocab_sha256 : str
+        Fingerprints of the grammar and vocabulary of the classes.
+    stats : dict
+        Sizes and build times (informational).
+    """
+
+    num_classes: int
+    stop_class: int
+    invalid_class: int
+    num_symbols: int
+    start_symbol: int
+    accepts_empty: bool
+    byte_class: npt.NDArray[np.uint8]
+    trie_sym: I32
+    trie_up: I32
+    trie_depth: I32
+    trans_key: npt.NDArray[np.int64]
+    trans_start: I32
+    trans_push: I32
+    domains: DomainAutomaton
+    domain_group: I32
+    grammar_sha256: str
+    vocab_sha256: str
+    stats: dict[str, float] = field(default_factory=dict)
+
+    # -- persistence ----------------------------------------------------------------------
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        """Write the tables to ``directory`` (``arrays.npz`` + ``meta.json``, no pickle)."""
+        d = self.domains
+        arrays: dict[str, np.ndarray] = {
+            "byte_class": self.byte_class,
+            "trie_sym": self.trie_sym,
+            "trie_up": self.trie_up,
+            "trie_depth": self.trie_depth,
+            "trans_key": self.trans_key,
+            "trans_start": self.trans_start,
+            "trans_push": self.trans_push,
+            "edge_start": d.edge_start,
+            "edge_sym": d.edge_sym,
+            "edge_to": d.edge_to,
+            "out": d.out,
+            "set_start": d.set_start,
+            "set_class": d.set_class,
+            "domain_group": self.domain_group,
+        }
+        meta: dict[str, object] = {
+            "kind": "formalgram_cfgzip.NativeTables",
+            "algorithm": TABLES_VERSION,
+            "grammar_sha256": self.grammar_sha256,
+            "vocab_sha256": self.vocab_sha256,
+            "num_classes": self.num_classes,
+            "stop_class": self.stop_class,
+            "invalid_class": self.invalid_class,
+            "num_symbols": self.num_symbols,
+            "start_symbol": self.start_symbol,
+            "accepts_empty": self.accepts_empty,
+            "stats": {k: float(v) for k, v in self.stats.items()},
+        }
+        write_cache(directory, arrays, meta)
+
+    @staticmethod
+    def load(directory: str | os.PathLike[str], classes: TokenClasses) -> NativeTables:
+        """Load tables saved by :meth:`save` for ``classes`` (fingerprints and shapes checked).
+
+        Raises
+        ------
+        CacheError
+            If the cache is missing, corrupted, for other classes, or inconsistent.
+        """
+        expect = {
+            "kind": "formalgram_cfgzip.NativeTables",
+            "algorithm": TABLES_VERSION,
+            "grammar_sha256": classes.grammar_sha256,
+            "vocab_sha256": classes.vocab.fingerprint(),
+        }
+        arrays, meta = read_cache(directory, expect=expect)
+        try:
+            got = {name: np.asarray(arrays[name]) for name in _ARRAYS}
+            ints = {
+                k: int(meta[k])  # type: ignore[call-overload]
+                for k in ("num_classes", "stop_class", "invalid_class", "num_symbols", "start_symbol")
+            }
+            accepts_empty = bool(meta["accepts_empty"])
+            raw = meta.get("stats", {})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CacheError(f"native tables in {os.fspath(directory)!r} are incomplete: {exc}") from exc
+        if (
+            ints["num_classes"] != classes.num_classes
+            or ints["stop_class"] != classes.stop_class
+            or ints["invalid_class"] != classes.invalid_class
+        ):
+            raise CacheError(f"native tables in {os.fspath(directory)!r} belong to other classes")
+        stats = {str(k): float(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+        tables = NativeTables(
+            ints["num_classes"],
+            ints["stop_class"],
+            ints["invalid_class"],
+            ints["num_symbols"],
+            ints["start_symbol"],
+            accepts_empty,
+            got["byte_class"],
+            got["trie_sym"],
+            got["trie_up"],
+            got["trie_depth"],
+            got["trans_key"],
+            got["trans_start"],
+            got["trans_push"],
+            DomainAutomaton(
+                got["edge_start"],
+                got["edge_sym"],
+                got["edge_to"],
+                got["out"],
+                got["set_start"],
+                got["set_class"],
+            ),
+            got["domain_group"],
+            classes.grammar_sha256,
+            expect["vocab_sha256"],
+            stats,
+        )
+        why = tables.inconsistency()
+        if why:
+            raise CacheError(f"native tables in {os.fspath(directory)!r} are inconsistent: {why}")
+        return tables
+
+    def inconsistency(self) -> str:
+        """Why the arrays cannot be used safely by a kernel, or ``""`` when they can.
+
+        Checks dtypes, shapes and that every index stays in range (the C kernel relies on it).
+        """
+        n, t = self.num_symbols, int(self.trie_sym.shape[0])
+        d = self.domains
+        ns, ne = int(d.out.shape[0]), int(d.edge_sym.shape[0])
+        nsets = int(d.set_start.shape[0]) - 1
+        i32 = [
+            self.trie_sym,
+            self.trie_up,
+            self.trie_depth,
+            self.trans_start,
+            self.trans_push,
+            d.edge_start,
+            d.edge_sym,
+            d.edge_to,
+            d.out,
+            d.set_start,
+            d.set_class,
+            self.domain_group,
+        ]
+        if any(a.dtype != np.int32 or a.ndim != 1 for a in i32):
+            return "an array is not 1-D int32"
+        if self.byte_class.dtype != np.uint8 or self.byte_class.shape != (256,):
+            return "byte_class is not 256 uint8 values"
+        if self.trans_key.dtype != np.int64 or self.trans_key.ndim != 1:
+            return "trans_key is not 1-D int64"
+        ncls = int(self.byte_class.max()) + 1
+        if n < 1 or not 0 <= self.start_symbol < n or self.num_classes < 1:
+            return "bad symbol or class counts"
+        if self.trie_up.shape != (t,) or self.trie_depth.shape != (t,):
+            return "trie arrays differ in length"
+        if t and (int(self.trie_sym.min()) < 0 or int(self.trie_sym.max()) >= n):
+            return "trie symbol out of range"
+        if t and (int(self.trie_up.min()) < -1 or bool(np.any(self.trie_up >= np.arange(t)))):
+            return "trie parent out of range (parents must come first)"
+        if t and bool(
+            np.any(self.trie_depth != np.where(self.trie_up < 0, 0, self.trie_depth[self.trie_up] + 1))
+        ):
+            return "trie depths are inconsistent"
+        k = int(self.trans_key.shape[0])
+        if self.trans_start.shape != (k + 1,) or int(self.trans_start[0]) != 0:
+            return "trans_start has the wrong shape"
+        if (
+            bool(np.any(np.diff(self.trans_start) < 1))
+            or int(self.trans_start[-1]) != self.trans_push.shape[0]
+        ):
+            return "trans_start is not increasing"
+        if k and (bool(np.any(np.diff(self.trans_key) <= 0)) or int(self.trans_key[0]) < 0):
+            return "trans_key is not ascending"
+        if k and int(self.trans_key[-1]) >= ncls * n:
+            return "trans_key out of range"
+        if self.trans_push.size and (int(self.trans_push.min()) < -1 or int(self.trans_push.max()) >= t):
+            return "trans_push out of range"
+        if d.edge_start.shape != (ns + 1,) or int(d.edge_start[0]) != 0 or int(d.edge_start[-1]) != ne:
+            return "edge_start has the wrong shape"
+        if bool(np.any(np.diff(d.edge_start) < 0)) or d.edge_to.shape != (ne,):
+            return "domain edges are inconsistent"
+        if ne and (int(d.edge_to.min()) < 0 or int(d.edge_to.max()) >= ns):
+            return "domain edge target out of range"
+        if ne > 1:
+            inside = np.ones(ne - 1, dtype=bool)  # consecutive edges of one state
+            firsts = d.edge_start[1:-1]
+            inside[firsts[(firsts > 0) & (firsts < ne)] - 1] = False
+            if bool(np.any(np.diff(d.edge_sym)[inside] <= 0)):
+                return "domain edges are not sorted by symbol"
+        if ne and (int(d.edge_sym.min()) < 0 or int(d.edge_sym.max()) >= n):
+            return "domain edge symbol out of range"
+        if ns and (int(d.out.min()) < -1 or int(d.out.max()) >= nsets):
+            return "domain output out of range"
+        if nsets < 0 or int(d.set_start[0]) != 0 or int(d.set_start[-1]) != d.set_class.shape[0]:
+            return "set_start has the wrong shape"
+        if bool(np.any(np.diff(d.set_start) < 0)):
+            return "set_start is not increasing"
+        if d.set_class.size and (int(d.set_class.min()) < 0 or int(d.set_class.max()) >= self.num_classes):
+            return "set class out of range"
+        if self.domain_group.shape != (self.num_classes,):
+            return "domain_group has the wrong shape"
+        return ""
+
+
+def _push_trie(pda: PDA) -> tuple[I32, I32, I32, npt.NDArray[np.int64], I32, I32]:
+    """The push trie and the transition arrays of ``pda`` (module docstring)."""
+    n = len(pda.names)
+    node_of: dict[tuple[int, ...], int] = {}
+    syms: list[int] = []
+    ups: list[int] = []
+    depths: list[int] = []
+
+    def node(tail: tuple[int, ...]) -> int:
+        up = -1
+        for i in range(1, len(tail) + 1):
+            prefix = tail[:i]
+            t = node_of.get(prefix)
+            if t is None:
+                t = len(syms)
+                node_of[prefix] = t
+                syms.append(tail[i - 1])
+                ups.append(up)
+                depths.append(i - 1)
+            up = t
+        return up
+
+    keys: list[int] = []
+    starts = [0]
+    pushes: list[int] = []
+    for (c, x), tails in sorted(pda.table.items()):
+        keys.append(c * n + x)
+        for tail in tails:
+            pushes.append(node(tail) if tail else -1)
+        starts.append(len(pushes))
+    a = np.asarray
+    return (
+        a(syms, dtype=np.int32),
+        a(ups, dtype=np.int32),
+        a(depths, dtype=np.int32),
+        a(keys, dtype=np.int64),
+        a(starts, dtype=np.int32),
+        a(pushes, dtype=np.int32),
+    )
+
+
+def build_tables(
+    classes: TokenClasses,
+    grammar: Grammar | str,
+    *,
+    gnf: Grammar | None = None,
+    check: bool = True,
+    max_states: int = 4_000_000,
+) -> NativeTables:
+    """Compute the native engine's tables for ``classes`` of ``grammar``.
+
+    Parameters
+    ----------
+    classes : TokenClasses
+        Classes computed by ``compress`` for ``grammar``.
+    grammar : Grammar or str
+        The grammar (or its GBNF text) of the classes.
+    gnf : Grammar or None, keyword-only
+        The GNF grammar to use (``None``: recomputed as ``compress`` did, specialised when the
+        classes say so).  The mask is exact for any GNF grammar of the language; the tables
+        are smallest on the GNF the classes were computed on.
+    check : bool, keyword-only
+        Check the grammar's fingerprint against the classes.
+    max_states : int, keyword-only
+        Bound on the domain automaton's states.
+
+    Returns
+    -------
+    NativeTables
+
+    Raises
+    ------
+    ClassesMismatchError
+        If ``check`` and the classes belong to another grammar.
+    GrammarTooLarge
+        If the GNF conversion, the displacement search or the domain automaton exceeds its budget.
+
+    Notes
+    -----
+    Cost: the GNF conversion (seconds for the largest shared grammars), one displacement
+    search over the representatives only (SynCode Go: 6 s, xml2rfc: 13 s, pure Python), and
+    the subset construction of :func:`~formalgram_cfgzip.engines.native.domains.domain_automaton`.
+    """
+    t0 = time.perf_counter()
+    fp = grammar_fingerprint(grammar)
+    if check and fp != classes.grammar_sha256:
+        raise ClassesMismatchError(
+            "these TokenClasses were computed for another grammar "
+            f"(classes: {classes.grammar_sha256[:12]}..., grammar: {fp[:12]}...)"
+        )
+    if gnf is None:
+        gnf = class_gnf(grammar, specialized=bool(classes.stats.get("specialized", 0.0)))
+    t_gnf = time.perf_counter() - t0
+    pda = PDA.from_gnf(gnf)
+    trie = _push_trie(pda)
+    search = DisplacementSearch(gnf)
+    tokens = classes.vocab.tokens
+    texts: list[bytes | None] = []
+    for k, rep in enumerate(classes.representatives.tolist()):
+        if k in (classes.invalid_class, classes.stop_class) or rep < 0 or rep >= len(tokens):
+            texts.append(None)
+        else:
+            texts.append(tokens[rep])
+    roots = domain_roots(search, texts)
+    t_search = time.perf_counter() - t0 - t_gnf
+    auto = domain_automaton(search, roots, max_states=max_states)
+    group_of: dict[int, int] = {}
+    groups = [-1 if r < 0 else group_of.setdefault(r, len(group_of)) for r in roots]
+    stats = {
+        "gnf_symbols": float(len(gnf.names)),
+        "gnf_rules": float(len(gnf.rules)),
+        "byte_classes": float(pda.n_classes),
+        "trie_nodes": float(trie[0].shape[0]),
+        "transitions": float(trie[5].shape[0]),
+        "domain_states": float(auto.num_states),
+        "domain_edges": float(auto.num_edges),
+        "domain_sets": float(auto.num_sets),
+        "domain_outputs": float(auto.set_class.shape[0]),
+        "domain_groups": float(len(group_of)),
+        "gnf_seconds": t_gnf,
+        "search_seconds": t_search,
+        "seconds": time.perf_counter() - t0,
+    }
+    return NativeTables(
+        classes.num_classes,
+        classes.stop_class,
+        classes.invalid_class,
+        len(gnf.names),
+        gnf.start_id,
+        pda.accepts_empty,
+        np.frombuffer(pda.byte_class_of, dtype=np.uint8).copy(),
+        *trie,
+        auto,
+        np.asarray(groups, dtype=np.int32),
+        fp,
+        classes.vocab.fingerprint(),
+        stats,
+    )

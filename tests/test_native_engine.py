@@ -1,0 +1,477 @@
+"""The native mask engine against independent oracles (proof: proofs/native_engine.md).
+
+* Masks: at every step of seeded walks, the native token mask equals ``{t : w·t ∈ Pref(L)}``
+  computed by the Earley recognizer (``formalgram.is_prefix``: no GNF, no displacement) for
+  *every* token, the stop token equals ``w ∈ L``, special tokens are never allowed; random
+  grammars × random small vocabularies (Hypothesis) and real grammars with a Llama-3 sample.
+* The graph-structured stack holds exactly the stacks of the explicit PDA simulation
+  (``PDA.stacks_after``), for both kernels.
+* The domain automaton accepts, for each class, exactly the popped sequences of the
+  displacement enumerated explicitly (``DisplacementSearch.displacement``).
+* The C kernel gives the same masks as the pure-Python one; protocol, rollback, caches and
+  bad input.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from formalgram import PDA, EarleyRecognizer, EmptyLanguageError, Grammar, accepts
+from formalgram.testing import grammars
+from formalgram_cfgzip import TokenClasses, Vocabulary, compress
+from formalgram_cfgzip.displacement import DisplacementSearch
+from formalgram_cfgzip.engines.native import NativeTables, build_tables
+from formalgram_cfgzip.engines.native._adapter import class_gnf
+from formalgram_cfgzip.engines.native.domains import DomainAutomaton
+from formalgram_cfgzip.engines.native.matcher import (
+    NativeGrammar,
+    NativeMatcher,
+    StateLike,
+    c_module,
+    compile_native,
+)
+from formalgram_cfgzip.errors import CacheError, ClassesMismatchError, EngineError, TokenIdError
+
+Kernel = Literal["python", "c"]
+GRAMMARS = Path(
+    os.environ.get("FORMALGRAM_GRAMMARS", Path(__file__).resolve().parents[2] / "shared" / "grammars")
+)
+KERNELS: list[Kernel] = ["python", "c"] if c_module() is not None else ["python"]
+# random grammars often have rules that derive nothing; compress() warns about XGrammar there
+pytestmark = pytest.mark.filterwarnings("ignore:grammar has nonterminals that derive no string")
+ALPHABET = b"abc"
+
+
+# -- oracles ------------------------------------------------------------------------------
+def allowed_tokens(row: npt.NDArray[np.int32], width: int) -> set[int]:
+    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:width]
+    return set(np.flatnonzero(bits).tolist())
+
+
+class VocabTrie:
+    """The text tokens of a vocabulary as a byte trie (for the Earley oracle)."""
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self.children: list[dict[int, int]] = [{}]
+        self.ends: list[list[int]] = [[]]
+        for i in vocab.text_ids():
+            if i in vocab.stop_ids:
+                continue
+            data = vocab.tokens[i]
+            assert data is not None
+            node = 0
+            for b in data:
+                nxt = self.children[node].get(b)
+                if nxt is None:
+                    nxt = len(self.children)
+                    self.children[node][b] = nxt
+                    self.children.append({})
+                    self.ends.append([])
+                node = nxt
+            self.ends[node].append(i)
+
+
+def earley_allowed(rec: EarleyRecognizer, trie: VocabTrie) -> set[int]:
+    """Text tokens ``t`` with ``w·t ∈ Pref(L)``, ``w`` the bytes ``rec`` has read (Earley only)."""
+    out: set[int] = set()
+    todo = [(0, rec)]
+    while todo:
+        node, r = todo.pop()
+        ok = r.allowed_bytes()
+        for b, child in trie.children[node].items():
+            if b in ok:
+                r2 = r.copy()
+                assert r2.feed(b)
+                out.update(trie.ends[child])
+                todo.append((child, r2))
+    return out
+
+
+def oracle_mask(rec: EarleyRecognizer, trie: VocabTrie, vocab: Vocabulary) -> set[int]:
+    """The expected token mask: text tokens by Earley, stop tokens iff the text is complete."""
+    out = earley_allowed(rec, trie)
+    if rec.is_accepting():
+        out |= set(vocab.stop_ids)
+    return out
+
+
+def check_walk(
+    g: Grammar,
+    grammar: NativeGrammar,
+    others: list[NativeGrammar],
+    steps: int,
+    rng: random.Random,
+    trie: VocabTrie,
+) -> int:
+    """Walk ``steps`` tokens, checking every token at every step against Earley; returns steps checked.
+
+    ``others`` (other kernels over the same tables) must give identical class masks.
+    """
+    vocab = grammar.vocab
+    m = grammar.matcher()
+    peers = [o.matcher() for o in others]
+    rec = EarleyRecognizer(g)
+    bm = grammar.allocate_token_bitmask()
+    cm = grammar.allocate_class_bitmask()
+    other_cm = grammar.allocate_class_bitmask()
+    checked = 0
+    for _ in range(steps):
+        m.fill_next_token_bitmask(bm)
+        got = allowed_tokens(bm[0], vocab.logit_width)
+        want = oracle_mask(rec, trie, vocab)
+        assert got == want, (
+            f"step {checked}: extra {sorted(got - want)[:10]}, missing {sorted(want - got)[:10]}"
+        )
+        m.fill_next_class_bitmask(cm)
+        for p in peers:
+            p.fill_next_class_bitmask(other_cm)
+            assert np.array_equal(cm, other_cm)
+        checked += 1
+        text = sorted(want - set(vocab.stop_ids))
+        if not text:
+            break
+        # a refused token leaves the state unchanged
+        refused = [i for i in range(vocab.logit_width) if i not in want]
+        if refused:
+            bad = rng.choice(refused)
+            assert not m.accept_token(bad)
+            m.fill_next_token_bitmask(bm)
+            assert allowed_tokens(bm[0], vocab.logit_width) == want
+        tok = rng.choice(text)
+        data = vocab.tokens[tok]
+        assert data is not None
+        assert m.accept_token(tok)
+        for p in peers:
+            assert p.accept_token(tok)
+        assert rec.feed_bytes(data)
+    return checked
+
+
+# -- random grammars × random small vocabularies -----------------------------------------
+def small_vocab(tokens: list[bytes]) -> Vocabulary:
+    """``tokens`` plus a special token and a stop token."""
+    n = len(tokens)
+    return Vocabulary([*tokens, b"<s>", b"</s>"], special_ids=[n, n + 1], stop_ids=[n + 1])
+
+
+token_lists = st.lists(
+    st.lists(st.sampled_from(ALPHABET), min_size=1, max_size=3).map(bytes),
+    min_size=1,
+    max_size=8,
+    unique=True,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grammars(max_nonterminals=4, alphabet=ALPHABET), token_lists, st.integers(0, 2**32 - 1))
+def test_mask_equals_earley_on_random_grammars(g: Grammar, tokens: list[bytes], seed: int) -> None:
+    """proofs/native_engine.md, Theorem 1: every token at every step, against Earley."""
+    vocab = small_vocab(tokens)
+    try:
+        classes = compress(g, vocab, progress=False)
+    except EmptyLanguageError:
+        assume(False)
+        return
+    tables = build_tables(classes, g)
+    grammars_ = [NativeGrammar(classes, tables, kernel=k) for k in KERNELS]
+    check_walk(g, grammars_[0], grammars_[1:], 8, random.Random(seed), VocabTrie(vocab))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grammars(max_nonterminals=4, alphabet=ALPHABET), st.lists(st.sampled_from(ALPHABET), max_size=7))
+def test_gss_holds_exactly_the_pda_stacks(g: Grammar, letters: list[int]) -> None:
+    """proofs/native_engine.md, Lemma 2: the GSS's stacks equal the explicit PDA simulation."""
+    vocab = small_vocab([bytes([b]) for b in ALPHABET])
+    try:
+        classes = compress(g, vocab, progress=False)
+    except EmptyLanguageError:
+        assume(False)
+        return
+    gnf = class_gnf(g, specialized=bool(classes.stats["specialized"]))
+    tables = build_tables(classes, g, gnf=gnf)
+    pda = PDA.from_gnf(gnf)
+    for kernel in KERNELS:
+        state = NativeGrammar(classes, tables, kernel=kernel).new_state()
+        w = b""
+        for b in letters:
+            expected = pda.stacks_after(w + bytes([b]))
+            ok = state.accept_bytes(bytes([b]))
+            assert ok == bool(expected)
+            if not ok:
+                break
+            w += bytes([b])
+            got = _stacks(state)
+            assert got == {tuple(reversed(s)) for s in expected}
+            assert state.stop_allowed() == accepts(g, w) == (() in got)
+
+
+def _stacks(state: StateLike) -> set[tuple[int, ...]]:
+    """Every stack (top first) of a kernel state, enumerated from its tops."""
+    out: set[tuple[int, ...]] = set()
+    todo: list[tuple[int, tuple[int, ...]]] = [(v, ()) for v in state.tops()]
+    while todo:
+        v, above = todo.pop()
+        if v == 0:
+            out.add(above)
+            continue
+        sym, parents = state.node(v)
+        for u in parents:
+            todo.append((u, (*above, sym)))
+    return out
+
+
+def _accepted_words(d: DomainAutomaton, k: int) -> set[tuple[int, ...]]:
+    """Every word the domain automaton reads into a state whose output holds class ``k``."""
+    out: set[tuple[int, ...]] = set()
+    todo: list[tuple[int, tuple[int, ...]]] = [(0, ())]
+    while todo:
+        s, word = todo.pop()
+        o = int(d.out[s])
+        if o >= 0 and k in d.set_class[d.set_start[o] : d.set_start[o + 1]].tolist():
+            out.add(word)
+        for e in range(int(d.edge_start[s]), int(d.edge_start[s + 1])):
+            todo.append((int(d.edge_to[e]), (*word, int(d.edge_sym[e]))))
+    return out
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grammars(max_nonterminals=4, alphabet=ALPHABET), token_lists)
+def test_domain_automaton_reads_exactly_the_popped_sequences(g: Grammar, tokens: list[bytes]) -> None:
+    """proofs/native_engine.md, Lemma 3: class k's words are dom(k) of the explicit displacement."""
+    vocab = small_vocab(tokens)
+    try:
+        classes = compress(g, vocab, progress=False)
+    except EmptyLanguageError:
+        assume(False)
+        return
+    gnf = class_gnf(g, specialized=bool(classes.stats["specialized"]))
+    tables = build_tables(classes, g, gnf=gnf)
+    search = DisplacementSearch(gnf)
+    for k, rep in enumerate(classes.representatives.tolist()):
+        words = _accepted_words(tables.domains, k)
+        if k in (classes.stop_class, classes.invalid_class):
+            assert words == set()
+            continue
+        data = vocab.tokens[rep]
+        assert data is not None
+        dom = {s_in for s_in, _ in search.displacement(search.run(data))}
+        assert words == dom
+
+
+# -- real grammars --------------------------------------------------------------------------
+def sample_vocab(n: int, seed: int) -> Vocabulary:
+    """``n`` Llama-3 tokens chosen at random (single bytes always included), a special and a stop token."""
+    full = Vocabulary.builtin("llama3")
+    rng = random.Random(seed)
+    text = [t for i, t in enumerate(full.tokens) if t and i not in full.special_ids]
+    singles = [t for t in text if len(t) == 1]
+    rest = [t for t in text if len(t) > 1]
+    return small_vocab(singles + rng.sample(rest, n))
+
+
+REAL_FAST = ["llama_cpp/c.gbnf", "derived/json_mode_eval_xgrammar/JME_0.gbnf"]
+REAL_HEAVY = [
+    "derived/json_mode_eval_xgrammar/JME_32.gbnf",
+    "derived/lark_via_xgrammar/go_syncode.gbnf",
+    "derived/lark_via_xgrammar/xml2rfc_v3.gbnf",
+    "derived/lark_via_xgrammar/sql_syncode.gbnf",
+]
+
+
+def _real_walks(rel: str, n_tokens: int, walks: int, steps: int) -> int:
+    path = GRAMMARS / rel
+    if not path.exists():
+        pytest.skip(f"shared grammar {rel} is absent")
+    text = path.read_text(encoding="utf-8")
+    vocab = sample_vocab(n_tokens, seed=3)
+    classes = compress(text, vocab, progress=False)
+    tables = build_tables(classes, text)
+    grammars_ = [NativeGrammar(classes, tables, kernel=k) for k in KERNELS]
+    from formalgram.syntax.gbnf import parse_gbnf
+
+    g = parse_gbnf(text)
+    trie = VocabTrie(vocab)
+    total = 0
+    for seed in range(walks):
+        total += check_walk(g, grammars_[0], grammars_[1:], steps, random.Random(seed), trie)
+    return total
+
+
+@pytest.mark.parametrize("rel", REAL_FAST)
+def test_real_grammar_walks_match_earley(rel: str) -> None:
+    """proofs/native_engine.md, Theorem 1 on real grammars: every token of a 2,000-token Llama-3 sample."""
+    assert _real_walks(rel, 2000, walks=3, steps=25) > 0
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("rel", REAL_FAST + REAL_HEAVY)
+def test_real_grammar_walks_match_earley_heavy(rel: str) -> None:
+    """proofs/native_engine.md, Theorem 1: as above with a 20,000-token sample and longer walks."""
+    assert _real_walks(rel, 20_000, walks=4, steps=60) > 0
+
+
+# -- protocol, rollback, caches, bad input ---------------------------------------------------
+JSON_LIST = 'root ::= "[" (item ("," item)*)? "]"\nitem ::= "a" | "bb" | root'
+
+
+@pytest.fixture(scope="module")
+def json_list() -> tuple[TokenClasses, NativeTables, Vocabulary]:
+    vocab = small_vocab([b"[", b"]", b",", b"a", b"b", b"bb", b"a,", b"],", b"[[", b"x"])
+    classes = compress(JSON_LIST, vocab, progress=False)
+    return classes, build_tables(classes, JSON_LIST), vocab
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_rollback_reset_and_termination(
+    kernel: Kernel, json_list: tuple[TokenClasses, NativeTables, Vocabulary]
+) -> None:
+    """proofs/native_engine.md, Corollary 2 and Theorem 1: rollback is exact; a stop token terminates."""
+    classes, tables, vocab = json_list
+    grammar = compile_native(classes, JSON_LIST, tables=tables, kernel=kernel)
+    m = grammar.matcher()
+    bm = grammar.allocate_token_bitmask()
+    masks = []
+    ids = {t: i for i, t in enumerate(vocab.tokens)}
+    for t in [b"[", b"[[", b"a,", b"bb", b"],", b"a", b"]"]:
+        m.fill_next_token_bitmask(bm)
+        masks.append(bm.copy())
+        assert m.accept_token(ids[t]), t
+    m.fill_next_token_bitmask(bm)
+    assert allowed_tokens(bm[0], vocab.logit_width) == {ids[b"]"], ids[b","]}  # after "[[[a,bb],a]"
+    m.rollback(3)
+    m.fill_next_token_bitmask(bm)
+    assert np.array_equal(bm, masks[4])
+    assert m.accept_token(ids[b"]"]) and m.accept_token(ids[b"]"]) and m.accept_token(ids[b"]"])
+    stop = vocab.size - 1
+    assert m.stop_allowed() and m.accept_token(stop) and m.is_terminated()
+    m.fill_next_token_bitmask(bm)
+    assert not bm.any()
+    assert not m.accept_token(ids[b"a"]) and not m.accept_token(stop)
+    m.rollback(1)
+    assert not m.is_terminated() and m.stop_allowed()
+    with pytest.raises(EngineError):
+        m.rollback(100)
+    m.reset()
+    m.fill_next_token_bitmask(bm)
+    assert np.array_equal(bm, masks[0])
+    assert not m.accept_token(vocab.size - 2)  # the special token is never allowed
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_batch_fills_equal_single_fills(
+    kernel: Kernel, json_list: tuple[TokenClasses, NativeTables, Vocabulary]
+) -> None:
+    """proofs/native_engine.md, Theorem 1 (batches): batch fills equal one-by-one fills."""
+    classes, tables, vocab = json_list
+    grammar = NativeGrammar(classes, tables, kernel=kernel)
+    rng = random.Random(5)
+    ms: list[NativeMatcher] = [grammar.matcher() for _ in range(4)]
+    batch = grammar.allocate_token_bitmask(4)
+    one = grammar.allocate_token_bitmask()
+    cbatch = grammar.allocate_class_bitmask(4)
+    for _ in range(6):
+        grammar.fill_next_token_bitmask_batch(ms, batch)
+        grammar.fill_next_class_bitmask_batch(ms, cbatch)
+        picks = []
+        for i, m in enumerate(ms):
+            m.fill_next_token_bitmask(one)
+            assert np.array_equal(one[0], batch[i])
+            assert np.array_equal(allowed_tokens(one[0], vocab.logit_width) != set(), cbatch[i].any())
+            picks.append(rng.choice(sorted(allowed_tokens(one[0], vocab.logit_width)) or [0]))
+        expected = [not m.is_terminated() for m in ms]
+        assert grammar.accept_token_batch(ms, picks) == expected
+
+
+def test_bad_input_errors(json_list: tuple[TokenClasses, NativeTables, Vocabulary]) -> None:
+    """proofs/native_engine.md (bad input): typed errors, no crash."""
+    classes, tables, _ = json_list
+    grammar = NativeGrammar(classes, tables)
+    m = grammar.matcher()
+    for bad in (-1, 10**9, "3", 1.0, True):
+        with pytest.raises(TokenIdError):
+            m.accept_token(bad)  # type: ignore[arg-type]
+    with pytest.raises(EngineError):
+        m.fill_next_token_bitmask(np.zeros((1, 3), dtype=np.int64))
+    with pytest.raises(EngineError):
+        m.fill_next_token_bitmask(grammar.allocate_token_bitmask(), index=1)
+    with pytest.raises(EngineError):
+        m.fill_next_class_bitmask(np.zeros((1, grammar.class_words + 1), dtype=np.int32))
+    with pytest.raises(EngineError):
+        grammar.fill_next_token_bitmask_batch([m, m], grammar.allocate_token_bitmask(1))
+    with pytest.raises(EngineError):
+        NativeGrammar(classes, tables, kernel="gpu")  # type: ignore[arg-type]
+    with pytest.raises(ClassesMismatchError):
+        build_tables(classes, 'root ::= "z"')
+
+
+def test_tables_cache_roundtrip_and_corruption(
+    tmp_path: Path, json_list: tuple[TokenClasses, NativeTables, Vocabulary]
+) -> None:
+    """proofs/native_engine.md (bad input): the tables' cache round-trips and refuses foreign or cut files."""
+    classes, tables, vocab = json_list
+    tables.save(tmp_path / "t")
+    back = NativeTables.load(tmp_path / "t", classes)
+    assert back.inconsistency() == ""
+    for name in ("trie_sym", "trans_key", "trans_push"):
+        assert np.array_equal(getattr(back, name), getattr(tables, name))
+    assert np.array_equal(back.domains.set_class, tables.domains.set_class)
+    other = compress('root ::= "a"', vocab, progress=False)
+    with pytest.raises(CacheError):
+        NativeTables.load(tmp_path / "t", other)
+    raw = (tmp_path / "t" / "arrays.npz").read_bytes()
+    (tmp_path / "t" / "arrays.npz").write_bytes(raw[:-40])
+    with pytest.raises(CacheError):
+        NativeTables.load(tmp_path / "t", classes)
+
+
+def test_inconsistent_tables_are_refused(json_list: tuple[TokenClasses, NativeTables, Vocabulary]) -> None:
+    """proofs/native_engine.md (bad input): out-of-range arrays are named and refused, never followed."""
+    import dataclasses
+
+    classes, tables, _ = json_list
+    bad_trie = tables.trie_up.copy()
+    bad_trie[-1] = len(bad_trie) + 5
+    bad = dataclasses.replace(tables, trie_up=bad_trie)
+    assert bad.inconsistency() != ""
+    d = tables.domains
+    to = d.edge_to.copy()
+    to[0] = d.num_states + 3
+    bad2 = dataclasses.replace(tables, domains=dataclasses.replace(d, edge_to=to))
+    assert "domain" in bad2.inconsistency()
+    module = c_module()
+    if module is not None:
+        for t in (bad, bad2):
+            with pytest.raises(ValueError):
+                NativeGrammar(classes, t, kernel="c")
+
+
+def test_masks_are_exact_for_any_gnf_of_the_language(
+    json_list: tuple[TokenClasses, NativeTables, Vocabulary],
+) -> None:
+    """proofs/native_engine.md, Remark 2: tables built on an unspecialised GNF give the same masks."""
+    classes, tables, vocab = json_list
+    plain = class_gnf(JSON_LIST, specialized=False)
+    other = build_tables(classes, JSON_LIST, gnf=plain)
+    a, b = NativeGrammar(classes, tables).matcher(), NativeGrammar(classes, other).matcher()
+    ma, mb = np.zeros((1, 1), dtype=np.int32), np.zeros((1, 1), dtype=np.int32)
+    rng = random.Random(1)
+    for _ in range(30):
+        a.fill_next_class_bitmask(ma)
+        b.fill_next_class_bitmask(mb)
+        assert np.array_equal(ma, mb)
+        bm = NativeGrammar(classes, tables).allocate_token_bitmask()
+        a.fill_next_token_bitmask(bm)
+        choices = sorted(allowed_tokens(bm[0], vocab.logit_width) - set(vocab.stop_ids))
+        if not choices:
+            break
+        t = rng.choice(choices)
+        assert a.accept_token(t) and b.accept_token(t)
