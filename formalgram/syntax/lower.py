@@ -343,6 +343,7 @@ def lower_rules(rules: Sequence[tuple[str, Node]], start: str, source: Source, *
 
     Examples
     --------
+    >>> from formalgram.syntax.nodes import repeat
     >>> a = Node(STRING, 1, 10)
     >>> a.chars = [ord("a")]
     >>> seq = Node(SEQ, 1, 10)

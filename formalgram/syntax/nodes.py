@@ -41,6 +41,7 @@ uses explicit stacks, never Python recursion.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Final
 
 from formalgram.errors import GrammarSyntaxError, UnsupportedConstruct
@@ -51,6 +52,11 @@ STRING: Final = 3
 CLASS: Final = 4
 REF: Final = 5
 REPEAT: Final = 6
+
+# limits every front end takes (keyword arguments max_bytes, max_depth, max_repeat)
+DEFAULT_MAX_BYTES: Final = 2_000_000  # UTF-8 bytes of text
+DEFAULT_MAX_DEPTH: Final = 100  # nested groups
+DEFAULT_MAX_REPEAT: Final = 100_000  # symbols created by {m,n} expansion, in total
 
 # a raw byte b inside STRING.chars is stored as RAW_BASE + b (above every code point)
 RAW_BASE: Final = 0x200000
@@ -132,10 +138,11 @@ class Source:
     (2, 2, 'bc')
     """
 
-    __slots__ = ("text",)
+    __slots__ = ("_line_starts", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text
+        self._line_starts: list[int] = []
 
     def line_text(self, line: int) -> str:
         """The text of 1-based line ``line`` without its newline (empty past the end)."""
@@ -150,10 +157,21 @@ class Source:
         return text[start:] if end < 0 else text[start:end]
 
     def position(self, offset: int) -> tuple[int, int]:
-        """1-based (line, column) of character offset ``offset`` (O(offset))."""
-        line = self.text.count("\n", 0, offset) + 1
-        line_start = self.text.rfind("\n", 0, offset) + 1
-        return line, offset - line_start + 1
+        """1-based (line, column) of character offset ``offset``.
+
+        The first call indexes the line starts (O(length)); each call then costs
+        O(log lines).
+        """
+        starts = self._line_starts
+        if not starts:
+            text = self.text
+            starts.append(0)
+            nl = text.find("\n")
+            while nl >= 0:
+                starts.append(nl + 1)
+                nl = text.find("\n", nl + 1)
+        line = bisect_right(starts, offset)
+        return line, offset - starts[line - 1] + 1
 
     def error(self, message: str, line: int, col: int) -> GrammarSyntaxError:
         """A :class:`GrammarSyntaxError` at ``line``/``col`` with the line's text."""
