@@ -27,7 +27,7 @@ from formalgram.pda import PDA
 from formalgram.recognize import EarleyRecognizer, accepts, enumerate_strings, is_prefix, sample
 
 # -- parser (syntax/) --
-from formalgram.syntax import load, parse_gbnf, to_gbnf
+from formalgram.syntax import load, parse_gbnf, parse_regex, to_gbnf
 from formalgram.transforms import (
     byte_class_map,
     byte_classes,
@@ -75,6 +75,7 @@ __all__ = [
     "load",
     "nullable",
     "parse_gbnf",
+    "parse_regex",
     "reachable",
     "remove_epsilon",
     "remove_left_recursion",

@@ -468,14 +468,50 @@ class Grammar:
         self._init_ids(names, masks, start, rules)
 
 
-def fresh_name(base: str, taken: set[str] | dict[str, int]) -> str:
+def fresh_name(base: str, taken: set[str] | dict[str, int], counters: dict[str, int] | None = None) -> str:
     """A name derived from ``base`` that is not in ``taken``.
 
-    Returns ``base`` itself when free, else ``base_1``, ``base_2``, ...
+    Parameters
+    ----------
+    base : str
+        The wanted name.
+    taken : set or dict of str
+        The names in use.
+    counters : dict of str to int, optional
+        Per-base suffix counters kept by the caller between calls.  With it, a caller that
+        adds every returned name to ``taken`` (and never removes one) gets the same names as
+        without it, in amortized constant time per call instead of time linear in the number
+        of names already derived from ``base``.
+
+    Returns
+    -------
+    str
+        ``base`` itself when free, else the first of ``base_1``, ``base_2``, ... not in
+        ``taken``.
+
+    Notes
+    -----
+    Without ``counters`` a call costs one set lookup per suffix tried, so deriving ``k``
+    names from one base costs O(k^2); with ``counters`` it costs O(k) in total.
+
+    Examples
+    --------
+    >>> taken = {"x", "x_1"}
+    >>> fresh_name("x", taken)
+    'x_2'
+    >>> counters: dict[str, int] = {}
+    >>> names = []
+    >>> for _ in range(3):
+    ...     names.append(fresh_name("y", taken, counters))
+    ...     taken.add(names[-1])
+    >>> names
+    ['y', 'y_1', 'y_2']
     """
     if base not in taken:
         return base
-    i = 1
+    i = 1 if counters is None else counters.get(base, 1)
     while f"{base}_{i}" in taken:
         i += 1
+    if counters is not None:
+        counters[base] = i + 1
     return f"{base}_{i}"

@@ -13,7 +13,8 @@ The parent side needs only the standard library (pytest only in :func:`verdicts_
 the worker side imports xgrammar.
 
 Protocol, one request at a time: the parent writes one JSON line
-``{"text", "root", "data": [hex, ...], "isolate": bool, "timeout": seconds}``.  Whoever runs the
+``{"text", "root", "data": [hex, ...], "isolate": bool, "timeout": seconds}`` (with
+``"regex": true`` the text is a regular expression for ``Grammar.from_regex``).  Whoever runs the
 request writes ``S <stage>`` before each XGrammar call and ``R <json>`` at the end, with
 ``{"ok": [[member, viable], ...]}`` or ``{"error": message}``.  For an isolated request the
 worker then writes ``E <returncode>`` (or ``E timeout``) once the forked child has ended.  A
@@ -42,7 +43,7 @@ from formalgram_cfgzip.engines._xgrammar_guard import matches_known_crash
 class Crash:
     """XGrammar died (or hung) while running ``stage`` on ``text``.
 
-    ``stage`` is the call that was running: from_ebnf, compile_grammar, matcher (constructing
+    ``stage`` is the call that was running: from_ebnf or from_regex, compile_grammar, matcher (constructing
     the GrammarMatcher), accept_string, or start (the worker died before answering anything).
     """
 
@@ -172,14 +173,17 @@ class XGrammarWorker:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line
 
-    def run(self, text: str, data: list[bytes], root: str = "root", isolate: bool | None = None) -> Result:
+    def run(
+        self, text: str, data: list[bytes], root: str = "root", isolate: bool | None = None, regex: bool = False
+    ) -> Result:
         """XGrammar's verdicts on ``data`` for the grammar ``text`` with start rule ``root``.
 
         ``isolate`` (default: ``isolate_all`` or :func:`matches_known_crash`) runs the request
-        in a fork of the worker, so that a crash leaves the worker alive.
+        in a fork of the worker, so that a crash leaves the worker alive.  ``regex``: ``text``
+        is a regular expression, compiled with ``Grammar.from_regex``.
         """
         if isolate is None:
-            isolate = self.isolate_all or matches_known_crash(text)
+            isolate = self.isolate_all or (not regex and matches_known_crash(text))
         proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
         assert self._stderr is not None
         stderr_at = self._stderr.seek(0, os.SEEK_END)
@@ -189,6 +193,7 @@ class XGrammarWorker:
             "data": [d.hex() for d in data],
             "isolate": isolate,
             "timeout": self.timeout,
+            "regex": regex,
         }
         deadline = time.monotonic() + self.timeout + 30  # backstop: the worker times out first
         try:
@@ -276,8 +281,13 @@ def verdicts_or_known_crash(text: str, data: list[bytes], root: str = "root") ->
 def _handle(xgr: Any, compiler: Any, request: dict[str, Any], say: Any) -> None:
     stage = "from_ebnf"
     try:
-        say("S from_ebnf")
-        grammar = xgr.Grammar.from_ebnf(request["text"], root_rule_name=request["root"])
+        if request.get("regex"):
+            stage = "from_regex"
+            say("S from_regex")
+            grammar = xgr.Grammar.from_regex(request["text"])
+        else:
+            say("S from_ebnf")
+            grammar = xgr.Grammar.from_ebnf(request["text"], root_rule_name=request["root"])
         stage = "compile_grammar"
         say("S compile_grammar")
         compiled = compiler.compile_grammar(grammar)

@@ -6,9 +6,11 @@ XGrammar behaviours found by experiment and what is refused.  Characters are Uni
 points; the produced grammar is over bytes and accepts exactly their UTF-8 encodings
 (see :mod:`formalgram.utf8`).
 
-Pipeline: a tokenizer (positions for every token), a depth-limited recursive-descent
-parser to a small AST, name resolution, and lowering to productions (repetition is
-desugared with fresh nonterminals that keep nullability exact).
+Pipeline: a tokenizer (positions for every token), a parser to the shared syntax tree of
+:mod:`formalgram.syntax.nodes` (iterative: nesting depth is bounded by ``max_depth`` and
+memory only, never by Python's recursion limit), name resolution, and the shared lowering
+:func:`formalgram.syntax.lower.lower_rules` (repetition is desugared with fresh
+nonterminals that keep nullability exact).
 """
 
 from __future__ import annotations
@@ -16,23 +18,25 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from formalgram.byteset import ByteSet
 from formalgram.errors import GrammarSyntaxError, UnsupportedConstruct
-from formalgram.grammar import Grammar, IdRule, fresh_name
-from formalgram.utf8 import (
-    MAX_CODE_POINT,
-    complement_ranges,
-    encode_code_point,
-    normalize_ranges,
-    utf8_sequences,
+from formalgram.grammar import Grammar
+from formalgram.syntax.lower import lower_rules
+from formalgram.syntax.nodes import (
+    ALT,
+    CLASS,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_REPEAT,
+    RAW_BASE,
+    REF,
+    SEQ,
+    STRING,
+    Node,
+    Source,
+    group,
+    repeat,
 )
-
-DEFAULT_MAX_BYTES: Final = 2_000_000
-DEFAULT_MAX_DEPTH: Final = 100
-DEFAULT_MAX_REPEAT: Final = 100_000
-
-# a raw byte b (formalgram extension \x{HH}) is stored as RAW_BASE + b among code points
-RAW_BASE: Final = 0x200000
+from formalgram.utf8 import MAX_CODE_POINT, complement_ranges, normalize_ranges
 
 # token kinds
 T_IDENT: Final = 1
@@ -124,89 +128,46 @@ class _Token:
         self.hi = 0
 
 
-# AST node kinds
-N_ALT: Final = 1  # children: N_SEQ nodes
-N_SEQ: Final = 2  # children: elements
-N_STRING: Final = 3  # chars
-N_CLASS: Final = 4  # ranges (already complemented when negated), raw flag
-N_REF: Final = 5  # name
-N_REPEAT: Final = 6  # children[0], lo, hi (-1 = unbounded)
-
-
-class _Node:
-    __slots__ = ("chars", "children", "col", "hi", "kind", "line", "lo", "name", "ranges", "raw")
-
-    def __init__(self, kind: int, line: int, col: int) -> None:
-        self.kind = kind
-        self.line = line
-        self.col = col
-        self.children: list[_Node] = []
-        self.name = ""
-        self.chars: list[int] = []
-        self.ranges: tuple[tuple[int, int], ...] = ()
-        self.raw = False
-        self.lo = 0
-        self.hi = 0
-
-
-def _source_line(text: str, line: int) -> str:
-    start = 0
-    for _ in range(line - 1):
-        nl = text.find("\n", start)
-        if nl < 0:
-            return ""
-        start = nl + 1
-    end = text.find("\n", start)
-    return text[start:] if end < 0 else text[start:end]
-
-
 class _Lexer:
     def __init__(self, text: str) -> None:
         self.text = text
+        self.source = Source(text)
         self.pos = 0
         self.line = 1
         self.line_start = 0
-        self.tokens: list[_Token] = []
+        self.first = True  # the next token is the first of its line
 
     def error(self, message: str, pos: int = -1) -> GrammarSyntaxError:
         p = self.pos if pos < 0 else pos
-        return GrammarSyntaxError(
-            message, self.line, p - self.line_start + 1, _source_line(self.text, self.line)
-        )
+        return self.source.error(message, self.line, p - self.line_start + 1)
 
     def unsupported(self, construct: str, message: str, pos: int) -> UnsupportedConstruct:
-        return UnsupportedConstruct(
-            construct, message, self.line, pos - self.line_start + 1, _source_line(self.text, self.line)
-        )
+        return self.source.unsupported(construct, message, self.line, pos - self.line_start + 1)
 
-    def run(self) -> list[_Token]:
+    def next(self) -> _Token:
+        """The next token (an ``EOF`` token at the end, again on every later call)."""
         text = self.text
         n = len(text)
-        first = True
-        while True:
-            # skip blanks and comments
-            while self.pos < n:
-                c = text[self.pos]
-                if c == " " or c == "\t" or c == "\r":
-                    self.pos += 1
-                elif c == "\n":
-                    self.pos += 1
-                    self.line += 1
-                    self.line_start = self.pos
-                    first = True
-                elif c == "#":
-                    nl = text.find("\n", self.pos)
-                    self.pos = n if nl < 0 else nl
-                else:
-                    break
-            if self.pos >= n:
-                # two EOF tokens so that peek(1) never runs past the end
-                for _ in range(2):
-                    self.tokens.append(_Token(T_EOF, self.line, self.pos - self.line_start + 1, first))
-                return self.tokens
-            tok = self.next_token(first)
-            first = False
-            self.tokens.append(tok)
+        # skip blanks and comments
+        while self.pos < n:
+            c = text[self.pos]
+            if c == " " or c == "\t" or c == "\r":
+                self.pos += 1
+            elif c == "\n":
+                self.pos += 1
+                self.line += 1
+                self.line_start = self.pos
+                self.first = True
+            elif c == "#":
+                nl = text.find("\n", self.pos)
+                self.pos = n if nl < 0 else nl
+            else:
+                break
+        if self.pos >= n:
+            return _Token(T_EOF, self.line, self.pos - self.line_start + 1, self.first)
+        tok = self.next_token(self.first)
+        self.first = False
+        return tok
 
     def next_token(self, first: bool) -> _Token:
         text = self.text
@@ -431,20 +392,28 @@ class _Lexer:
 
 
 class _Parser:
-    def __init__(self, text: str, tokens: list[_Token], lookahead: str, max_depth: int) -> None:
-        self.text = text
-        self.tokens = tokens
-        self.i = 0
+    """Tokens -> rules of syntax trees, with an explicit stack of open groups."""
+
+    def __init__(self, source: Source, lexer: _Lexer, lookahead: str, max_depth: int) -> None:
+        self.source = source
+        self.lexer = lexer
+        # a window of two tokens, read on demand (an error is found without reading further)
+        self.cur = lexer.next()
+        self.nxt = lexer.next()
         self.lookahead = lookahead
         self.max_depth = max_depth
-        self.refs: list[_Node] = []
+        self.refs: list[Node] = []
 
     def error_at(self, tok: _Token, message: str) -> GrammarSyntaxError:
-        return GrammarSyntaxError(message, tok.line, tok.col, _source_line(self.text, tok.line))
+        return self.source.error(message, tok.line, tok.col)
 
     def peek(self, k: int = 0) -> _Token:
-        # k is 0 or 1; the token list ends with two EOF tokens and i never passes the first
-        return self.tokens[self.i + k]
+        """The current token (``k == 0``) or the one after it (``k == 1``)."""
+        return self.cur if k == 0 else self.nxt
+
+    def advance(self) -> None:
+        self.cur = self.nxt
+        self.nxt = self.lexer.next()
 
     def at_rule_start(self) -> bool:
         tok = self.peek()
@@ -454,8 +423,8 @@ class _Parser:
             return True
         return False
 
-    def parse_rules(self) -> list[tuple[_Token, _Node]]:
-        rules: list[tuple[_Token, _Node]] = []
+    def parse_rules(self) -> list[tuple[_Token, Node]]:
+        rules: list[tuple[_Token, Node]] = []
         while True:
             tok = self.peek()
             if tok.kind == T_EOF:
@@ -466,7 +435,8 @@ class _Parser:
                 raise self.error_at(self.peek(1), f"expected '::=' after rule name '{tok.text}'")
             if not tok.first:
                 raise self.error_at(tok, f"rule '{tok.text}' must start at the beginning of a line")
-            self.i += 2
+            self.advance()
+            self.advance()
             body = self.parse_alternatives(0)
             nxt = self.peek()
             if nxt.kind == T_LOOK:
@@ -481,15 +451,14 @@ class _Parser:
     def parse_lookahead(self) -> None:
         tok = self.peek()
         if self.lookahead != "drop":
-            raise UnsupportedConstruct(
+            raise self.source.unsupported(
                 "lookahead",
                 "XGrammar uses (= ...) to mask tokens that cross the end of this rule, so it is not "
                 "a pure hint; parse with lookahead='drop' to ignore it (see docs/syntax.md)",
                 tok.line,
                 tok.col,
-                _source_line(self.text, tok.line),
             )
-        self.i += 1
+        self.advance()
         self.parse_alternatives(1)
         close = self.peek()
         if close.kind != T_RPAREN:
@@ -497,28 +466,26 @@ class _Parser:
                 close,
                 f"expected ')' to close the lookahead assertion opened at line {tok.line}, column {tok.col}",
             )
-        self.i += 1
+        self.advance()
 
-    def parse_alternatives(self, depth: int) -> _Node:
+    def parse_alternatives(self, depth: int) -> Node:
+        """Alternatives up to the token that ends them, at nesting ``depth``; returns an ``ALT``.
+
+        Open groups live on an explicit stack (``frames``), so nesting is bounded by
+        ``max_depth`` only.
+        """
         first = self.peek()
         if depth > self.max_depth:
             raise self.error_at(first, f"parentheses nested deeper than {self.max_depth}")
-        alt = _Node(N_ALT, first.line, first.col)
-        alt.children.append(self.parse_sequence(depth))
-        while self.peek().kind == T_BAR:
-            self.i += 1
-            alt.children.append(self.parse_sequence(depth))
-        return alt
-
-    def parse_sequence(self, depth: int) -> _Node:
-        first = self.peek()
-        seq = _Node(N_SEQ, first.line, first.col)
+        alts: list[Node] = []
+        seq = Node(SEQ, first.line, first.col)
+        alts.append(seq)
+        # enclosing groups: (their alternatives, their current sequence, the '(' token)
+        frames: list[tuple[list[Node], Node, _Token]] = []
         while True:
             tok = self.peek()
             kind = tok.kind
-            if kind == T_IDENT:
-                if self.at_rule_start():
-                    return seq
+            if kind == T_IDENT and not self.at_rule_start():
                 nxt = self.peek(1)
                 if (
                     nxt.kind == T_LPAREN
@@ -526,63 +493,84 @@ class _Parser:
                     and nxt.col == tok.col + len(tok.text)
                     and tok.text in _MACRO_NAMES
                 ):
-                    raise UnsupportedConstruct(
-                        "macro",
-                        f"XGrammar macro {tok.text}(...) is not supported",
-                        tok.line,
-                        tok.col,
-                        _source_line(self.text, tok.line),
+                    raise self.source.unsupported(
+                        "macro", f"XGrammar macro {tok.text}(...) is not supported", tok.line, tok.col
                     )
-                node = _Node(N_REF, tok.line, tok.col)
+                node = Node(REF, tok.line, tok.col)
                 node.name = tok.text
                 self.refs.append(node)
-                self.i += 1
+                self.advance()
             elif kind == T_STRING:
-                node = _Node(N_STRING, tok.line, tok.col)
+                node = Node(STRING, tok.line, tok.col)
                 node.chars = tok.chars
-                self.i += 1
+                self.advance()
             elif kind in (T_CLASS, T_DOT):
                 node = self.class_node(tok)
-                self.i += 1
+                self.advance()
             elif kind == T_LPAREN:
-                self.i += 1
-                node = self.parse_alternatives(depth + 1)
-                close = self.peek()
-                if close.kind != T_RPAREN:
-                    raise self.error_at(
-                        close,
-                        f"expected ')' to close the '(' at line {tok.line}, column {tok.col}, "
-                        f"got {_TOKEN_NAMES[close.kind]}",
-                    )
-                self.i += 1
+                self.advance()
+                inner = self.peek()
+                depth += 1
+                if depth > self.max_depth:
+                    raise self.error_at(inner, f"parentheses nested deeper than {self.max_depth}")
+                frames.append((alts, seq, tok))
+                seq = Node(SEQ, inner.line, inner.col)
+                alts = [seq]
+                continue
+            elif kind == T_BAR:
+                self.advance()
+                nxt = self.peek()
+                seq = Node(SEQ, nxt.line, nxt.col)
+                alts.append(seq)
+                continue
             elif kind in (T_STAR, T_PLUS, T_QMARK, T_REPEAT):
                 raise self.error_at(tok, f"{_TOKEN_NAMES[kind]} must follow an element")
             elif kind == T_LOOK and depth > 0:
                 raise self.error_at(tok, "a lookahead assertion (= ...) may only end a rule body")
+            elif not frames:
+                # the end of these alternatives (a rule start, ')', end of input, ...)
+                whole = Node(ALT, first.line, first.col)
+                whole.children = alts
+                return whole
             else:
-                return seq
-            # postfix operators
-            stacked = 0
-            while True:
-                op = self.peek()
-                if stacked >= 8 and op.kind in (T_STAR, T_PLUS, T_QMARK, T_REPEAT):
-                    raise self.error_at(op, "too many repetition operators on one element")
-                if op.kind == T_STAR:
-                    node = _repeat(node, 0, -1, op)
-                elif op.kind == T_PLUS:
-                    node = _repeat(node, 1, -1, op)
-                elif op.kind == T_QMARK:
-                    node = _repeat(node, 0, 1, op)
-                elif op.kind == T_REPEAT:
-                    node = _repeat(node, op.lo, op.hi, op)
-                else:
-                    break
-                self.i += 1
-                stacked += 1
-            seq.children.append(node)
+                open_tok = frames[-1][2]
+                if kind != T_RPAREN:
+                    raise self.error_at(
+                        tok,
+                        f"expected ')' to close the '(' at line {open_tok.line}, column {open_tok.col}, "
+                        f"got {_TOKEN_NAMES[kind]}",
+                    )
+                self.advance()
+                inner_alts = alts
+                alts, seq, _ = frames.pop()
+                depth -= 1
+                first_inner = inner_alts[0]
+                node = group(inner_alts, first_inner.line, first_inner.col)
+            seq.children.append(self.postfix(node))
 
-    def class_node(self, tok: _Token) -> _Node:
-        node = _Node(N_CLASS, tok.line, tok.col)
+    def postfix(self, node: Node) -> Node:
+        """``node`` with the postfix operators that follow it (at most 8)."""
+        stacked = 0
+        while True:
+            op = self.peek()
+            kind = op.kind
+            if kind not in (T_STAR, T_PLUS, T_QMARK, T_REPEAT):
+                return node
+            if stacked >= 8:
+                raise self.error_at(op, "too many repetition operators on one element")
+            if kind == T_STAR:
+                node = repeat(node, 0, -1, op.line, op.col)
+            elif kind == T_PLUS:
+                node = repeat(node, 1, -1, op.line, op.col)
+            elif kind == T_QMARK:
+                node = repeat(node, 0, 1, op.line, op.col)
+            else:
+                node = repeat(node, op.lo, op.hi, op.line, op.col)
+            self.advance()
+            stacked += 1
+
+    def class_node(self, tok: _Token) -> Node:
+        node = Node(CLASS, tok.line, tok.col)
         if tok.kind == T_DOT:
             node.ranges = ((0, MAX_CODE_POINT),)
             return node
@@ -605,184 +593,6 @@ class _Parser:
             return node
         node.ranges = complement_ranges(tok.ranges) if tok.negated else normalize_ranges(tok.ranges)
         return node
-
-
-def _repeat(child: _Node, lo: int, hi: int, op: _Token) -> _Node:
-    node = _Node(N_REPEAT, op.line, op.col)
-    node.children.append(child)
-    node.lo = lo
-    node.hi = hi
-    return node
-
-
-class _Lowering:
-    """Turns the AST into the integer view of a Grammar."""
-
-    def __init__(self, text: str, rule_names: list[str], max_repeat: int) -> None:
-        self.text = text
-        self.names: list[str] = list(rule_names)
-        self.index: dict[str, int] = {name: i for i, name in enumerate(rule_names)}
-        self.taken: set[str] = set(rule_names)
-        self.masks: list[int] = []
-        self.mask_index: dict[int, int] = {}
-        self.rules: list[IdRule] = []
-        self.class_memo: dict[tuple[tuple[int, int], ...], int] = {}
-        self.rep_memo: dict[tuple[tuple[int, ...], int, int], int] = {}
-        self.max_repeat = max_repeat
-        self.repeat_used = 0
-
-    def add(self, lhs: int, rhs: tuple[int, ...]) -> None:
-        self.rules.append((lhs, rhs))
-
-    def terminal(self, mask: int) -> int:
-        t = self.mask_index.get(mask)
-        if t is None:
-            t = len(self.masks)
-            self.mask_index[mask] = t
-            self.masks.append(mask)
-        return ~t
-
-    def new_nonterminal(self, base: str) -> int:
-        name = fresh_name(base, self.taken)
-        self.taken.add(name)
-        self.index[name] = len(self.names)
-        self.names.append(name)
-        return len(self.names) - 1
-
-    def class_alternatives(self, ranges: tuple[tuple[int, int], ...]) -> list[list[int]]:
-        return [[self.terminal(b.mask) for b in seq] for seq in utf8_sequences(ranges)]
-
-    def lower_rule(self, lhs: int, body: _Node) -> None:
-        rule = self.names[lhs]
-        # a body that is one element: class, or repetition, gets the rule itself
-        if len(body.children) == 1 and len(body.children[0].children) == 1:
-            elem = _unwrap(body.children[0].children[0])
-            if elem.kind == N_CLASS and not elem.ranges:
-                # ``x ::= []``: a rule without any production (how the printer writes one)
-                return
-            if elem.kind == N_CLASS and not elem.raw and _is_multibyte(elem.ranges):
-                for alt in self.class_alternatives(elem.ranges):
-                    self.add(lhs, tuple(alt))
-                return
-            if elem.kind == N_REPEAT and elem.hi == -1 and elem.lo <= 1:
-                x = self.lower_element(elem.children[0], rule)
-                self.add(lhs, (*x, lhs))
-                self.add(lhs, tuple(x) if elem.lo == 1 else ())
-                return
-        for seq in body.children:
-            self.add(lhs, tuple(self.lower_sequence(seq, rule)))
-
-    def lower_sequence(self, seq: _Node, rule: str) -> list[int]:
-        out: list[int] = []
-        for elem in seq.children:
-            out.extend(self.lower_element(elem, rule))
-        return out
-
-    def lower_element(self, elem: _Node, rule: str) -> list[int]:
-        kind = elem.kind
-        if kind == N_REF:
-            return [self.index[elem.name]]
-        if kind == N_STRING:
-            out: list[int] = []
-            for c in elem.chars:
-                if c >= RAW_BASE:
-                    out.append(self.terminal(1 << (c - RAW_BASE)))
-                else:
-                    for b in encode_code_point(c):
-                        out.append(self.terminal(1 << b))
-            return out
-        if kind == N_CLASS:
-            if elem.raw or not _is_multibyte(elem.ranges):
-                mask = 0
-                for lo, hi in elem.ranges:
-                    mask |= ByteSet.from_range(lo, hi).mask
-                return [self.terminal(mask)]
-            nt = self.class_memo.get(elem.ranges, -1)
-            if nt < 0:
-                nt = self.new_nonterminal(f"{rule}-chars")
-                self.class_memo[elem.ranges] = nt
-                for alt in self.class_alternatives(elem.ranges):
-                    self.add(nt, tuple(alt))
-            return [nt]
-        if kind == N_ALT:
-            if len(elem.children) == 1:
-                return self.lower_sequence(elem.children[0], rule)
-            nt = self.new_nonterminal(f"{rule}-group")
-            for seq in elem.children:
-                self.add(nt, tuple(self.lower_sequence(seq, rule)))
-            return [nt]
-        if kind == N_SEQ:
-            return self.lower_sequence(elem, rule)
-        # N_REPEAT: unwind stacked operators iteratively (x*+?) to keep recursion shallow
-        ops: list[_Node] = []
-        while elem.kind == N_REPEAT:
-            ops.append(elem)
-            elem = elem.children[0]
-        x = self.lower_element(elem, rule)
-        for op in reversed(ops):
-            x = self.lower_repeat(x, op, rule)
-        return x
-
-    def lower_repeat(self, x: list[int], elem: _Node, rule: str) -> list[int]:
-        lo = elem.lo
-        hi = elem.hi
-        width = len(x)
-        cost = lo * width + (0 if hi < 0 else (hi - lo) * (width + 1))
-        self.repeat_used += cost
-        if cost > self.max_repeat or self.repeat_used > self.max_repeat:
-            bound = f"{{{lo},}}" if hi < 0 else f"{{{lo},{hi}}}"
-            raise GrammarSyntaxError(
-                f"repetition {bound} expands to too many symbols (limit max_repeat={self.max_repeat})",
-                elem.line,
-                elem.col,
-                _source_line(self.text, elem.line),
-            )
-        if width == 0:
-            return []
-        out: list[int] = []
-        for _ in range(lo):
-            out.extend(x)
-        if hi < 0:
-            out.append(self.star(x, rule))
-        elif hi > lo:
-            out.append(self.optional_chain(x, hi - lo, rule))
-        return out
-
-    def star(self, x: list[int], rule: str) -> int:
-        key = (tuple(x), -1, 0)
-        nt = self.rep_memo.get(key, -1)
-        if nt < 0:
-            nt = self.new_nonterminal(f"{rule}-star")
-            self.rep_memo[key] = nt
-            self.add(nt, (*x, nt))
-            self.add(nt, ())
-        return nt
-
-    def optional_chain(self, x: list[int], k: int, rule: str) -> int:
-        # O_1 -> x | eps ; O_j -> x O_{j-1} | eps  (accepts 0..k copies, each once)
-        tx = tuple(x)
-        prev = -1
-        for j in range(1, k + 1):
-            key = (tx, -2, j)
-            nt = self.rep_memo.get(key, -1)
-            if nt < 0:
-                nt = self.new_nonterminal(f"{rule}-opt" if j == 1 else f"{rule}-rep")
-                self.rep_memo[key] = nt
-                self.add(nt, tx if prev < 0 else (*tx, prev))
-                self.add(nt, ())
-            prev = nt
-        return prev
-
-
-def _unwrap(elem: _Node) -> _Node:
-    # strip redundant parentheses: ((x)) -> x
-    while elem.kind == N_ALT and len(elem.children) == 1 and len(elem.children[0].children) == 1:
-        elem = elem.children[0].children[0]
-    return elem
-
-
-def _is_multibyte(ranges: tuple[tuple[int, int], ...]) -> bool:
-    return bool(ranges) and ranges[-1][1] >= 0x80
 
 
 def parse_gbnf(
@@ -810,9 +620,11 @@ def parse_gbnf(
     max_bytes : int
         Refuse texts longer than this many UTF-8 bytes.
     max_depth : int
-        Refuse parentheses nested deeper than this.
+        Refuse parentheses nested deeper than this (any value works: the parser keeps its
+        open groups on an explicit stack, so depth costs memory, never Python recursion).
     max_repeat : int
-        Budget for symbols created by ``{m,n}`` expansion, in total.
+        Budget for symbols created by ``{m,n}`` expansion, in total (``x{m,n}`` costs
+        ``m*|x| + (n-m)*(|x|+1)`` symbols, ``|x|`` the lowered width of ``x``).
 
     Returns
     -------
@@ -829,15 +641,25 @@ def parse_gbnf(
         For valid syntax that is refused (lookahead by default, XGrammar macros, code
         points above U+10FFFF, ambiguous ``\\x`` escapes).
 
-    Complexity
-    ----------
-    O(n) in the text length plus the size of the produced grammar.
+    Notes
+    -----
+    Time and memory are linear in the text length plus the expanded size (the size of
+    the produced grammar, which ``max_repeat`` bounds beyond the text): tokens are read
+    on demand, and the first error in the text is reported without reading further.
+    Helper names come from per-base counters, so ``"a"{0,16000}`` costs 8 times
+    ``"a"{0,2000}``.  The syntax tree and its lowering are shared with the other front
+    ends (:mod:`formalgram.syntax.nodes`, :mod:`formalgram.syntax.lower`).
 
-    Example
-    -------
+    Examples
+    --------
     >>> g = parse_gbnf('root ::= "a" ws "b"\\nws ::= [ \\\\t]*')
     >>> len(g.rules_for("ws"))
     2
+    >>> g.accepts(b"a \\tb")
+    True
+    >>> parse_gbnf('root ::= "a"{0,2') # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    formalgram.errors.GrammarSyntaxError: line 1, column 17: expected '}' to close the repetition range
     """
     if lookahead not in ("error", "drop"):
         raise ValueError(f"lookahead must be 'error' or 'drop', got {lookahead!r}")
@@ -845,36 +667,26 @@ def parse_gbnf(
         raise GrammarSyntaxError(f"grammar text is larger than max_bytes={max_bytes} bytes", 1, 1, "")
     if text.startswith("\ufeff"):
         text = text[1:]
-    tokens = _Lexer(text).run()
-    parser = _Parser(text, tokens, lookahead, max_depth)
+    source = Source(text)
+    parser = _Parser(source, _Lexer(text), lookahead, max_depth)
     rules = parser.parse_rules()
     if not rules:
-        raise GrammarSyntaxError("empty grammar: no rule is defined", 1, 1, _source_line(text, 1))
-    names: list[str] = []
+        raise source.error("empty grammar: no rule is defined", 1, 1)
     defined: dict[str, _Token] = {}
     for tok, _ in rules:
         prev = defined.get(tok.text)
         if prev is not None:
-            raise GrammarSyntaxError(
-                f"rule '{tok.text}' is defined more than once (first at line {prev.line})",
-                tok.line,
-                tok.col,
-                _source_line(text, tok.line),
+            raise source.error(
+                f"rule '{tok.text}' is defined more than once (first at line {prev.line})", tok.line, tok.col
             )
         defined[tok.text] = tok
-        names.append(tok.text)
     for ref in parser.refs:
         if ref.name not in defined:
             hint = " ('.' is part of rule names; write ' . ' for any character)" if "." in ref.name else ""
-            raise GrammarSyntaxError(
-                f"rule '{ref.name}' is not defined{hint}", ref.line, ref.col, _source_line(text, ref.line)
-            )
+            raise source.error(f"rule '{ref.name}' is not defined{hint}", ref.line, ref.col)
     if start not in defined:
-        raise GrammarSyntaxError(f"start rule '{start}' is not defined", 1, 1, _source_line(text, 1))
-    low = _Lowering(text, names, max_repeat)
-    for lhs, (_, body) in enumerate(rules):
-        low.lower_rule(lhs, body)
-    return Grammar.from_ids(low.names, low.masks, low.index[start], low.rules)
+        raise source.error(f"start rule '{start}' is not defined", 1, 1)
+    return lower_rules([(tok.text, body) for tok, body in rules], start, source, max_repeat=max_repeat)
 
 
 def load(path: str | os.PathLike[str], start: str = "root", **kw: object) -> Grammar:
@@ -897,9 +709,16 @@ def load(path: str | os.PathLike[str], start: str = "root", **kw: object) -> Gra
     OSError
         If the file cannot be read.
 
-    Example
-    -------
-    >>> # g = load("grammars/json.gbnf")
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "digits.gbnf")
+    ...     with open(path, "w", encoding="utf-8") as f:
+    ...         _ = f.write("root ::= [0-9]+\\n")
+    ...     g = load(path)
+    >>> g.accepts(b"2024"), g.accepts(b"")
+    (True, False)
     """
     lookahead = kw.pop("lookahead", "error")
     max_bytes = kw.pop("max_bytes", DEFAULT_MAX_BYTES)

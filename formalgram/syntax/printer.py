@@ -2,10 +2,13 @@
 
 The output satisfies two contracts (``docs/syntax.md`` has the details):
 
-* ``parse_gbnf(to_gbnf(g), g.start.name) == g`` for every grammar whose names are valid
-  identifiers (``[A-Za-z_.-][A-Za-z0-9_.-]*``, not dots only);
+* ``parse_gbnf(to_gbnf(g), g.start.name) == g`` for every grammar whose names are rule
+  names of :func:`~formalgram.syntax.gbnf.parse_gbnf` (``[A-Za-z0-9_.-]+``, not dots
+  only), so for every grammar that ``parse_gbnf`` returns;
 * ``xgrammar.Grammar.from_ebnf(to_gbnf(g), root_rule_name=g.start.name)`` recognizes the
-  same byte language, whenever every byte >= 0x80 of ``g`` sits inside a complete UTF-8
+  same byte language, whenever no name starts with a digit (a llama.cpp spelling that
+  XGrammar refuses; ``portable_names=True`` renames them) and every byte >= 0x80 of ``g``
+  sits inside a complete UTF-8
   character (a literal run of single bytes, or a nonterminal whose alternatives are
   exactly the UTF-8 encoding of a code-point set).  Other bytes >= 0x80 are printed with
   the formalgram escape ``\\x{HH}`` (one raw byte), which XGrammar and llama.cpp reject
@@ -21,7 +24,8 @@ from formalgram.errors import GrammarError
 from formalgram.grammar import Grammar
 from formalgram.utf8 import MAX_CODE_POINT, complement_ranges, decode_one, sequences_to_ranges
 
-_NAME_RE = re.compile(r"[A-Za-z_.\-][A-Za-z0-9_.\-]*\Z")
+# the rule names parse_gbnf reads (a name made of dots only is the any-character token)
+_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+\Z")
 
 _STRING_ESCAPES = {0x22: '\\"', 0x5C: "\\\\", 0x0A: "\\n", 0x09: "\\t", 0x0D: "\\r"}
 _CLASS_SPECIAL = frozenset("]\\[")
@@ -221,6 +225,7 @@ def _as_code_point_class(g: Grammar, nt: int) -> tuple[tuple[int, int], ...] | N
 def _portable_names(g: Grammar) -> list[str]:
     """Lower-case ``[a-z0-9_]`` names, unique, the start named ``root``."""
     taken = {"root", "start"}
+    next_suffix: dict[str, int] = {}  # per base: every smaller suffix is taken (linear naming)
     out: list[str] = []
     for i, name in enumerate(g.names):
         if i == g.start_id:
@@ -230,10 +235,11 @@ def _portable_names(g: Grammar) -> list[str]:
         if base[0].isdigit():
             base = "r" + base
         cand = base
-        k = 2
+        k = next_suffix.get(base, 2)
         while cand in taken:
             cand = f"{base}_{k}"
             k += 1
+        next_suffix[base] = k
         taken.add(cand)
         out.append(cand)
     return out
@@ -245,7 +251,8 @@ def to_gbnf(g: Grammar, *, portable_names: bool = False) -> str:
     Parameters
     ----------
     g : Grammar
-        Any grammar whose nonterminal names are valid identifiers.
+        Any grammar whose nonterminal names are GBNF rule names (``[A-Za-z0-9_.-]+``, not
+        dots only), which every grammar of :func:`~formalgram.syntax.gbnf.parse_gbnf` is.
     portable_names : bool, keyword-only
         Rename the nonterminals to distinct lower-case ``[a-z0-9_]`` names (the start
         rule becomes ``root``), for readers that fold or rewrite names, such as
@@ -266,21 +273,29 @@ def to_gbnf(g: Grammar, *, portable_names: bool = False) -> str:
         If a nonterminal name is not a valid GBNF identifier (and ``portable_names`` is
         false).
 
-    Complexity
-    ----------
-    O(size of g).
+    Notes
+    -----
+    Linear in the size of ``g`` (a nonterminal is tested as a code-point class with at most
+    4096 byte-range combinations); no recursion over the grammar.  Names with a leading
+    digit (``0``, ``1a``: llama.cpp accepts them) are printed as they are, so the text
+    parses back to an equal grammar; XGrammar refuses them (its names start with
+    ``[A-Za-z_.-]``), ``portable_names=True`` gives text it reads.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from formalgram.syntax.gbnf import parse_gbnf
     >>> to_gbnf(parse_gbnf('root ::= "a" root | ""'))
     'root ::= "a" root | ""\\n'
+    >>> to_gbnf(parse_gbnf('root ::= 0\\n0 ::= "a"'))
+    'root ::= 0\\n0 ::= "a"\\n'
+    >>> to_gbnf(parse_gbnf('root ::= 0\\n0 ::= "a"'), portable_names=True)
+    'root ::= r0\\nr0 ::= "a"\\n'
     """
     for name in [] if portable_names else g.names:
         if not _NAME_RE.match(name) or name.count(".") == len(name):
             raise GrammarError(
-                f"nonterminal name {name!r} is not a valid GBNF identifier ([A-Za-z_.-][A-Za-z0-9_.-]*); "
-                "rename it before printing"
+                f"nonterminal name {name!r} is not a valid GBNF identifier ([A-Za-z0-9_.-]+, not dots "
+                "only); rename it, or print with portable_names=True"
             )
     names = _portable_names(g) if portable_names else list(g.names)
     order = [g.start_id] + [i for i in range(len(g.names)) if i != g.start_id]
