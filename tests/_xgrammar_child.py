@@ -174,7 +174,12 @@ class XGrammarWorker:
         return line
 
     def run(
-        self, text: str, data: list[bytes], root: str = "root", isolate: bool | None = None, regex: bool = False
+        self,
+        text: str,
+        data: list[bytes],
+        root: str = "root",
+        isolate: bool | None = None,
+        regex: bool = False,
     ) -> Result:
         """XGrammar's verdicts on ``data`` for the grammar ``text`` with start rule ``root``.
 

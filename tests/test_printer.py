@@ -187,7 +187,7 @@ def test_start_symbol_first_and_preserved() -> None:
     assert parse_gbnf(text, "b") == g
 
 
-@pytest.mark.parametrize("name", ["S'", "1a", "..", "a b", "é"])
+@pytest.mark.parametrize("name", ["S'", "..", "a b", "é"])
 def test_invalid_names_rejected(name: str) -> None:
     s = Nonterminal(name)
     g = Grammar([Production(s, [ByteSet.single(97)])], s)
