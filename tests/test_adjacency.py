@@ -17,10 +17,21 @@ from _data import real_grammar
 from hypothesis import HealthCheck, given, settings
 from test_pda_support import ALPHABET, gnf_grammars
 
-import formalgram
-from formalgram import ByteSet, Grammar, GrammarError, GrammarTooLarge, Nonterminal, Production
+from formalgram import (
+    ByteSet,
+    EmptyLanguageError,
+    Grammar,
+    GrammarError,
+    GrammarTooLarge,
+    Nonterminal,
+    Production,
+    load,
+    sample,
+    to_gnf,
+)
 from formalgram.adjacency import backtrack_pairs, can_be_below, rightmost_graph, stack_adjacency
 from formalgram.pda import PDA
+from formalgram.testing import grammars
 
 S, A, B, C, D, U, N = (Nonterminal(n) for n in ("S", "A", "B", "C", "D", "U", "N"))
 
@@ -243,35 +254,15 @@ def test_adjacency_sound_on_random_gnf(g: Grammar) -> None:
     assert set(stack_adjacency(g).edges) == relation
 
 
-def _random_grammars():  # type: ignore[no-untyped-def]
-    try:
-        from formalgram.testing import grammars
-    except ImportError:
-        return None
-    return grammars
-
-
-RANDOM_GRAMMARS = _random_grammars()
-
-
-@pytest.mark.skipif(
-    RANDOM_GRAMMARS is None or not hasattr(formalgram, "to_gnf"),
-    reason="formalgram.testing.grammars / to_gnf not available yet",
-)
-def test_adjacency_sound_on_to_gnf_of_random_grammars() -> None:
+@given(grammars(alphabet=b"ab"))
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_adjacency_sound_on_to_gnf_of_random_grammars(g: Grammar) -> None:
     """Proof (c), proofs/stack_adjacency.md, on GNFs produced by ``to_gnf``."""
-    assert RANDOM_GRAMMARS is not None
-
-    @given(RANDOM_GRAMMARS(alphabet=b"ab"))
-    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    def check(g: Grammar) -> None:
-        try:
-            gnf = formalgram.to_gnf(g)
-        except formalgram.EmptyLanguageError:
-            return
-        assert _observed_pairs_exhaustive(gnf, b"ab", 6) <= set(can_be_pairs(gnf))
-
-    check()
+    try:
+        gnf = to_gnf(g)
+    except EmptyLanguageError:
+        return
+    assert _observed_pairs_exhaustive(gnf, b"ab", 6) <= set(can_be_pairs(gnf))
 
 
 def _observe(cur: set[tuple[int, ...]], seen: set[tuple[int, int]]) -> None:
@@ -318,17 +309,15 @@ REAL_HEAVY = [
 
 
 def _real_soundness(rel: str, walks: int, samples: int) -> None:
-    if not all(hasattr(formalgram, f) for f in ("load", "to_gnf", "sample")):
-        pytest.skip("formalgram.load / to_gnf / sample not available yet")
-    g = formalgram.load(real_grammar(rel))
-    gnf = formalgram.to_gnf(g)
+    g = load(real_grammar(rel))
+    gnf = to_gnf(g)
     pda = PDA.from_gnf(gnf, max_stacks=2000)
     relation = set(can_be_pairs(gnf))
     observed = _pairs_on_walks(pda, random.Random(0), walks, 60)
     try:
-        strings = formalgram.sample(g, samples, seed=3, max_len=64)
+        strings = sample(g, samples, seed=3, max_len=64)
     except GrammarError:  # the shortest member is longer than 64 bytes
-        strings = formalgram.sample(g, samples, seed=3, max_len=400)
+        strings = sample(g, samples, seed=3, max_len=400)
     for s in strings:
         cur = set(pda.initial_stacks)
         try:

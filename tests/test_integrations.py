@@ -79,6 +79,7 @@ def test_transformers_generate_identical(engine: Any) -> None:
                 eos_token_id=STOP, pad_token_id=STOP[0],
             )  # fmt: skip
 
+    stopped = 0
     for sample in (False, True):
         a, b = gen(full, sample), gen(small, sample)
         assert torch.equal(a, b)
@@ -87,6 +88,8 @@ def test_transformers_generate_identical(engine: Any) -> None:
             assert formalgram.is_prefix(g, text), text
             if STOP[0] in row[1:]:
                 assert formalgram.accepts(g, text), text
+                stopped += 1
+    assert stopped > 0  # the stop token was allowed only where the text may end: checked
 
 
 @pytest.mark.parametrize("engine", [xgr_engine, llg_engine], ids=["xgrammar", "llguidance"])

@@ -2,13 +2,12 @@
 
 Oracles: :class:`test_pda_support.DerivationOracle` (span-based derivation, no stacks) on
 random GNF grammars, and the Earley recognizer (``formalgram.accepts`` / ``is_prefix``) on
-``to_gnf`` of random and real grammars once those exist.
+``to_gnf`` of random and real grammars.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 
 import pytest
 from _data import real_grammar
@@ -16,9 +15,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_pda_support import ALPHABET, DerivationOracle, all_strings, gnf_grammars
 
-import formalgram
-from formalgram import ByteSet, Grammar, GrammarError, GrammarTooLarge, Nonterminal, Production
+from formalgram import (
+    ByteSet,
+    EmptyLanguageError,
+    Grammar,
+    GrammarError,
+    GrammarTooLarge,
+    Nonterminal,
+    Production,
+    load,
+    to_gnf,
+)
 from formalgram.pda import PDA
+from formalgram.recognize import accepts, is_prefix, sample
+from formalgram.testing import grammars
 
 S, A, B, X = (Nonterminal(n) for n in ("S", "A", "B", "X"))
 
@@ -206,7 +216,7 @@ def test_shared_stack_agrees_with_explicit_stack_sets(g: Grammar) -> None:
         assert pda.is_prefix(s) == (pda.generating[g.start_id] and bool(stacks)), s
 
 
-# -- agreement with Earley (when the recognizer and GNF conversion exist) -----------------
+# -- agreement with Earley ------------------------------------------------------------------
 
 
 def _mutations(s: bytes, rng: random.Random, alphabet: bytes, k: int) -> list[bytes]:
@@ -225,39 +235,9 @@ def _mutations(s: bytes, rng: random.Random, alphabet: bytes, k: int) -> list[by
     return out
 
 
-def _earley() -> tuple[Callable[[Grammar, bytes], bool], Callable[[Grammar, bytes], bool]] | None:
-    """``(accepts, is_prefix)`` of the Earley oracle, or None while it does not exist."""
-    try:
-        from formalgram.recognize import accepts, is_prefix
-    except ImportError:
-        return None
-    return accepts, is_prefix
-
-
-def _random_grammars() -> Callable[..., st.SearchStrategy[Grammar]] | None:
-    try:
-        from formalgram.testing import grammars
-    except ImportError:
-        return None
-    return grammars
-
-
-EARLEY = _earley()
-RANDOM_GRAMMARS = _random_grammars()
-needs_earley = pytest.mark.skipif(
-    EARLEY is None, reason="Earley oracle (formalgram.recognize) not available yet"
-)
-needs_gnf = pytest.mark.skipif(
-    not hasattr(formalgram, "to_gnf"), reason="formalgram.to_gnf not available yet"
-)
-
-
-@needs_earley
 @given(gnf_grammars(), st.randoms(use_true_random=False))
 @settings(max_examples=60, deadline=None)
 def test_pda_agrees_with_earley_on_random_gnf(g: Grammar, rng: random.Random) -> None:
-    assert EARLEY is not None
-    accepts, is_prefix = EARLEY
     pda = PDA.from_gnf(g)
     strings = all_strings(ALPHABET, 3)
     strings += [m for s in strings[-6:] for m in _mutations(s, rng, ALPHABET, 3)]
@@ -266,35 +246,25 @@ def test_pda_agrees_with_earley_on_random_gnf(g: Grammar, rng: random.Random) ->
         assert pda.is_prefix(s) == is_prefix(g, s), s
 
 
-@needs_earley
-@needs_gnf
-@pytest.mark.skipif(RANDOM_GRAMMARS is None, reason="formalgram.testing.grammars not available yet")
-def test_pda_of_to_gnf_agrees_with_earley_on_random_grammars() -> None:
+@given(grammars(alphabet=b"ab"), st.randoms(use_true_random=False))
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_pda_of_to_gnf_agrees_with_earley_on_random_grammars(g: Grammar, rng: random.Random) -> None:
     """Lemmas 1-2 of proofs/congruence.md on to_gnf output.
 
     PDA of ``to_gnf(g)`` vs Earley on ``g`` itself (enumerated, random and mutated strings).
     """
-    assert EARLEY is not None and RANDOM_GRAMMARS is not None
-    accepts, is_prefix = EARLEY
     alphabet = b"ab"
-
-    @given(RANDOM_GRAMMARS(alphabet=alphabet), st.randoms(use_true_random=False))
-    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    def check(g: Grammar, rng: random.Random) -> None:
-        if not is_prefix(g, b""):
-            with pytest.raises(formalgram.EmptyLanguageError):
-                formalgram.to_gnf(g)
-            return
-        gnf = formalgram.to_gnf(g)
-        pda = PDA.from_gnf(gnf)
-        strings = all_strings(alphabet, 5)
-        members = [s for s in strings if accepts(g, s)]
-        strings += [m for s in members[:10] for m in _mutations(s + s, rng, alphabet, 2)]
-        for s in strings:
-            assert pda.accepts(s) == accepts(g, s), s
-            assert pda.is_prefix(s) == is_prefix(g, s), s
-
-    check()
+    if not is_prefix(g, b""):
+        with pytest.raises(EmptyLanguageError):
+            to_gnf(g)
+        return
+    pda = PDA.from_gnf(to_gnf(g))
+    strings = all_strings(alphabet, 5)
+    members = [s for s in strings if accepts(g, s)]
+    strings += [m for s in members[:10] for m in _mutations(s + s, rng, alphabet, 2)]
+    for s in strings:
+        assert pda.accepts(s) == accepts(g, s), s
+        assert pda.is_prefix(s) == is_prefix(g, s), s
 
 
 REAL_DEFAULT = ["llama_cpp/arithmetic.gbnf", "llama_cpp/list.gbnf", "llama_cpp/json.gbnf"]
@@ -314,13 +284,8 @@ REAL_HEAVY = [
 
 
 def _real_grammar_check(rel: str, n_samples: int) -> None:
-    if EARLEY is None or not all(hasattr(formalgram, f) for f in ("load", "to_gnf")):
-        pytest.skip("formalgram.load / to_gnf / Earley oracle not available yet")
-    from formalgram.recognize import sample
-
-    accepts, is_prefix = EARLEY
-    g = formalgram.load(real_grammar(rel))
-    gnf = formalgram.to_gnf(g)
+    g = load(real_grammar(rel))
+    gnf = to_gnf(g)
     pda = PDA.from_gnf(gnf)
     rng = random.Random(0)
     alphabet = bytes(sorted({b for m in g.masks for b in ByteSet(m)}))
@@ -337,14 +302,12 @@ def _real_grammar_check(rel: str, n_samples: int) -> None:
             assert pda.is_prefix(m) == is_prefix(g, m), m
 
 
-@needs_earley
 @pytest.mark.parametrize("rel", REAL_DEFAULT)
 def test_pda_agrees_with_earley_on_real_grammars(rel: str) -> None:
     _real_grammar_check(rel, 15)
 
 
 @pytest.mark.heavy
-@needs_earley
 @pytest.mark.parametrize("rel", REAL_DEFAULT + REAL_HEAVY)
 def test_pda_agrees_with_earley_on_real_grammars_heavy(rel: str) -> None:
     _real_grammar_check(rel, 100)

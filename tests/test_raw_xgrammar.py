@@ -171,7 +171,6 @@ def _walk(rel: str, vocab_name: str, batch: int, seed: int, classes: TokenClasse
     labels = sorted(
         (t, i) for i, t in enumerate(vocab.tokens) if i in vocab.special_ids and i not in stops and t
     )
-    special = {i for _, i in labels}
     weights = np.zeros(width, dtype=np.float64)
     for i, t in enumerate(vocab.tokens):
         if t and i not in vocab.special_ids:
@@ -185,7 +184,7 @@ def _walk(rel: str, vocab_name: str, batch: int, seed: int, classes: TokenClasse
     batch_raw = xgr.BatchGrammarMatcher(1)
     rng = random.Random(seed)
     nprng = np.random.default_rng(seed)
-    compared = 0
+    taken = 0  # tokens the walks took (stop tokens included)
     for step in range(STEPS[batch]):
         # lane i fills row order[i] on both sides (the batch fills' indices argument)
         order = list(range(batch))
@@ -207,8 +206,6 @@ def _walk(rel: str, vocab_name: str, batch: int, seed: int, classes: TokenClasse
                 f"{where}: raw XGrammar allows {sorted(want - got)[:10]} that the adapter does not; "
                 f"the policy predicts exactly the special tokens {sorted(predicted)[:10]}"
             )
-            assert predicted <= special
-            compared += 1
             if not got or lane.depth >= MAX_DEPTH:
                 lane.reset()  # a dead end (nothing may follow, the grammar cannot end), or long enough
                 continue
@@ -227,6 +224,7 @@ def _walk(rel: str, vocab_name: str, batch: int, seed: int, classes: TokenClasse
                 tok = rng.choice(allowed_stops)
                 assert lane.raw.accept_token(tok) and lane.adapter.accept_token(tok), where
                 assert lane.raw.is_terminated() and lane.adapter.is_terminated(), where
+                taken += 1
                 assert lane.rec.is_accepting(), f"{where}: a stop token allowed where Earley cannot end"
                 one = adapter.allocate_token_bitmask(1)
                 one[:] = -1
@@ -252,7 +250,10 @@ def _walk(rel: str, vocab_name: str, batch: int, seed: int, classes: TokenClasse
                 assert lane.rec.feed_bytes(data)
                 assert lane.raw.accept_token(tok) and lane.adapter.accept_token(tok), where
             lane.depth += 1
-    assert compared == STEPS[batch] * batch
+            taken += 1
+    # the walks moved on at almost every step (a lane starts again after MAX_DEPTH tokens):
+    # masks that were empty on both sides would agree and check nothing
+    assert taken >= STEPS[batch] * batch * 3 // 4, (taken, STEPS[batch] * batch)
 
 
 @pytest.mark.parametrize(("rel", "vocab_name", "batch"), DEFAULT_CASES)

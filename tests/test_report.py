@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,10 @@ def _have_llama3() -> bool:
 needs_llama3 = pytest.mark.skipif(not _have_llama3(), reason="quicktok (llama3 vocabulary) not installed")
 
 TINY = 'root ::= "(" root ")" | "x" | "[" [a-z]* "]"\n'
+# The strings that occur in members of TINY, whose members are (^n M )^n with M = x or
+# [ [a-z]* ]: a run of "(" or of ")"; a whole M between them; the start of M after "(";
+# the end of M before ")"; letters alone.
+TINY_FACTOR = re.compile(rb"\(+|\)+|\(*(?:x|\[[a-z]*\])\)*|\(*\[[a-z]*|[a-z]*\]\)*|[a-z]+")
 
 
 def test_run_child_reports_peak_memory_of_child() -> None:
@@ -116,11 +121,17 @@ def test_bench_and_report_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert {(r["tool"], r["workers"]) for r in rows} == {("formalgram", 1), ("formalgram", 2)}
     ok = [r for r in rows if r["status"] == "ok"]
     assert ok, rows
-    # the oracle: tokens of the tiny grammar's language are few; most of llama3 is invalid
-    size = Vocabulary.builtin("llama3").size
+    # the oracle: a text token is valid exactly when it occurs in a member of the tiny language
+    # (TINY_FACTOR, a regular description written here); the special tokens other than the
+    # stop tokens are invalid too
+    vocab = Vocabulary.builtin("llama3")
+    text = [t for i, t in enumerate(vocab.tokens) if t is not None and i not in vocab.special_ids]
+    invalid_text = sum(1 for t in text if not TINY_FACTOR.fullmatch(t))
+    assert 100_000 < invalid_text < len(text)
     for r in ok:
-        assert r["tokens"] == size
-        assert 100_000 < r["invalid"] < size
+        assert r["tokens"] == vocab.size
+        assert r["invalid_text"] == invalid_text
+        assert r["invalid"] == invalid_text + len(vocab.special_ids - vocab.stop_ids)
         assert r["peak_mib"] > 10
     plots = ("compression_ratio.png", "compress_time.png", "peak_memory.png")
     if importlib.util.find_spec("matplotlib") is None:

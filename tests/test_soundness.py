@@ -9,15 +9,19 @@ shares no code with the GNF conversion or the displacement search.
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
+import numpy.typing as npt
 import pytest
+from _class_oracle import check_classes_with_earley
+from _recognize_oracles import generating
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from formalgram import EmptyLanguageError, Grammar, is_prefix, parse_gbnf
 from formalgram.testing import grammars
-from formalgram_cfgzip import Vocabulary, compress
+from formalgram_cfgzip import TokenClasses, Vocabulary, compress, engines
 
 ALPHABET = b"abc"
 
@@ -29,37 +33,44 @@ def _strings(alphabet: bytes, max_len: int) -> list[bytes]:
     return out
 
 
+DEAD_RULES_WARNING = "grammar has nonterminals that derive no string"
+
+
+def dead_nonterminals(g: Grammar) -> list[str]:
+    """Names, sorted, of the nonterminals that have rules but derive no string (the span-free
+    fixpoint of ``_recognize_oracles.generating``, not formalgram's analysis)."""
+    live = generating(g)
+    return sorted(g.names[a] for a in range(len(g.names)) if g.rules_by_lhs[a] and a not in live)
+
+
+def compress_and_check_warning(g: Grammar, vocab: Vocabulary) -> TokenClasses:
+    """``compress(g, vocab)``, asserting that it warns about rules deriving no string exactly
+    when ``g`` has some, naming them (XGrammar's masks may differ there: see
+    :func:`test_xgrammar_allows_a_token_no_parse_accepts`)."""
+    dead = dead_nonterminals(g)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return compress(g, vocab, progress=False)
+        finally:
+            said = [str(w.message) for w in caught if DEAD_RULES_WARNING in str(w.message)]
+            if dead:
+                assert len(said) == 1 and f"({', '.join(dead[:5])})" in said[0], (dead, said)
+            else:
+                assert said == [], said
+
+
 def _check_congruence(g: Grammar, vocab: Vocabulary, ctx_len: int = 3, cont_len: int = 2) -> None:
     try:
-        classes = compress(g, vocab, progress=False)
+        classes = compress_and_check_warning(g, vocab)
     except EmptyLanguageError:
+        assert g.start_id not in generating(g)  # refused only for an empty language
         assume(False)
         return
     contexts = [w for w in _strings(ALPHABET, ctx_len) if is_prefix(g, w)]
-    continuations = _strings(ALPHABET, cont_len)
-    by_class: dict[int, list[int]] = {}
-    for i in vocab.text_ids():
-        by_class.setdefault(int(classes.token_class[i]), []).append(i)
-    for cid, members in by_class.items():
-        toks = [vocab.tokens[i] for i in members]
-        if cid == classes.invalid_class:
-            for t in toks:
-                assert t is not None
-                for w in contexts:
-                    assert not is_prefix(g, w + t), f"invalid token {t!r} is valid after {w!r}"
-            continue
-        first = toks[0]
-        assert first is not None
-        for other in toks[1:]:
-            assert other is not None
-            for w in contexts:
-                for z in continuations:
-                    a = is_prefix(g, w + first + z)
-                    b = is_prefix(g, w + other + z)
-                    assert a == b, (
-                        f"tokens {first!r} and {other!r} share class {cid} but differ "
-                        f"in context {w!r} .. {z!r}: {a} vs {b}"
-                    )
+    check_classes_with_earley(
+        g, vocab.tokens, classes.token_class, classes.invalid_class, contexts, _strings(ALPHABET, cont_len)
+    )
 
 
 vocabularies = st.lists(
@@ -70,11 +81,13 @@ vocabularies = st.lists(
 )
 
 
-@pytest.mark.filterwarnings("ignore:grammar has nonterminals that derive no string")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=grammars(alphabet=ALPHABET), tokens=vocabularies)
 def test_equal_displacement_implies_congruence(g: Grammar, tokens: list[bytes]) -> None:
-    """Theorem 2 (proofs/congruence.md): one class => same prefix validity in all contexts."""
+    """Theorem 2 (proofs/congruence.md): one class => same prefix validity in all contexts.
+
+    Grammars with rules that derive no string are included: compress must warn about them
+    (checked) and still be exact for the Earley oracle."""
     _check_congruence(g, Vocabulary(tokens))
 
 
@@ -117,3 +130,52 @@ def test_stop_and_special_tokens_have_their_own_classes() -> None:
         assert tc[i] == classes.invalid_class
     assert classes.representatives[tc[0]] == 0  # byte-wise shortest
     assert classes.num_classes == 3
+
+
+def _allowed(row: npt.NDArray[np.int32], width: int) -> set[int]:
+    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:width]
+    return set(np.flatnonzero(bits).tolist())
+
+
+def test_xgrammar_allows_a_token_no_parse_accepts() -> None:
+    """The divergence the warning is about, pinned: XGrammar 0.2.9 treats a prefix that enters
+    a nonterminal deriving no string as viable.
+
+    In ``root ::= "a" x | "b"`` with ``x ::= x "c"``, ``x`` derives no string, so no member
+    starts with "a" (Earley: ``is_prefix`` is false).  XGrammar's full-vocabulary mask still
+    allows the token "a" at the start, and accepts it into a dead end (nothing may follow, the
+    grammar cannot end).  compress() warns, puts "a" in the invalid class, and the compressed
+    mask allows exactly what Earley allows: it differs from XGrammar's at that one token.
+    """
+    xgr = pytest.importorskip("xgrammar")
+    text = 'root ::= "a" x | "b"\nx ::= x "c"\n'
+    tokens = [b"a", b"b", b"c", b"ac", b"</s>"]
+    vocab = Vocabulary(tokens, special_ids=[4], stop_ids=[4])
+    g = parse_gbnf(text)
+    earley = {i for i, t in enumerate(tokens[:4]) if is_prefix(g, t)}
+    assert earley == {1}
+    with pytest.warns(UserWarning, match=r"derive no string \(x\)"):
+        classes = compress(text, vocab, progress=False)
+    # XGrammar used directly: its tokenizer over these bytes, its compiler and matcher
+    info = xgr.TokenizerInfo(tokens, vocab_size=vocab.logit_width, stop_token_ids=[4])
+    compiled = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False).compile_grammar(text)
+    raw = xgr.GrammarMatcher(compiled)
+    row = np.zeros((1, 1), dtype=np.int32)
+    raw.fill_next_token_bitmask(row)
+    assert _allowed(row[0], 5) == {0, 1}, "XGrammar 0.2.9 allows the token 'a', which enters x"
+    assert raw.accept_token(0), "XGrammar 0.2.9 accepts 'a', which no complete parse accepts"
+    raw.fill_next_token_bitmask(row)
+    assert _allowed(row[0], 5) == set() and not raw.is_terminated()  # a dead end
+    # the engine adapter's full-vocabulary reference shows the same mask
+    full = engines.compile_full(vocab, text, engine="xgrammar")
+    full_row = full.allocate_token_bitmask(1)
+    full.matcher().fill_next_token_bitmask(full_row)
+    assert _allowed(full_row[0], 5) == {0, 1}
+    # the compressed path follows Earley
+    assert int(classes.token_class[0]) == classes.invalid_class
+    adapter = engines.compile_grammar(classes, text, engine="xgrammar")
+    m = adapter.matcher()
+    ours = adapter.allocate_token_bitmask(1)
+    m.fill_next_token_bitmask(ours)
+    assert _allowed(ours[0], 5) == earley
+    assert not m.accept_token(0)

@@ -106,12 +106,9 @@ def test_byte_level_tokenizer_json(byte_level_json: Path) -> None:
             continue
         token = v.tokens[i]
         assert token is not None
-        try:
-            expected = tok.decode([i], skip_special_tokens=False).encode()
-        except Exception:  # pragma: no cover - tokenizers never raises here
-            continue
-        if "\ufffd" not in tok.decode([i]):
-            assert token == expected, (i, tok.id_to_token(i))
+        expected = tok.decode([i], skip_special_tokens=False)
+        if "\ufffd" not in expected:  # a token that is not a whole UTF-8 text decodes lossily
+            assert token == expected.encode(), (i, tok.id_to_token(i))
             exact += 1
     assert exact > 200
 
