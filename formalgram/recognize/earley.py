@@ -25,8 +25,9 @@ The recognizer runs on the integer view of :class:`~formalgram.grammar.Grammar`
 4. **Nullable completion** follows Aycock and Horspool (2002): when an item waits for a nullable
    nonterminal ``B``, the item with the dot moved over ``B`` is added at once.  Hence a completed
    item whose origin is the current position never needs to be completed explicitly.
-5. **Prediction closures** are precomputed per nonterminal: the dotted rules (all with origin
-   the current position) reached by predicting ``B``, transitively, including nullable advances.
+5. **Prediction** adds the dotted rules of a nonterminal with the dot at 0 (``first_lr``) the
+   first time the set waits for it; their own predictions and nullable advances follow as
+   they are processed, so a set costs what it holds, even on long unit chains.
 
 Invariants (for Earley set ``i`` after reading ``w = data[:i]``)
 ------------------------------------------------------------------
@@ -40,6 +41,18 @@ Invariants (for Earley set ``i`` after reading ``w = data[:i]``)
 
 Each set is closed (saturated) before the next byte is read and never changes afterwards, so
 copies of a recognizer can share all finished sets.
+
+Cost and budget
+---------------
+Set ``i`` holds at most ``(i + 1) * |R|`` items (``|R|`` dotted rules) and completing an item
+walks the items of its origin's set that wait for its left-hand side, so reading ``n`` bytes
+costs O(n^3 * |R|) steps on ambiguous grammars, O(n^2 * |R|) on unambiguous ones and O(n * |R|)
+on most LR(k) grammars (Earley 1970; with Joop Leo's right-recursion fix, which this
+recognizer does not have, all LR-regular grammars would be linear).  Building the tables of
+a grammar is linear in its size.  Every recognizer carries a work budget (:data:`DEFAULT_BUDGET`
+steps by default, one step per item processed or waiting item visited); once spent, the
+next byte raises :class:`~formalgram.errors.GrammarTooLarge`.  Memory stays proportional to
+the work: only items are stored.
 
 References
 ----------
@@ -55,9 +68,13 @@ from typing import Final, final
 
 from formalgram.analysis import generating, generating_rules, nullable
 from formalgram.byteset import ByteSet
+from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar
 
-__all__ = ["EarleyRecognizer", "EarleyTables", "accepts", "earley_tables", "is_prefix"]
+__all__ = ["DEFAULT_BUDGET", "EarleyRecognizer", "EarleyTables", "accepts", "earley_tables", "is_prefix"]
+
+DEFAULT_BUDGET: Final = 10_000_000
+"""Default work budget of a recognizer: steps (items processed, waiting items visited)."""
 
 # next-symbol value of a dotted rule whose dot is at the end (nonterminal ids are smaller)
 _DONE: Final = 1 << 40
@@ -80,12 +97,9 @@ class EarleyTables:
         Nonterminal -> derives the empty string.
     generating : list[bool]
         Nonterminal -> derives at least one byte string.
-    closure : list[list[int]]
-        Nonterminal ``B`` -> dotted rules added (with origin = current position) when ``B`` is
-        predicted: rules of ``B`` with the dot at 0, transitively closed under prediction and
-        nullable advances.
-    closure_nts : list[list[int]]
-        Nonterminal ``B`` -> nonterminals predicted inside ``closure[B]`` (``B`` included).
+    first_lr : list[list[int]]
+        Nonterminal ``B`` -> the dotted rules of ``B`` with the dot at 0 (what predicting ``B``
+        adds, with origin the current position).
     masks : list[int]
         Terminal id -> byte mask (as in the grammar).
     start : int
@@ -93,8 +107,7 @@ class EarleyTables:
     """
 
     __slots__ = (
-        "closure",
-        "closure_nts",
+        "first_lr",
         "generating",
         "lhs",
         "masks",
@@ -126,38 +139,12 @@ class EarleyTables:
                 lhs_of.append(lhs)
             next_sym.append(_DONE)
             lhs_of.append(lhs)
-        # -- 4. prediction closures ----------------------------------------------------
-        closure: list[list[int]] = []
-        closure_nts: list[list[int]] = []
-        for b in range(n):
-            seen_lr: set[int] = set()
-            seen_nt: set[int] = {b}
-            order: list[int] = []
-            nts: list[int] = [b]
-            todo: list[int] = list(first_lr[b])
-            while todo:
-                lr = todo.pop()
-                if lr in seen_lr:
-                    continue
-                seen_lr.add(lr)
-                order.append(lr)
-                s = next_sym[lr]
-                if 0 <= s < _DONE:
-                    if s not in seen_nt:
-                        seen_nt.add(s)
-                        nts.append(s)
-                        todo.extend(first_lr[s])
-                    if nullable_ids[s]:
-                        todo.append(lr + 1)
-            closure.append(order)
-            closure_nts.append(nts)
         self.n_lr: int = len(next_sym)
         self.next_sym: list[int] = next_sym
         self.lhs: list[int] = lhs_of
         self.nullable: list[bool] = nullable_ids
         self.generating: list[bool] = generating_ids
-        self.closure: list[list[int]] = closure
-        self.closure_nts: list[list[int]] = closure_nts
+        self.first_lr: list[list[int]] = first_lr
         self.masks: list[int] = masks
         self.start: int = g.start_id
 
@@ -221,16 +208,25 @@ class _Column:
         self.accepting = accepting
 
 
-def _close(t: EarleyTables, columns: list[_Column], pos: int, kernel: list[int]) -> _Column:
+def _close(
+    t: EarleyTables, columns: list[_Column], pos: int, kernel: list[int], spent: int, budget: int
+) -> tuple[_Column, int]:
     """Saturate the Earley set at position ``pos`` from its ``kernel`` items.
 
     ``columns`` holds the closed sets ``0 .. pos - 1`` (completions look up origins there).
+    Returns the set and the steps of work it took (one per kernel item, item processed and
+    waiting item visited by a completion).
+
+    Raises
+    ------
+    GrammarTooLarge
+        As soon as ``spent`` plus this work passes ``budget`` (checked at every item; a
+        negative ``budget`` means no limit).
     """
     n_lr = t.n_lr
     next_sym = t.next_sym
     nullable = t.nullable
-    closure = t.closure
-    closure_nts = t.closure_nts
+    first_lr = t.first_lr
     lhs_of = t.lhs
     start = t.start
     base = pos * n_lr
@@ -240,8 +236,15 @@ def _close(t: EarleyTables, columns: list[_Column], pos: int, kernel: list[int])
     scan: dict[int, list[int]] = {}
     predicted: set[int] = set()
     accepting = False
+    work = len(kernel)
+    limit = (1 << 62) if budget < 0 else budget - spent
     while todo:
         item = todo.pop()
+        work += 1
+        if work > limit:
+            raise GrammarTooLarge(
+                "Earley recognition", budget, f"more than {budget} steps of work after {pos - 1} bytes"
+            )
         lr = item % n_lr
         s = next_sym[lr]
         if s == _DONE:
@@ -253,7 +256,11 @@ def _close(t: EarleyTables, columns: list[_Column], pos: int, kernel: list[int])
                 # covered by the nullable advance (Aycock-Horspool): ``a`` is nullable and
                 # every item of this set waiting for ``a`` was advanced when it was added.
                 continue
-            for w in columns[origin].waiting.get(a, ()):
+            above = columns[origin].waiting.get(a)
+            if above is None:
+                continue
+            work += len(above)
+            for w in above:
                 nxt = w + 1
                 if nxt not in seen:
                     seen.add(nxt)
@@ -265,8 +272,8 @@ def _close(t: EarleyTables, columns: list[_Column], pos: int, kernel: list[int])
             else:
                 lst.append(item)
             if s not in predicted:
-                predicted.update(closure_nts[s])
-                for lr2 in closure[s]:
+                predicted.add(s)
+                for lr2 in first_lr[s]:
                     nxt = base + lr2
                     if nxt not in seen:
                         seen.add(nxt)
@@ -282,7 +289,7 @@ def _close(t: EarleyTables, columns: list[_Column], pos: int, kernel: list[int])
                 scan[~s] = [item]
             else:
                 lst.append(item)
-    return _Column(waiting, scan, accepting)
+    return _Column(waiting, scan, accepting), work
 
 
 @final
@@ -320,13 +327,19 @@ class EarleyRecognizer:
     False
     """
 
-    __slots__ = ("_columns", "_grammar", "_tables")
+    __slots__ = ("_budget", "_columns", "_grammar", "_spent", "_tables")
 
-    def __init__(self, g: Grammar, *, _columns: list[_Column] | None = None) -> None:
+    def __init__(
+        self, g: Grammar, *, budget: int | None = DEFAULT_BUDGET, _columns: list[_Column] | None = None
+    ) -> None:
         # ``_columns`` is private: :meth:`copy` passes the shared finished sets (mypyc classes
         # cannot be created with ``__new__`` alone).
+        if budget is not None and budget < 0:
+            raise ValueError(f"budget must be >= 0 or None, got {budget}")
         self._grammar = g
         self._tables = earley_tables(g)
+        self._budget = -1 if budget is None else budget
+        self._spent = 0
         self._columns: list[_Column] = []
         if _columns is None:
             self.reset()
@@ -343,17 +356,41 @@ class EarleyRecognizer:
         """Number of bytes consumed so far."""
         return len(self._columns) - 1
 
+    @property
+    def budget(self) -> int | None:
+        """The work budget (steps since the last :meth:`reset`), None for no limit."""
+        return None if self._budget < 0 else self._budget
+
+    @property
+    def work(self) -> int:
+        """Steps of work spent since the last :meth:`reset` (all the bytes read so far)."""
+        return self._spent
+
     def reset(self) -> None:
-        """Go back to the empty prefix."""
+        """Go back to the empty prefix (and a fresh work budget).
+
+        Raises
+        ------
+        GrammarTooLarge
+            When the budget does not cover the first Earley set.
+        """
         t = self._tables
         self._columns = []
+        self._spent = 0
         # origin 0, so an item is just its dotted rule
-        kernel = list(t.closure[t.start]) if t.generating[t.start] else []
-        self._columns.append(_close(t, self._columns, 0, kernel))
+        kernel = list(t.first_lr[t.start]) if t.generating[t.start] else []
+        col, work = _close(t, self._columns, 0, kernel, 0, self._budget)
+        self._columns.append(col)
+        self._spent = work
 
     def copy(self) -> EarleyRecognizer:
-        """An independent recognizer in the same state (shares the immutable finished sets)."""
-        return EarleyRecognizer(self._grammar, _columns=list(self._columns))
+        """An independent recognizer in the same state (shares the immutable finished sets).
+
+        The copy has the same budget and has spent the same work so far.
+        """
+        twin = EarleyRecognizer(self._grammar, budget=self.budget, _columns=list(self._columns))
+        twin._spent = self._spent
+        return twin
 
     def _advance(self, byte: int) -> _Column | None:
         t = self._tables
@@ -366,8 +403,11 @@ class EarleyRecognizer:
                 for it in items:
                     kernel.append(it + 1)
         if not kernel:
+            self._spent += len(cur.scan)
             return None
-        return _close(t, cols, len(cols), kernel)
+        col, work = _close(t, cols, len(cols), kernel, self._spent + len(cur.scan), self._budget)
+        self._spent += len(cur.scan) + work
+        return col
 
     def feed(self, byte: int) -> bool:
         """Consume one byte.
@@ -380,6 +420,9 @@ class EarleyRecognizer:
 
         Raises
         ------
+        GrammarTooLarge
+            When the work budget runs out while the new Earley set is built (the byte is not
+            consumed; the state is unchanged).
         ValueError
             If ``byte`` is not in ``0 .. 255``.
         """
@@ -396,10 +439,19 @@ class EarleyRecognizer:
 
         Returns True when every byte was consumed.  When some byte is refused, returns False and
         restores the state from before the call (all or nothing).
+
+        Raises
+        ------
+        GrammarTooLarge
+            When the work budget runs out; the state from before the call is restored first.
         """
         mark = len(self._columns)
         for b in data:
-            col = self._advance(b)
+            try:
+                col = self._advance(b)
+            except GrammarTooLarge:
+                del self._columns[mark:]
+                raise
             if col is None:
                 del self._columns[mark:]
                 return False
@@ -430,7 +482,7 @@ class EarleyRecognizer:
         return ByteSet(m)
 
 
-def accepts(g: Grammar, data: bytes) -> bool:
+def accepts(g: Grammar, data: bytes, *, budget: int | None = DEFAULT_BUDGET) -> bool:
     """Whether ``data`` is a member of L(g).
 
     Parameters
@@ -458,11 +510,11 @@ def accepts(g: Grammar, data: bytes) -> bool:
     >>> accepts(g, b"x+x+x"), accepts(g, b"x+")
     (True, False)
     """
-    r = EarleyRecognizer(g)
+    r = EarleyRecognizer(g, budget=budget)
     return r.feed_bytes(data) and r.is_accepting()
 
 
-def is_prefix(g: Grammar, data: bytes) -> bool:
+def is_prefix(g: Grammar, data: bytes, *, budget: int | None = DEFAULT_BUDGET) -> bool:
     """Whether some ``z`` makes ``data + z`` a member of L(g) (``z`` may be empty).
 
     Exact: rules that can never complete (a non-generating symbol) are ignored, so an
@@ -492,5 +544,5 @@ def is_prefix(g: Grammar, data: bytes) -> bool:
     >>> is_prefix(g, b"a"), is_prefix(g, b"b")
     (True, False)
     """
-    r = EarleyRecognizer(g)
+    r = EarleyRecognizer(g, budget=budget)
     return r.feed_bytes(data) and r.is_viable()

@@ -9,6 +9,7 @@ otherwise a fresh one).
 from __future__ import annotations
 
 from formalgram.analysis import nullable
+from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar, IdRule, fresh_name
 from formalgram.transforms.useless import compact
 
@@ -66,7 +67,12 @@ def _split_rules(
     return out, null_ids
 
 
-def remove_epsilon(g: Grammar) -> Grammar:
+def _check_size(count: int, limit: int) -> None:
+    if 0 <= limit < count:
+        raise GrammarTooLarge("epsilon removal", limit, f"more than {limit} rules")
+
+
+def remove_epsilon(g: Grammar, *, budget: int | None = None) -> Grammar:
     """Remove epsilon rules, keeping the language exactly (the empty string included).
 
     Every rule ``A -> X1 .. Xn`` is replaced by all its variants obtained by dropping
@@ -107,6 +113,7 @@ def remove_epsilon(g: Grammar) -> Grammar:
     names = list(g.names)
     taken = set(names)
     rules, null_ids = _split_rules(g, null, names, taken)
+    limit = -1 if budget is None else budget
     out: list[IdRule] = []
     for lhs, rhs in rules:
         positions = [i for i, s in enumerate(rhs) if s >= 0 and s in null_ids]
@@ -123,6 +130,7 @@ def remove_epsilon(g: Grammar) -> Grammar:
             if len(body) == 1 and body[0] == lhs:
                 continue
             out.append((lhs, body))
+        _check_size(len(out), limit)
     start = g.start_id
     if start in null:
         on_rhs = any(start in rhs for _, rhs in out)
@@ -133,6 +141,7 @@ def remove_epsilon(g: Grammar) -> Grammar:
             names.append(name)
             copies = [(new_start, rhs) for lhs, rhs in out if lhs == start]
             out.extend(copies)
+            _check_size(len(out), limit)
             start = new_start
         out.append((start, ()))
     return compact(names, g.masks, start, out)
