@@ -29,7 +29,7 @@ __all__ = ["DEFAULT_BUDGET", "WORK_PER_RULE", "Meter", "work_allowance"]
 DEFAULT_BUDGET: Final = 200_000
 """Default ``budget`` (in rules) of the transforms that take one."""
 
-WORK_PER_RULE: Final = 64
+WORK_PER_RULE: Final = 128
 """Steps of work allowed per rule of budget."""
 
 

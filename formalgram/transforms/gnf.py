@@ -36,7 +36,7 @@ from formalgram.errors import GrammarError, GrammarTooLarge
 from formalgram.grammar import Grammar, IdRule, fresh_name
 from formalgram.transforms.budget import DEFAULT_BUDGET, Meter
 from formalgram.transforms.epsilon import remove_epsilon
-from formalgram.transforms.left_recursion import remove_left_recursion_table
+from formalgram.transforms.left_recursion import body_key, remove_left_recursion_table
 from formalgram.transforms.unit import merge_unit_cycles, sccs
 from formalgram.transforms.useless import compact, remove_useless
 
@@ -368,9 +368,11 @@ class _LeftCorner:
         b.meter.spend(n + sum(len(bodies) for bodies in table))
         succ = [[body[0] for body in table[v] if body[0] >= 0] for v in range(n)]
         self.comp = [0] * n
+        self.cyclic = [False] * n
         for i, members in enumerate(sccs(n, succ)):
             for v in members:
                 self.comp[v] = i
+                self.cyclic[v] = len(members) > 1 or v in succ[v]
         self.factor = factor
         self.distribute = distribute
         self.ups: dict[tuple[int, int], list[int]] = {}
@@ -414,7 +416,8 @@ class _LeftCorner:
         i = 0
         while i < len(order):
             bodies = table[order[i]]
-            self.meter.spend(1 + 2 * len(bodies))
+            # a visit, and an entry of the map (a pair and a sliced body) per rule
+            self.meter.spend(1 + 12 * len(bodies))
             for body in bodies:
                 x = body[0]
                 if x >= 0 and x not in seen:
@@ -488,21 +491,23 @@ class _LeftCorner:
             frames.pop()
             on_path.discard(node)
             out: list[tuple[Body, int]] = []
+            # keyed by body_key: bodies over the terminals ~0 and ~1 would collide
             seen: set[tuple[Body, int]] = set()
             work = 1
             for bnt, beta in entries:
-                work += 1
+                work += 1 + len(beta)
                 if beta:
-                    item = (beta, bnt)
-                    if item not in seen:
-                        seen.add(item)
-                        out.append(item)
+                    k = (body_key(beta), bnt)
+                    if k not in seen:
+                        seen.add(k)
+                        out.append((beta, bnt))
                 elif not self.distribute:
                     below = raw.get((a, bnt), [])
-                    work += len(below)
+                    work += 3 * len(below)
                     for item in below:
-                        if item not in seen:
-                            seen.add(item)
+                        k = (body_key(item[0]), item[1])
+                        if k not in seen:
+                            seen.add(k)
                             out.append(item)
             self.meter.spend(work)
             raw[(a, node)] = out
@@ -547,7 +552,7 @@ class _LeftCorner:
                 work += 1
                 if not beta:
                     above = ups.get((a, bnt), [])
-                    work += len(above)
+                    work += 2 * len(above)
                     for y in above:
                         if y not in seen:
                             seen.add(y)
@@ -719,7 +724,9 @@ class _LeftCorner:
     def cut_start(self, a: int) -> _CutFrame:
         """The rules of ``A`` led by a terminal, and the children of ``A``, still to be cut."""
         out: list[tuple[int, Body]] = []
-        self_tails = self.conts(a, a)
+        # ``[A/A]`` derives something only when ``A`` is left recursive, i.e. lies on a cycle
+        # of the left-corner graph (a one-member component may still have ``A -> A β``)
+        self_tails = self.conts(a, a) if self.cyclic[a] else []
         self_tails.append(())
         children: list[int] = []
         child_set: set[int] = set()
@@ -747,7 +754,7 @@ class _LeftCorner:
                 tops = self.top.get(f.children[f.next - 1])
                 if tops is None:
                     return f.children[f.next - 1]
-                self.meter.spend(len(tops) * len(upper) * 2)
+                self.meter.spend(len(upper) * (sum(len(tail) for _, tail in tops) + 3 * len(tops)))
                 for x, tail in tops:
                     for p2 in upper:
                         out.append((x, tail + p2))
@@ -789,7 +796,8 @@ class _LeftCorner:
                     out.append((head, rest))
             elif rests:
                 tops = self.top_rules(head)
-                self.meter.spend(len(rests) * (1 + len(tops) * (3 + len(lifted))))
+                tails = sum(len(tail) for _, tail in tops)
+                self.meter.spend(len(rests) * (1 + tails + len(tops) * (3 + len(lifted))))
                 for rest in rests:
                     for t, tail in tops:
                         out.append((t, tail + rest))

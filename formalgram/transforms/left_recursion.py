@@ -16,9 +16,32 @@ from formalgram.transforms.epsilon import remove_epsilon
 from formalgram.transforms.unit import merge_unit_cycles, sccs
 from formalgram.transforms.useless import compact
 
-__all__ = ["remove_left_recursion", "remove_left_recursion_table"]
+__all__ = ["body_key", "distinct_bodies", "remove_left_recursion", "remove_left_recursion_table"]
 
 Body = tuple[int, ...]
+
+
+def body_key(body: Body) -> Body:
+    """A key equal for equal bodies whose hash tells terminals ``~0`` and ``~1`` apart.
+
+    CPython hashes ``-1`` like ``-2``, so two bodies that differ only by exchanging the
+    terminals ``~0 == -1`` and ``~1 == -2`` have the same hash, and a set of many such bodies
+    (all the words over two bytes, say) degrades to quadratic time.  Shifting the terminals
+    down by one keeps the key injective and avoids ``-1``.
+    """
+    return tuple([s if s >= 0 else s - 1 for s in body])
+
+
+def distinct_bodies(bodies: list[Body]) -> list[Body]:
+    """``bodies`` without repeats, first occurrences in order (hashing with :func:`body_key`)."""
+    seen: set[Body] = set()
+    out: list[Body] = []
+    for body in bodies:
+        k = body_key(body)
+        if k not in seen:
+            seen.add(k)
+            out.append(body)
+    return out
 
 
 def _remove_direct(
@@ -96,7 +119,8 @@ def _paull(
                         "left recursion removal", budget, f"nonterminal {names[a]!r} needs more rules"
                     )
             # dedupe, keep order
-            bodies = list(dict.fromkeys(nxt))
+            bodies = distinct_bodies(nxt)
+            meter.spend(len(nxt))
         _remove_direct(a, bodies, names, taken, table, meter)
         base_count += len(table[a])
 
