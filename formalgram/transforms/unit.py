@@ -184,8 +184,8 @@ def remove_unit(g: Grammar, *, budget: int = DEFAULT_BUDGET) -> Grammar:
     >>> g = Grammar([Production(S, [A]), Production(A, [ByteSet.single(97)])], "S")
     >>> [len(p.rhs) for p in remove_unit(g).productions]
     [1]
-    >>> remove_unit(g, budget=1).to_gbnf()
-    'S ::= "a"\n'
+    >>> print(remove_unit(g, budget=2).to_gbnf(), end="")
+    S ::= "a"
     """
     meter = Meter("unit rule removal", budget)
     meter.spend(len(g.rules) + sum(len(rhs) for _, rhs in g.rules))
