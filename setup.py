@@ -16,6 +16,7 @@ COMPILED = [
     "formalgram/analysis.py",
     "formalgram/utf8.py",
     "formalgram/syntax/gbnf.py",
+    "formalgram/transforms/budget.py",
     "formalgram/transforms/useless.py",
     "formalgram/transforms/epsilon.py",
     "formalgram/transforms/unit.py",

@@ -42,7 +42,7 @@ MEMORY_LIMIT = 3 << 29  # 1.5 GiB of address space for a child
 TIMEOUT = 120.0  # seconds; a guard against hangs, not a speed requirement
 
 # grammar families shared by the child processes
-FAMILIES = '''
+FAMILIES = """
 import time
 from formalgram import (ByteSet, Grammar, GrammarTooLarge, Nonterminal, Production, is_gnf,
                         parse_gbnf, remove_left_recursion, remove_unit, to_gnf)
@@ -91,7 +91,7 @@ def outcome(f):
         return None
     print("OK", round(time.perf_counter() - t, 2))
     return value
-'''
+"""
 
 
 def _limit_memory() -> None:
@@ -169,9 +169,13 @@ def test_doubling_levels_default_budget() -> None:
             for k in (0, 1, 2, 3, 5):
                 assert pda.accepts(b"x" * k), k
             assert not pda.accepts(b"xy")
+            # parent sets of the shared stack grow quadratically here: bounded by the budget
+            outcome(lambda: pda.accepts(b"x" * 64))
         """
     )
     assert out[0].startswith(("OK", "TooLarge GNF conversion"))
+    if out[0].startswith("OK"):
+        assert out[1].startswith(("OK", "TooLarge PDA simulation"))
 
 
 def test_doubling_levels_small_budget() -> None:
@@ -259,6 +263,7 @@ def test_minimise_matches_naive_refinement(data: st.DataObject) -> None:
         blocks.setdefault(rep[a], set()).add(a)
     assert {frozenset(b) for b in blocks.values()} == _naive_blocks(rules)
     assert start == 0 and rep[0] == 0
+    assert set(out) == {rep[a] for a in range(n)}
     assert all(rep[a] == min(b) or 0 in b for b in blocks.values() for a in b)
 
 
@@ -442,3 +447,18 @@ def test_terminals_hashing_alike_stay_fast() -> None:
     S = Nonterminal("S")
     g = Grammar([Production(S, [S, a]), Production(S, [S, b]), Production(S, [a])], "S")
     assert to_gnf(g).accepts(b"abba")
+
+
+def test_pda_budget() -> None:
+    """The shared-stack simulation is bounded like Earley, and agrees with it within budget."""
+    from formalgram.pda import PDA
+
+    g = parse_gbnf('root ::= root root | "(" root ")" | "x"')
+    pda = PDA.from_gnf(to_gnf(g))
+    data = b"(x" * 40 + b"x" + b")" * 40
+    assert pda.accepts(data, budget=None) == accepts(g, data, budget=None) is True
+    assert pda.is_prefix(data[:50]) and not pda.is_prefix(b"x)")
+    with pytest.raises(GrammarTooLarge, match="PDA simulation exceeded its budget of 500"):
+        pda.accepts(data, budget=500)
+    with pytest.raises(GrammarTooLarge, match="PDA simulation"):
+        pda.is_prefix(data, budget=500)

@@ -40,9 +40,10 @@ def default_alphabet(g: Grammar) -> bytes:
     bytes
         Sorted representatives, one per class (empty when ``g`` has no non-empty terminal).
 
-    Complexity
-    ----------
-    O(256 * number of terminals).
+    Notes
+    -----
+    O(256 * number of terminals); linear in the grammar, so it takes no budget, and raises
+    nothing.
 
     Examples
     --------
@@ -95,10 +96,14 @@ def enumerate_strings(
     ValueError
         When ``max_len`` is negative.
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(P * |alphabet| * c) where P is the number of viable prefixes of length ``< max_len``
-    and ``c`` the cost of one Earley step; dead prefixes are never extended.
+    and ``c`` the cost of one Earley step; dead prefixes are never extended.  Bounded by
+    ``limit``: at most ``16 * limit + 10_000`` prefixes are visited, and every prefix's
+    recognizer has the default Earley work budget
+    (:data:`~formalgram.recognize.earley.DEFAULT_BUDGET`), so a step that costs more raises
+    :class:`~formalgram.errors.GrammarTooLarge` too.
 
     Examples
     --------
@@ -282,9 +287,14 @@ def sample(g: Grammar, n: int, seed: int = 0, max_len: int = 64) -> list[bytes]:
     GrammarError
         When no member of L(g) has length ``<= max_len``.
 
-    Complexity
-    ----------
-    O(n * (max_len + expansions)) after an O(|G| * nonterminals) precomputation.
+    Notes
+    -----
+    An O(|G| log |G|) precomputation (shortest yields by Knuth's generalisation of
+    Dijkstra's algorithm, then the rounds in which shortest rules become usable), then
+    O(n * (max_len + expansions)) where a derivation makes at most ``50 * max_len + 200``
+    free expansions before it follows shortest rules, which reach a leaf within O(|V|)
+    unit steps per written byte (subtrees deriving only the empty string are skipped).
+    Needs no budget.
 
     Examples
     --------

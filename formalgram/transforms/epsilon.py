@@ -87,6 +87,9 @@ def remove_epsilon(g: Grammar, *, budget: int | None = None) -> Grammar:
     ----------
     g : Grammar
         Any grammar.
+    budget : int or None, keyword-only
+        Most rules the result may have (checked after each rule's variants are written);
+        ``None`` (default): no limit, since the result is at most 16 times the input.
 
     Returns
     -------
@@ -95,10 +98,18 @@ def remove_epsilon(g: Grammar, *, budget: int | None = None) -> Grammar:
         ``S' -> ε`` as described above.  Self loops ``A -> A`` created by the
         expansion are dropped (they add nothing).
 
+    Raises
+    ------
+    GrammarTooLarge
+        When the result would have more than ``budget`` rules.
+
     Notes
     -----
     O(|G|) nullable analysis; the expansion writes at most 16 variants per rule after
-    splitting, so time and output size are O(|G|).
+    splitting, so time and output size are O(|G|): the transform cannot blow up, and its
+    budget only caps the size of the result.  (Naming the fresh ``<lhs>__tail`` symbols
+    tries suffixes one by one, which is quadratic in the number of long rules sharing a
+    left-hand side.)
 
     Examples
     --------
@@ -108,6 +119,10 @@ def remove_epsilon(g: Grammar, *, budget: int | None = None) -> Grammar:
     >>> g = Grammar([Production(S, [a, S]), Production(S, [])], "S")
     >>> sorted(len(p.rhs) for p in remove_epsilon(g).productions)
     [0, 1, 1, 2, 2]
+    >>> remove_epsilon(g, budget=4)
+    Traceback (most recent call last):
+    ...
+    formalgram.errors.GrammarTooLarge: epsilon removal exceeded its budget of 4 (more than 4 rules)
     """
     null = nullable(g)
     names = list(g.names)
@@ -144,4 +159,5 @@ def remove_epsilon(g: Grammar, *, budget: int | None = None) -> Grammar:
             _check_size(len(out), limit)
             start = new_start
         out.append((start, ()))
+        _check_size(len(out), limit)
     return compact(names, g.masks, start, out)

@@ -89,7 +89,8 @@ def gnf_violation(g: Grammar) -> str:
     a B`` is GNF) unless ``S -> ε`` is a rule: a pushed ``S`` could then vanish without
     reading a byte, which no PDA move expresses.  A terminal with an empty byte set keeps the
     form (the rule simply never fires); usefulness is not part of the form (see
-    :func:`~formalgram.transforms.useless.remove_useless`).  O(|G|) time.
+    :func:`~formalgram.transforms.useless.remove_useless`).  O(|G|) time, no budget;
+    raises nothing.
 
     Examples
     --------
@@ -142,7 +143,7 @@ def require_gnf(g: Grammar, user: str) -> None:
 
     Notes
     -----
-    O(|G|) time.
+    O(|G|) time, no budget.
 
     Examples
     --------
@@ -173,7 +174,7 @@ def is_gnf(g: Grammar) -> bool:
 
     Notes
     -----
-    O(|G|) time.
+    O(|G|) time, no budget; raises nothing.
 
     Examples
     --------
@@ -228,7 +229,9 @@ class _Builder:
         self.meter.spend(k)
         if self.count > self.budget:
             raise GrammarTooLarge(
-                "GNF conversion", self.budget, f"more than {self.budget} rules while expanding {self.names[a]!r}"
+                "GNF conversion",
+                self.budget,
+                f"more than {self.budget} rules while expanding {self.names[a]!r}",
             )
 
 
@@ -987,9 +990,11 @@ def to_gnf(
         Any grammar with a non-empty language.
     budget : int
         Maximum number of rules created by any stage of the conversion (default
-        200,000).  Every shared grammar of the project needs far less (see
-        ``bench/results/gnf_sizes.md``; the largest, go_syncode, needs about
-        10,500 rules).
+        :data:`~formalgram.transforms.budget.DEFAULT_BUDGET`, 200,000), which also sets the
+        work allowed: :func:`~formalgram.transforms.budget.work_allowance` steps,
+        ``128 * max(budget, 200_000)`` (see :mod:`formalgram.transforms.budget`).  Every
+        shared grammar of the project needs far less (see ``bench/results/gnf_sizes.md``;
+        the largest have about 11,500 rules and take under half the default work).
     strategy : str
         ``"auto"`` (default, smallest of all), ``"left-corner"`` (smallest left-corner
         variant), ``"substitution"`` (Paull + leftmost substitution only; may blow up)
@@ -1012,8 +1017,9 @@ def to_gnf(
     EmptyLanguageError
         When ``L(g)`` is empty.
     GrammarTooLarge
-        When a stage would exceed ``budget`` rules (raised as soon as the count passes
-        the budget, so memory stays bounded).
+        When a stage would exceed ``budget`` rules or the conversion its work allowance;
+        both are checked while the rules and tables grow, so time and memory stay bounded
+        (the default ends within seconds and well under 1 GiB of pure Python).
     ValueError
         For an unknown ``strategy`` or ``objective``.
 
@@ -1022,9 +1028,16 @@ def to_gnf(
     Linear for the cleaning stages.  The left-corner construction creates at most
     one continuation per pair (nonterminal, left corner) and is polynomial:
     O(|V| * |G| * k) rules with k the largest number of leading byte sets of a
-    nonterminal.  The substitution route is output-sensitive and exponential in the
-    worst case, which its cap and ``budget`` cut off.  Every stage stops with
-    GrammarTooLarge as soon as it passes ``budget`` rules.
+    nonterminal; it is linear on unit, right and left chains (no recursion, so chains of
+    any length convert).  The substitution route is output-sensitive and exponential in
+    the worst case.  The final merging of nonterminals refines a partition on a worklist,
+    O(m log n) signature computations for ``n`` nonterminals and ``m`` tail symbols.
+
+    Every construction after the first is a candidate only: it gives up (and the best
+    result so far is kept) once it has more than twice the rules of the best one, or
+    more than eight times the work of the first one (at least 100,000 steps); so a
+    variant that is quadratic where the first is linear (the deep cut on long left
+    chains) costs a bounded share.  Only the first construction's failure raises.
 
     Examples
     --------
@@ -1034,6 +1047,14 @@ def to_gnf(
     >>> g = Grammar([Production(E, [E, p, E]), Production(E, [a])], "E")
     >>> is_gnf(to_gnf(g))
     True
+    >>> from formalgram import parse_gbnf
+    >>> up_to_300 = parse_gbnf('root ::= "a"{0,300}')
+    >>> len(to_gnf(up_to_300, budget=1_000).rules)
+    600
+    >>> to_gnf(up_to_300, budget=500)
+    Traceback (most recent call last):
+    ...
+    formalgram.errors.GrammarTooLarge: GNF conversion exceeded its budget of 500 (600 rules after epsilon removal)
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown GNF strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
@@ -1095,7 +1116,9 @@ def to_gnf(
         # left-corner result.
         cap = budget if best is None else min(budget, 2 * best[2].count + 64)
         if best is not None:
-            meter.allowance = min(allowance, meter.work + max(_ALTERNATIVE_WORK * first_work, _ALTERNATIVE_FLOOR))
+            meter.allowance = min(
+                allowance, meter.work + max(_ALTERNATIVE_WORK * first_work, _ALTERNATIVE_FLOOR)
+            )
         try:
             names = list(g.names)
             table = remove_left_recursion_table(names, g.start_id, [list(x) for x in base], cap, meter)
@@ -1113,6 +1136,7 @@ def to_gnf(
     assert best is not None
     quotient, start, b = best
     return _finish(quotient, start, b, start_name, has_eps)
+
 
 def _size(g: Grammar) -> int:
     """Rules plus right-hand-side symbols: the work of one linear pass over ``g``."""

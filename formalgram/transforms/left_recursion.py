@@ -28,12 +28,31 @@ def body_key(body: Body) -> Body:
     terminals ``~0 == -1`` and ``~1 == -2`` have the same hash, and a set of many such bodies
     (all the words over two bytes, say) degrades to quadratic time.  Shifting the terminals
     down by one keeps the key injective and avoids ``-1``.
+
+    Notes
+    -----
+    O(len(body)).
+
+    Examples
+    --------
+    >>> hash((-1, -2)) == hash((-2, -1)), hash(body_key((-1, -2))) == hash(body_key((-2, -1)))
+    (True, False)
     """
     return tuple([s if s >= 0 else s - 1 for s in body])
 
 
 def distinct_bodies(bodies: list[Body]) -> list[Body]:
-    """``bodies`` without repeats, first occurrences in order (hashing with :func:`body_key`)."""
+    """``bodies`` without repeats, first occurrences in order (hashing with :func:`body_key`).
+
+    Notes
+    -----
+    O(total length of the bodies).
+
+    Examples
+    --------
+    >>> distinct_bodies([(0, -1), (-2, -1), (0, -1), (-1, -2)])
+    [(0, -1), (-2, -1), (-1, -2)]
+    """
     seen: set[Body] = set()
     out: list[Body] = []
     for body in bodies:
@@ -140,6 +159,9 @@ def remove_left_recursion_table(
         ``table[a]``: the right-hand sides of ``a`` (integer items as in ``Grammar.rules``).
     budget : int
         Largest total number of rules.
+    meter : Meter, optional
+        Where the work is charged (a caller's, to share one allowance across stages);
+        default a fresh one for ``budget`` (see :mod:`formalgram.transforms.budget`).
 
     Returns
     -------
@@ -149,7 +171,8 @@ def remove_left_recursion_table(
     Raises
     ------
     GrammarTooLarge
-        When the total rule count would pass ``budget``.
+        When the total rule count would pass ``budget`` for every order tried, or the work
+        its allowance.
 
     Notes
     -----
@@ -252,8 +275,11 @@ def remove_left_recursion(g: Grammar, *, budget: int = DEFAULT_BUDGET) -> Gramma
     ----------
     g : Grammar
         Any grammar.
-    budget : int
-        Maximum total number of rules while rewriting.
+    budget : int, keyword-only
+        Maximum total number of rules while rewriting (default
+        :data:`~formalgram.transforms.budget.DEFAULT_BUDGET`); it also caps the epsilon-free
+        grammar and sets the work allowed
+        (:func:`~formalgram.transforms.budget.work_allowance`).
 
     Returns
     -------
@@ -264,13 +290,15 @@ def remove_left_recursion(g: Grammar, *, budget: int = DEFAULT_BUDGET) -> Gramma
     Raises
     ------
     GrammarTooLarge
-        When the rewriting would exceed ``budget`` rules.
+        When the rewriting would exceed ``budget`` rules for every member order tried, or
+        its work allowance (checked as the rules are written).
 
     Notes
     -----
     Linear outside left-recursive components; inside a component of k members with r
     rules, Paull's substitution is O(r * k) in good cases and exponential in the worst
-    case, which the budget cuts off.
+    case, which the budget cuts off.  Each order is tried in place and undone, so a grammar
+    with many small components costs time linear in its size.
 
     Examples
     --------
@@ -280,6 +308,10 @@ def remove_left_recursion(g: Grammar, *, budget: int = DEFAULT_BUDGET) -> Gramma
     >>> g = Grammar([Production(E, [E, p, E]), Production(E, [a])], "E")
     >>> sorted(p.lhs.name for p in remove_left_recursion(g).productions)
     ['E', 'E', 'E__lr', 'E__lr']
+    >>> remove_left_recursion(g, budget=3)
+    Traceback (most recent call last):
+    ...
+    formalgram.errors.GrammarTooLarge: left recursion removal exceeded its budget of 3 (more than 3 rules after removing left recursion)
     """
     meter = Meter("left recursion removal", budget)
     g = merge_unit_cycles(remove_epsilon(g, budget=budget))
@@ -289,4 +321,7 @@ def remove_left_recursion(g: Grammar, *, budget: int = DEFAULT_BUDGET) -> Gramma
         table[lhs].append(rhs)
     table = remove_left_recursion_table(names, g.start_id, table, budget, meter)
     rules: list[IdRule] = [(a, body) for a in range(len(names)) for body in table[a]]
+    if len(rules) > budget:
+        # removing direct recursion at most doubles a nonterminal's rules: checked once here
+        meter.too_many_rules("after removing left recursion")
     return compact(names, g.masks, g.start_id, rules)

@@ -33,7 +33,7 @@ def sccs(n: int, succ: Sequence[Sequence[int]]) -> list[list[int]]:
 
     Notes
     -----
-    Iterative Tarjan (no recursion), O(V + E).
+    Iterative Tarjan (no recursion, so any depth), O(V + E); no budget, raises nothing.
 
     Examples
     --------
@@ -105,7 +105,7 @@ def merge_unit_cycles(g: Grammar) -> Grammar:
 
     Notes
     -----
-    O(|G|).
+    O(|G|) (:func:`sccs` on the unit graph); no budget, raises nothing.
 
     Examples
     --------
