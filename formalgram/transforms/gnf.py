@@ -385,6 +385,7 @@ class _LeftCorner:
         self.n_orig = len(table)
         self.firsts: dict[int, dict[int, list[tuple[int, Body]]]] = {}
         self.raw: dict[tuple[int, int], list[tuple[Body, int]]] = {}
+        self.raw_keys: dict[tuple[int, int], list[tuple[Body, int]]] = {}
         self.unit_reach: dict[int, set[int]] = {}
         self.ids: dict[tuple[int, int], int] = {}
         self.top: dict[int, list[tuple[int, Body]]] = {}
@@ -494,7 +495,9 @@ class _LeftCorner:
             frames.pop()
             on_path.discard(node)
             out: list[tuple[Body, int]] = []
-            # keyed by body_key: bodies over the terminals ~0 and ~1 would collide
+            # deduplicated by body_key (bodies over the terminals ~0 and ~1 would collide);
+            # the keys are kept with the lists, so copying a list does not rebuild them
+            keys: list[tuple[Body, int]] = []
             seen: set[tuple[Body, int]] = set()
             work = 1
             for bnt, beta in entries:
@@ -504,16 +507,20 @@ class _LeftCorner:
                     if k not in seen:
                         seen.add(k)
                         out.append((beta, bnt))
+                        keys.append(k)
                 elif not self.distribute:
                     below = raw.get((a, bnt), [])
+                    below_keys = self.raw_keys.get((a, bnt), [])
                     work += 3 * len(below)
-                    for item in below:
-                        k = (body_key(item[0]), item[1])
+                    for j in range(len(below)):
+                        k = below_keys[j]
                         if k not in seen:
                             seen.add(k)
-                            out.append(item)
+                            out.append(below[j])
+                            keys.append(k)
             self.meter.spend(work)
             raw[(a, node)] = out
+            self.raw_keys[(a, node)] = keys
         return raw[key]
 
     def up(self, a: int, x: int) -> list[int]:
@@ -1101,11 +1108,11 @@ def to_gnf(
             lc = _LeftCorner([list(x) for x in base], b, factor, distribute, cut, deep).run(g.start_id)
             quotient, start, _ = _minimise(lc, g.start_id, meter)
         except GrammarTooLarge:
+            meter.allowance = allowance
             if best is None:
                 raise
             continue
-        finally:
-            meter.allowance = allowance
+        meter.allowance = allowance
         if best is None:
             first_work = meter.work - before
         if best is None or _score(quotient, objective) < _score(best[0], objective):
