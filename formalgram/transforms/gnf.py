@@ -29,7 +29,7 @@ Correctness: ``proofs/normal_forms.md`` §6.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, cast
 
 from formalgram.analysis import generating, nullable
 from formalgram.errors import GrammarError, GrammarTooLarge
@@ -385,7 +385,7 @@ class _LeftCorner:
         self.n_orig = len(table)
         self.firsts: dict[int, dict[int, list[tuple[int, Body]]]] = {}
         self.raw: dict[tuple[int, int], list[tuple[Body, int]]] = {}
-        self.raw_keys: dict[tuple[int, int], list[tuple[Body, int]]] = {}
+        self.raw_keys: dict[tuple[int, int], list[object]] = {}
         self.unit_reach: dict[int, set[int]] = {}
         self.ids: dict[tuple[int, int], int] = {}
         self.top: dict[int, list[tuple[int, Body]]] = {}
@@ -496,27 +496,30 @@ class _LeftCorner:
             on_path.discard(node)
             out: list[tuple[Body, int]] = []
             # deduplicated by body_key (bodies over the terminals ~0 and ~1 would collide);
-            # the keys are kept with the lists, so copying a list does not rebuild them
-            keys: list[tuple[Body, int]] = []
-            seen: set[tuple[Body, int]] = set()
+            # the keys are kept with the lists, so copying a list does not rebuild them.
+            # Copies go through ``object`` views: a compiled build would otherwise unbox
+            # each pair and box a fresh copy of it.
+            shared = cast("list[object]", out)
+            keys: list[object] = []
+            seen: set[object] = set()
             work = 1
             for bnt, beta in entries:
                 work += 1 + len(beta)
                 if beta:
-                    k = (body_key(beta), bnt)
+                    k: object = (body_key(beta), bnt)
                     if k not in seen:
                         seen.add(k)
                         out.append((beta, bnt))
                         keys.append(k)
                 elif not self.distribute:
-                    below = raw.get((a, bnt), [])
+                    below = cast("list[object]", raw.get((a, bnt), []))
                     below_keys = self.raw_keys.get((a, bnt), [])
                     work += 3 * len(below)
                     for j in range(len(below)):
                         k = below_keys[j]
                         if k not in seen:
                             seen.add(k)
-                            out.append(below[j])
+                            shared.append(below[j])
                             keys.append(k)
             self.meter.spend(work)
             raw[(a, node)] = out
