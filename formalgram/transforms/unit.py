@@ -173,9 +173,10 @@ def remove_unit(g: Grammar, *, budget: int = DEFAULT_BUDGET) -> Grammar:
     -----
     O(|G| + |result|) when every nonterminal has at most one distinct unit successor (unit
     chains: the closure of ``A -> B`` is ``A``'s own rules followed by ``B``'s closure);
-    otherwise a depth-first search per nonterminal, O(|V| * |G|) in the worst case.  The
-    result itself can be quadratic: in ``A_i -> A_{i+1} | a_i`` every ``A_i`` gets all the
-    ``a_j`` with ``j >= i``.
+    otherwise a depth-first search per nonterminal, O(|V| * |G|) in the worst case.  Only
+    the nonterminals the result keeps (reachable once unit rules are gone) get a closure.
+    The result itself can be quadratic: in ``A_i -> A_{i+1} | a_i A_i`` every ``A_i`` gets
+    all the ``a_j A_j`` with ``j >= i``.
 
     Examples
     --------
@@ -202,34 +203,38 @@ def remove_unit(g: Grammar, *, budget: int = DEFAULT_BUDGET) -> Grammar:
                 succ[lhs].append(rhs[0])
         else:
             plain[lhs].append(rhs)
-    # closure[a]: the non-unit bodies of U(a) in the order of a depth-first search from a
-    # (kept only for nonterminals that are the single unit successor of another one)
+    # the nonterminals still reachable once unit rules are gone: the start, and every
+    # nonterminal in a non-unit body of a nonterminal that one of them reaches by unit rules
+    start = g.start_id
+    kept = [False] * n
+    visited = [False] * n
+    kept[start] = visited[start] = True
+    stack = [start]
+    while stack:
+        b = stack.pop()
+        meter.spend(1 + len(succ[b]) + sum(len(body) for body in plain[b]))
+        for c in succ[b]:
+            if not visited[c]:
+                visited[c] = True
+                stack.append(c)
+        for body in plain[b]:
+            for s in body:
+                if s >= 0 and not kept[s]:
+                    kept[s] = True
+                    if not visited[s]:
+                        visited[s] = True
+                        stack.append(s)
+    # closure[a]: the non-unit bodies of U(a), in the order of a depth-first search from a
     closure: dict[int, list[tuple[int, ...]]] = {}
-    is_single_target = [False] * n
-    for a in range(n):
-        if len(succ[a]) == 1:
-            is_single_target[succ[a][0]] = True
     out: list[IdRule] = []
     for a in range(n):
-        bodies = _closure(a, succ, plain, closure, is_single_target, meter)
+        if not kept[a]:
+            continue
+        bodies = _closure(a, succ, plain, closure, kept, meter)
         out.extend((a, body) for body in bodies)
         if len(out) > budget:
             meter.too_many_rules("after closing over unit rules")
-    # drop what became unreachable
-    n_reach = [False] * n
-    n_reach[g.start_id] = True
-    by_lhs: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
-    for lhs, body in out:
-        by_lhs[lhs].append(body)
-    stack = [g.start_id]
-    while stack:
-        a = stack.pop()
-        for body in by_lhs[a]:
-            for s in body:
-                if s >= 0 and not n_reach[s]:
-                    n_reach[s] = True
-                    stack.append(s)
-    return compact(g.names, g.masks, g.start_id, [r for r in out if n_reach[r[0]]])
+    return compact(g.names, g.masks, start, out)
 
 
 def _closure(
@@ -245,9 +250,11 @@ def _closure(
     The order is that of a depth-first search from ``a`` (a stack; a nonterminal is
     marked when pushed; its bodies are listed when popped).  When ``a`` has a single unit
     successor ``b`` (``a`` is not reachable from ``b``: unit cycles are merged), that
-    search lists ``a``'s bodies and then exactly the search from ``b``, so chains are
-    walked once, bottom-up, and ``memo`` keeps the lists of the nonterminals ``keep``
-    marks (the single successors of others).
+    search lists ``a``'s bodies and then exactly the search from ``b``.  So a chain of
+    single successors is walked down to a known list (or a branching nonterminal, searched
+    in full) and the lists are assembled bottom-up, reversed, so that each step only
+    appends; ``memo`` keeps the lists of the nonterminals ``keep`` marks (those whose rules
+    the result keeps), and nothing else is copied.
     """
     got = memo.get(a)
     if got is not None:
@@ -256,6 +263,7 @@ def _closure(
     chain = [a]
     while len(succ[chain[-1]]) == 1 and succ[chain[-1]][0] not in memo:
         chain.append(succ[chain[-1]][0])
+    meter.spend(len(chain))
     last = chain[-1]
     below: list[tuple[int, ...]]
     if len(succ[last]) == 1:
@@ -277,9 +285,14 @@ def _closure(
     meter.spend(1 + len(below))
     if keep[last]:
         memo[last] = below
+    if len(chain) == 1:
+        return below
+    # the lists above ``last``, reversed: each nonterminal appends its own bodies backwards
+    acc = below[::-1]
     for b in reversed(chain[:-1]):
-        below = list(plain[b]) + below
-        meter.spend(1 + len(below))
+        acc.extend(reversed(plain[b]))
+        meter.spend(1 + len(plain[b]))
         if keep[b]:
-            memo[b] = below
-    return below
+            memo[b] = acc[::-1]
+            meter.spend(len(acc))
+    return memo[a]
