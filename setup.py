@@ -19,6 +19,7 @@ COMPILED = [
     "formalgram/syntax/lower.py",
     "formalgram/syntax/gbnf.py",
     "formalgram/syntax/regex.py",
+    "formalgram/transforms/budget.py",
     "formalgram/transforms/useless.py",
     "formalgram/transforms/epsilon.py",
     "formalgram/transforms/unit.py",

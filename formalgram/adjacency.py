@@ -79,7 +79,7 @@ def rightmost_graph(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
 
     Notes
     -----
-    O(total rule length).
+    O(total rule length): linear, so no budget; raises only for a non-GNF grammar.
 
     Examples
     --------
@@ -150,7 +150,10 @@ def stack_adjacency(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
     Notes
     -----
     O(K * (V + E) + |result|) with K the number of distinct upper symbols of seeds, V the
-    nonterminals and E the edges of the rightmost-nonterminal graph.
+    nonterminals and E the edges of the rightmost-nonterminal graph: at most quadratic in
+    the grammar, and the result has at most V^2 pairs.  Polynomial and bounded by the
+    grammar's size, so it takes no budget (a GNF within :func:`~formalgram.to_gnf`'s default
+    budget has at most 200,000 rules).
 
     Examples
     --------

@@ -70,7 +70,8 @@ def nullable(g: Grammar) -> frozenset[int]:
     Notes
     -----
     O(|G|): each rule keeps a counter of right-hand-side items not yet known to be
-    nullable; each occurrence of a nonterminal is visited once.
+    nullable; each occurrence of a nonterminal is visited once.  Linear, so no budget;
+    raises nothing.
 
     Examples
     --------
@@ -98,7 +99,7 @@ def generating(g: Grammar) -> frozenset[int]:
 
     Notes
     -----
-    O(|G|), the same counter scheme as :func:`nullable`.
+    O(|G|), the same counter scheme as :func:`nullable`; no budget, raises nothing.
 
     Examples
     --------
@@ -137,7 +138,7 @@ def generating_rules(g: Grammar, gen: frozenset[int] | None = None) -> tuple[int
 
     Notes
     -----
-    O(|G|).
+    O(|G|); no budget, raises nothing.
 
     Examples
     --------
@@ -181,7 +182,8 @@ def reachable(g: Grammar) -> frozenset[int]:
 
     Notes
     -----
-    O(|G|) depth-first search over rule right-hand sides.
+    O(|G|) depth-first search over rule right-hand sides (on an explicit stack); no
+    budget, raises nothing.
 
     Examples
     --------
@@ -222,7 +224,7 @@ def unreachable(g: Grammar) -> frozenset[int]:
 
     Notes
     -----
-    O(|G|).
+    O(|G|); no budget, raises nothing.
 
     Examples
     --------

@@ -30,12 +30,16 @@ from formalgram.grammar import Grammar
 from formalgram.transforms.byte_classes import byte_class_map
 from formalgram.transforms.gnf import require_gnf
 
-__all__ = ["DEFAULT_MAX_STACKS", "PDA", "Stack"]
+__all__ = ["DEFAULT_MAX_STACKS", "DEFAULT_WORK", "PDA", "Stack"]
 
 Stack = tuple[int, ...]
 """A PDA stack: nonterminal ids, top at the end."""
 
 DEFAULT_MAX_STACKS = 200_000
+
+DEFAULT_WORK = 10_000_000
+"""Default work budget of :meth:`PDA.accepts` and :meth:`PDA.is_prefix`, in steps (cells
+visited, transitions tried, parent links merged): a few seconds of pure Python."""
 
 
 @final
@@ -71,6 +75,19 @@ class PDA:
         mention a non-generating nonterminal or a terminal with an empty byte set).
     max_stacks : int
         Bound on the number of distinct stacks kept during a simulation.
+
+    Raises
+    ------
+    GrammarError
+        From the constructor, when ``byte_class_of`` does not have 256 entries.
+    ValueError
+        When ``max_stacks < 1``.
+
+    Notes
+    -----
+    Construction (:meth:`from_gnf`) is linear in the grammar times the byte classes.  The
+    explicit stack sets of :meth:`step` are bounded by ``max_stacks``; :meth:`accepts` and
+    :meth:`is_prefix` by a work budget (:data:`DEFAULT_WORK`).
 
     Examples
     --------
@@ -244,13 +261,31 @@ class PDA:
 
         Notes
         -----
-        One dictionary lookup.
+        One dictionary lookup; raises nothing.
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf, to_gnf
+        >>> pda = PDA.from_gnf(to_gnf(parse_gbnf('root ::= "a" root | "b"')))
+        >>> pda.transitions(ord("a"), pda.start_id), pda.transitions(ord("c"), pda.start_id)
+        (((1,),), ())
         """
         return self.table.get((self.byte_class_of[byte], nonterminal), ())
 
     @property
     def initial_stacks(self) -> frozenset[Stack]:
-        """The set of initial stacks, ``{(S,)}``."""
+        """The set of initial stacks, ``{(S,)}``.
+
+        Notes
+        -----
+        O(1).
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf, to_gnf
+        >>> PDA.from_gnf(to_gnf(parse_gbnf('root ::= "x"'))).initial_stacks
+        frozenset({(0,)})
+        """
         return frozenset([(self.start_id,)])
 
     def step(self, stacks: Iterable[Stack], byte: int) -> set[Stack]:
@@ -328,7 +363,15 @@ class PDA:
 
         Notes
         -----
-        ``len(data)`` calls of :meth:`step`.
+        ``len(data)`` calls of :meth:`step`; ``max_stacks`` bounds the stacks held at once,
+        hence time and memory per byte.
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf, to_gnf
+        >>> pda = PDA.from_gnf(to_gnf(parse_gbnf('root ::= "(" root ")" | "x"')))
+        >>> [len(st) for st in pda.stacks_after(b"((")]
+        [3]
         """
         cur: set[Stack] = {(self.start_id,)}
         for b in data:
@@ -337,7 +380,7 @@ class PDA:
                 break
         return cur
 
-    def _run_shared(self, data: bytes) -> tuple[bool, bool]:
+    def _run_shared(self, data: bytes, budget: int | None) -> tuple[bool, bool]:
         """Simulate on a graph-structured stack; returns ``(some stack survives, empty stack reached)``.
 
         The set of reachable stacks is kept as a DAG: a node is a stack cell (a nonterminal)
@@ -353,7 +396,9 @@ class PDA:
         tops: set[int] = {1}
         n = self._n
         moves = self._moves
-        for byte in data:
+        limit = (1 << 62) if budget is None else budget
+        work = 0
+        for pos, byte in enumerate(data):
             base = self.byte_class_of[byte] * n
             fresh: dict[tuple[tuple[int, ...], int], int] = {}
             new_tops: set[int] = set()
@@ -364,6 +409,13 @@ class PDA:
                 if pushes is None:
                     continue
                 below = parents[v]
+                work += 1 + len(pushes) * (1 + len(below))
+                if work > limit:
+                    raise GrammarTooLarge(
+                        "PDA simulation",
+                        limit,
+                        f"more than {limit} steps of work while reading byte {pos + 1}",
+                    )
                 for p in pushes:  # reversed: p[-1] is the new top, p[0] lies on ``below``
                     if not p:
                         new_tops |= below
@@ -390,12 +442,15 @@ class PDA:
         return True, 0 in tops
 
     # -- language queries -----------------------------------------------------------------
-    def accepts(self, data: bytes) -> bool:
+    def accepts(self, data: bytes, *, budget: int | None = DEFAULT_WORK) -> bool:
         """True when ``data`` belongs to the grammar's language.
 
         Parameters
         ----------
         data : bytes
+        budget : int or None, keyword-only
+            Most steps of work (cells visited, transitions tried, parent links merged);
+            default :data:`DEFAULT_WORK`, ``None`` for no limit.
 
         Returns
         -------
@@ -403,26 +458,53 @@ class PDA:
             For ``b""``: whether ``S -> ε`` is a rule.  Otherwise: whether some run ends with
             the empty stack.
 
+        Raises
+        ------
+        GrammarTooLarge
+            When the simulation needs more than ``budget`` steps (checked at every cell).
+
         Notes
         -----
-        O(len(data) * (C + E)) with C the number of distinct pushed tuples (cells per step) and
-        E the parent links touched per step: the set of stacks is simulated on a shared
-        graph-structured stack, never expanded (no ``max_stacks`` bound applies).
+        The set of stacks is simulated on a shared graph-structured stack, never expanded
+        (no ``max_stacks`` bound applies): at most C cells per byte, C the number of
+        distinct pushed slots of the grammar.  A cell's parent set can hold every earlier
+        cell, so a byte costs O(C * n * C) steps at worst and the whole input O(n^2 * C^2)
+        time and memory (in GNF an open bracket commits to what follows its match, and
+        ambiguous grammars accumulate parents); grammars whose stacks stay few cost O(n * C).
+        The budget bounds both.
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf, to_gnf
+        >>> pda = PDA.from_gnf(to_gnf(parse_gbnf('root ::= ("a" | "b")* "a"')))
+        >>> pda.accepts(b"abba"), pda.accepts(b"abab")
+        (True, False)
+        >>> pda.accepts(b"ab" * 1000 + b"a", budget=1000)
+        Traceback (most recent call last):
+        ...
+        formalgram.errors.GrammarTooLarge: PDA simulation exceeded its budget of 1000 (more than 1000 steps of work while reading byte 155)
         """
         if not data:
             return self.accepts_empty
-        return self._run_shared(data)[1]
+        return self._run_shared(data, budget)[1]
 
-    def is_prefix(self, data: bytes) -> bool:
+    def is_prefix(self, data: bytes, *, budget: int | None = DEFAULT_WORK) -> bool:
         """True when ``data`` is a prefix of some string of the language.
 
         Parameters
         ----------
         data : bytes
+        budget : int or None, keyword-only
+            As for :meth:`accepts`.
 
         Returns
         -------
         bool
+
+        Raises
+        ------
+        GrammarTooLarge
+            When the simulation needs more than ``budget`` steps.
 
         Notes
         -----
@@ -431,12 +513,19 @@ class PDA:
         automaton leaves out every rule mentioning a non-generating nonterminal, every stack
         it reaches from a generating start consists of generating symbols, so "some stack
         survives" is exact.  The empty input is a prefix iff the language is non-empty.
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf, to_gnf
+        >>> pda = PDA.from_gnf(to_gnf(parse_gbnf('root ::= "(" root ")" | "x"')))
+        >>> pda.is_prefix(b"(("), pda.is_prefix(b"(x))")
+        (True, False)
         """
         if not data:
             return self.accepts_empty or self.generating[self.start_id]
         if not self.generating[self.start_id]:
             return False
-        return self._run_shared(data)[0]
+        return self._run_shared(data, budget)[0]
 
     def __repr__(self) -> str:
         return (

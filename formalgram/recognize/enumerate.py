@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import heapq
 import random
 
 from formalgram.errors import EmptyLanguageError, GrammarError, GrammarTooLarge
@@ -39,9 +40,10 @@ def default_alphabet(g: Grammar) -> bytes:
     bytes
         Sorted representatives, one per class (empty when ``g`` has no non-empty terminal).
 
-    Complexity
-    ----------
-    O(256 * number of terminals).
+    Notes
+    -----
+    O(256 * number of terminals); linear in the grammar, so it takes no budget, and raises
+    nothing.
 
     Examples
     --------
@@ -94,10 +96,14 @@ def enumerate_strings(
     ValueError
         When ``max_len`` is negative.
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(P * |alphabet| * c) where P is the number of viable prefixes of length ``< max_len``
-    and ``c`` the cost of one Earley step; dead prefixes are never extended.
+    and ``c`` the cost of one Earley step; dead prefixes are never extended.  Bounded by
+    ``limit``: at most ``16 * limit + 10_000`` prefixes are visited, and every prefix's
+    recognizer has the default Earley work budget
+    (:data:`~formalgram.recognize.earley.DEFAULT_BUDGET`), so a step that costs more raises
+    :class:`~formalgram.errors.GrammarTooLarge` too.
 
     Examples
     --------
@@ -144,46 +150,91 @@ def _min_lengths(g: Grammar) -> tuple[list[int], list[int]]:
     """Shortest yield length per nonterminal and a well-founded shortest rule per nonterminal.
 
     Returns ``(minlen, short_rule)``: ``minlen[A]`` is the length of a shortest string derived
-    from ``A`` (``_INF`` when ``A`` derives nothing); ``short_rule[A]`` is an index into
-    ``g.rules`` of a rule of ``A`` whose right-hand side yields a string of length ``minlen[A]``
-    and whose nonterminals were all settled strictly before ``A``, so following ``short_rule``
-    always terminates (``-1`` when ``A`` derives nothing).
+    from ``A`` (``_INF`` when ``A`` derives nothing, or nothing shorter than ``_INF``);
+    ``short_rule[A]`` is an index into ``g.rules`` of a rule of ``A`` whose right-hand side
+    yields a string of length ``minlen[A]`` and whose nonterminals were all settled strictly
+    before ``A``, so following ``short_rule`` always terminates (``-1`` when ``A`` derives
+    nothing).  Settling goes in rounds: round 1 settles every nonterminal with a shortest rule
+    free of nonterminals, round ``k + 1`` every other nonterminal with a shortest rule whose
+    nonterminals were settled by round ``k``; the chosen rule is the first such one.
+
+    The lengths come from Knuth's generalisation of Dijkstra's algorithm (a rule's length is
+    known once all its nonterminals are), the rounds from counters per shortest rule: both
+    O(|G| log |G|), so long chains are fine.
     """
     n = len(g.names)
     masks = g.masks
+    rules = g.rules
+    # -- shortest lengths -----------------------------------------------------------------
     minlen = [_INF] * n
-    changed = True
-    while changed:
-        changed = False
-        for lhs, rhs in g.rules:
-            total = 0
-            for s in rhs:
-                total += minlen[s] if s >= 0 else (1 if masks[~s] else _INF)
-                if total >= _INF:
-                    break
-            if total < minlen[lhs]:
-                minlen[lhs] = total
-                changed = True
-    # settle nonterminals in rounds: a rule may be used once all its nonterminals are settled
+    pending = [0] * len(rules)
+    partial = [0] * len(rules)
+    occurs: list[list[int]] = [[] for _ in range(n)]
+    heap: list[tuple[int, int]] = []
+    for r, (lhs, rhs) in enumerate(rules):
+        if any(s < 0 and not masks[~s] for s in rhs):
+            pending[r] = -1
+            continue
+        count = 0
+        for s in rhs:
+            if s >= 0:
+                count += 1
+                occurs[s].append(r)
+            else:
+                partial[r] += 1
+        pending[r] = count
+        if count == 0:
+            heapq.heappush(heap, (partial[r], lhs))
+    done = [False] * n
+    while heap:
+        length, a = heapq.heappop(heap)
+        if done[a] or length >= _INF:
+            continue
+        done[a] = True
+        minlen[a] = length
+        for r in occurs[a]:
+            if pending[r] <= 0:
+                continue
+            partial[r] += length
+            pending[r] -= 1
+            if pending[r] == 0:
+                lhs = rules[r][0]
+                if not done[lhs]:
+                    heapq.heappush(heap, (partial[r], lhs))
+    # -- rounds of settling over the shortest rules ---------------------------------------
     short_rule = [-1] * n
+    waiting = [0] * len(rules)
+    users: list[list[int]] = [[] for _ in range(n)]
+    ready: list[int] = []
+    for r, (lhs, rhs) in enumerate(rules):
+        if minlen[lhs] >= _INF or pending[r] != 0:
+            continue
+        if sum(minlen[s] if s >= 0 else 1 for s in rhs) != minlen[lhs]:
+            continue
+        count = 0
+        for s in rhs:
+            if s >= 0:
+                count += 1
+                users[s].append(r)
+        waiting[r] = count
+        if count == 0:
+            ready.append(r)
     settled = [False] * n
-    progress = True
-    while progress:
-        progress = False
-        newly: list[tuple[int, int]] = []
-        for r, (lhs, rhs) in enumerate(g.rules):
-            if settled[lhs] or minlen[lhs] >= _INF:
-                continue
-            if not all((settled[s] if s >= 0 else masks[~s] != 0) for s in rhs):
-                continue
-            length = sum(minlen[s] if s >= 0 else 1 for s in rhs)
-            if length == minlen[lhs]:
-                newly.append((lhs, r))
-        for lhs, r in newly:
+    while ready:
+        ready.sort()
+        newly: list[int] = []
+        for r in ready:
+            lhs = rules[r][0]
             if not settled[lhs]:
                 settled[lhs] = True
                 short_rule[lhs] = r
-                progress = True
+                newly.append(lhs)
+        ready = []
+        for a in newly:
+            for r in users[a]:
+                waiting[r] -= 1
+                if waiting[r] == 0 and not settled[rules[r][0]]:
+                    ready.append(r)
     return minlen, short_rule
 
 
@@ -236,9 +287,14 @@ def sample(g: Grammar, n: int, seed: int = 0, max_len: int = 64) -> list[bytes]:
     GrammarError
         When no member of L(g) has length ``<= max_len``.
 
-    Complexity
-    ----------
-    O(n * (max_len + expansions)) after an O(|G| * nonterminals) precomputation.
+    Notes
+    -----
+    An O(|G| log |G|) precomputation (shortest yields by Knuth's generalisation of
+    Dijkstra's algorithm, then the rounds in which shortest rules become usable), then
+    O(n * (max_len + expansions)) where a derivation makes at most ``50 * max_len + 200``
+    free expansions before it follows shortest rules, which reach a leaf within O(|V|)
+    unit steps per written byte (subtrees deriving only the empty string are skipped).
+    Needs no budget.
 
     Examples
     --------
@@ -270,7 +326,7 @@ def sample(g: Grammar, n: int, seed: int = 0, max_len: int = 64) -> list[bytes]:
         suffix.append(suf)
     # byte lists per terminal
     choices: list[list[int]] = [[b for b in range(256) if (m >> b) & 1] for m in masks]
-    sampler = _Sampler(rng, g, suffix, short_rule, choices, 50 * max_len + 200)
+    sampler = _Sampler(rng, g, suffix, minlen, short_rule, choices, 50 * max_len + 200)
     out: list[bytes] = []
     for _ in range(n):
         target = rng.randint(minlen[start], max_len)
@@ -293,10 +349,12 @@ class _Sampler:
         rng: random.Random,
         g: Grammar,
         suffix: list[list[int]],
+        minlen: list[int],
         short_rule: list[int],
         choices: list[list[int]],
         expansion_cap: int,
     ) -> None:
+        self.minlen = minlen
         self.rng = rng
         self.rules = g.rules
         self.by_lhs = g.rules_by_lhs
@@ -337,5 +395,9 @@ class _Sampler:
                 sub = budget - (len(buf) - begin) - suffix[r][k + 1]
                 expansions += 1
                 free = expansions <= self.expansion_cap
+                if not free and self.minlen[s] == 0:
+                    # shortest rules derive the empty string here: nothing to write, and the
+                    # derivation tree can be exponentially large (A -> B B, B -> C C, ...)
+                    continue
                 frames.append([_pick(rng, by_lhs[s], suffix, short_rule[s], sub, free), 0, len(buf), sub])
         return bytes(buf)

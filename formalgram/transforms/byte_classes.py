@@ -50,7 +50,8 @@ def byte_classes(g: Grammar) -> tuple[ByteSet, ...]:
     Notes
     -----
     O(|terminals| * |classes|) big-integer operations (at most 256 classes): each
-    mask refines the current blocks.
+    mask refines the current blocks.  Linear in the grammar, so it takes no budget; raises
+    nothing.
 
     Examples
     --------
@@ -80,7 +81,7 @@ def byte_class_map(g: Grammar) -> bytes:
 
     Notes
     -----
-    The partition's cost (see :func:`byte_classes`) plus O(256).
+    The partition's cost (see :func:`byte_classes`) plus O(256); no budget, raises nothing.
 
     Examples
     --------

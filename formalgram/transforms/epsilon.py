@@ -9,6 +9,7 @@ otherwise a fresh one).
 from __future__ import annotations
 
 from formalgram.analysis import nullable
+from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar, IdRule, fresh_name
 from formalgram.transforms.useless import compact
 
@@ -66,7 +67,12 @@ def _split_rules(
     return out, null_ids
 
 
-def remove_epsilon(g: Grammar) -> Grammar:
+def _check_size(count: int, limit: int) -> None:
+    if 0 <= limit < count:
+        raise GrammarTooLarge("epsilon removal", limit, f"more than {limit} rules")
+
+
+def remove_epsilon(g: Grammar, *, budget: int | None = None) -> Grammar:
     """Remove epsilon rules, keeping the language exactly (the empty string included).
 
     Every rule ``A -> X1 .. Xn`` is replaced by all its variants obtained by dropping
@@ -81,6 +87,9 @@ def remove_epsilon(g: Grammar) -> Grammar:
     ----------
     g : Grammar
         Any grammar.
+    budget : int or None, keyword-only
+        Most rules the result may have (checked after each rule's variants are written);
+        ``None`` (default): no limit, since the result is at most 16 times the input.
 
     Returns
     -------
@@ -89,10 +98,18 @@ def remove_epsilon(g: Grammar) -> Grammar:
         ``S' -> ε`` as described above.  Self loops ``A -> A`` created by the
         expansion are dropped (they add nothing).
 
+    Raises
+    ------
+    GrammarTooLarge
+        When the result would have more than ``budget`` rules.
+
     Notes
     -----
     O(|G|) nullable analysis; the expansion writes at most 16 variants per rule after
-    splitting, so time and output size are O(|G|).
+    splitting, so time and output size are O(|G|): the transform cannot blow up, and its
+    budget only caps the size of the result.  (Naming the fresh ``<lhs>__tail`` symbols
+    tries suffixes one by one, which is quadratic in the number of long rules sharing a
+    left-hand side.)
 
     Examples
     --------
@@ -102,11 +119,16 @@ def remove_epsilon(g: Grammar) -> Grammar:
     >>> g = Grammar([Production(S, [a, S]), Production(S, [])], "S")
     >>> sorted(len(p.rhs) for p in remove_epsilon(g).productions)
     [0, 1, 1, 2, 2]
+    >>> remove_epsilon(g, budget=4)
+    Traceback (most recent call last):
+    ...
+    formalgram.errors.GrammarTooLarge: epsilon removal exceeded its budget of 4 (more than 4 rules)
     """
     null = nullable(g)
     names = list(g.names)
     taken = set(names)
     rules, null_ids = _split_rules(g, null, names, taken)
+    limit = -1 if budget is None else budget
     out: list[IdRule] = []
     for lhs, rhs in rules:
         positions = [i for i, s in enumerate(rhs) if s >= 0 and s in null_ids]
@@ -123,6 +145,7 @@ def remove_epsilon(g: Grammar) -> Grammar:
             if len(body) == 1 and body[0] == lhs:
                 continue
             out.append((lhs, body))
+        _check_size(len(out), limit)
     start = g.start_id
     if start in null:
         on_rhs = any(start in rhs for _, rhs in out)
@@ -133,6 +156,8 @@ def remove_epsilon(g: Grammar) -> Grammar:
             names.append(name)
             copies = [(new_start, rhs) for lhs, rhs in out if lhs == start]
             out.extend(copies)
+            _check_size(len(out), limit)
             start = new_start
         out.append((start, ()))
+        _check_size(len(out), limit)
     return compact(names, g.masks, start, out)

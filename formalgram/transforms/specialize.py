@@ -35,7 +35,10 @@ def specialize_terminal_symbols(gnf: Grammar) -> Grammar:
 
     Notes
     -----
-    O(size of the grammar); the result has at most one new nonterminal per tail position.
+    O(size of the grammar); the result has at most one new nonterminal per tail position,
+    so it is linear and takes no budget.  Raises nothing (a grammar that is not in GNF is
+    copied the same way; its language is kept).  Naming the copies tries suffixes one by one
+    only when a name is taken.
 
     Examples
     --------

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from formalgram.grammar import Grammar, IdRule
+from formalgram.transforms.budget import DEFAULT_BUDGET, Meter
 from formalgram.transforms.useless import compact
 
 __all__ = ["merge_unit_cycles", "remove_unit", "sccs"]
@@ -32,7 +33,7 @@ def sccs(n: int, succ: Sequence[Sequence[int]]) -> list[list[int]]:
 
     Notes
     -----
-    Iterative Tarjan (no recursion), O(V + E).
+    Iterative Tarjan (no recursion, so any depth), O(V + E); no budget, raises nothing.
 
     Examples
     --------
@@ -104,7 +105,7 @@ def merge_unit_cycles(g: Grammar) -> Grammar:
 
     Notes
     -----
-    O(|G|).
+    O(|G|) (:func:`sccs` on the unit graph); no budget, raises nothing.
 
     Examples
     --------
@@ -139,7 +140,7 @@ def merge_unit_cycles(g: Grammar) -> Grammar:
     return compact(g.names, g.masks, rep[g.start_id], out)
 
 
-def remove_unit(g: Grammar) -> Grammar:
+def remove_unit(g: Grammar, *, budget: int = DEFAULT_BUDGET) -> Grammar:
     """Remove every unit rule ``A -> B`` (``B`` a nonterminal), unit cycles included.
 
     For each nonterminal ``A`` the set ``U(A)`` of nonterminals reachable from ``A``
@@ -150,6 +151,10 @@ def remove_unit(g: Grammar) -> Grammar:
     ----------
     g : Grammar
         Any grammar (epsilon rules are allowed and kept as they are).
+    budget : int, keyword-only
+        Most rules the result may have before unreachable ones are dropped; the work is
+        bounded by :data:`~formalgram.transforms.budget.WORK_PER_RULE` steps per rule of
+        budget (see :mod:`formalgram.transforms.budget`).
 
     Returns
     -------
@@ -158,9 +163,20 @@ def remove_unit(g: Grammar) -> Grammar:
         included).  Nonterminals that only served as unit targets may become
         unreachable; they are dropped.
 
+    Raises
+    ------
+    GrammarTooLarge
+        When the rules written pass ``budget`` or the work passes its allowance; checked
+        while the closures are written.
+
     Notes
     -----
-    O(|V| * |G|) in the worst case (each closure copies rules).
+    O(|G| + |result|) when every nonterminal has at most one distinct unit successor (unit
+    chains: the closure of ``A -> B`` is ``A``'s own rules followed by ``B``'s closure);
+    otherwise a depth-first search per nonterminal, O(|V| * |G|) in the worst case.  Only
+    the nonterminals the result keeps (reachable once unit rules are gone) get a closure.
+    The result itself can be quadratic: in ``A_i -> A_{i+1} | a_i A_i`` every ``A_i`` gets
+    all the ``a_j A_j`` with ``j >= i``.
 
     Examples
     --------
@@ -169,40 +185,114 @@ def remove_unit(g: Grammar) -> Grammar:
     >>> g = Grammar([Production(S, [A]), Production(A, [ByteSet.single(97)])], "S")
     >>> [len(p.rhs) for p in remove_unit(g).productions]
     [1]
+    >>> print(remove_unit(g, budget=2).to_gbnf(), end="")
+    S ::= "a"
     """
+    meter = Meter("unit rule removal", budget)
+    meter.spend(len(g.rules) + sum(len(rhs) for _, rhs in g.rules))
     g = merge_unit_cycles(g)
     n = len(g.names)
     succ: list[list[int]] = [[] for _ in range(n)]
     plain: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
+    unit_rules: set[tuple[int, int]] = set()
     for lhs, rhs in g.rules:
         if len(rhs) == 1 and rhs[0] >= 0:
-            succ[lhs].append(rhs[0])
+            # a repeated unit rule adds nothing to the search below
+            if (lhs, rhs[0]) not in unit_rules:
+                unit_rules.add((lhs, rhs[0]))
+                succ[lhs].append(rhs[0])
         else:
             plain[lhs].append(rhs)
+    # the nonterminals still reachable once unit rules are gone: the start, and every
+    # nonterminal in a non-unit body of a nonterminal that one of them reaches by unit rules
+    start = g.start_id
+    kept = [False] * n
+    visited = [False] * n
+    kept[start] = visited[start] = True
+    stack = [start]
+    while stack:
+        b = stack.pop()
+        meter.spend(1 + len(succ[b]) + sum(len(body) for body in plain[b]))
+        for c in succ[b]:
+            if not visited[c]:
+                visited[c] = True
+                stack.append(c)
+        for body in plain[b]:
+            for s in body:
+                if s >= 0 and not kept[s]:
+                    kept[s] = True
+                    if not visited[s]:
+                        visited[s] = True
+                        stack.append(s)
+    # closure[a]: the non-unit bodies of U(a), in the order of a depth-first search from a
+    closure: dict[int, list[tuple[int, ...]]] = {}
     out: list[IdRule] = []
     for a in range(n):
-        seen = {a}
-        stack = [a]
+        if not kept[a]:
+            continue
+        bodies = _closure(a, succ, plain, closure, kept, meter)
+        out.extend((a, body) for body in bodies)
+        if len(out) > budget:
+            meter.too_many_rules("after closing over unit rules")
+    return compact(g.names, g.masks, start, out)
+
+
+def _closure(
+    a: int,
+    succ: list[list[int]],
+    plain: list[list[tuple[int, ...]]],
+    memo: dict[int, list[tuple[int, ...]]],
+    keep: list[bool],
+    meter: Meter,
+) -> list[tuple[int, ...]]:
+    """The non-unit bodies of the nonterminals reached from ``a`` by unit rules, in DFS order.
+
+    The order is that of a depth-first search from ``a`` (a stack; a nonterminal is
+    marked when pushed; its bodies are listed when popped).  When ``a`` has a single unit
+    successor ``b`` (``a`` is not reachable from ``b``: unit cycles are merged), that
+    search lists ``a``'s bodies and then exactly the search from ``b``.  So a chain of
+    single successors is walked down to a known list (or a branching nonterminal, searched
+    in full) and the lists are assembled bottom-up, reversed, so that each step only
+    appends; ``memo`` keeps the lists of the nonterminals ``keep`` marks (those whose rules
+    the result keeps), and nothing else is copied.
+    """
+    got = memo.get(a)
+    if got is not None:
+        return got
+    # the chain of single successors below ``a``, down to a known list or a branching node
+    chain = [a]
+    while len(succ[chain[-1]]) == 1 and succ[chain[-1]][0] not in memo:
+        chain.append(succ[chain[-1]][0])
+    meter.spend(len(chain))
+    last = chain[-1]
+    below: list[tuple[int, ...]]
+    if len(succ[last]) == 1:
+        below = list(plain[last]) + memo[succ[last][0]]
+    elif not succ[last]:
+        below = list(plain[last])
+    else:
+        below = []
+        seen = {last}
+        stack = [last]
         while stack:
             b = stack.pop()
-            for body in plain[b]:
-                out.append((a, body))
+            below.extend(plain[b])
+            meter.spend(1 + len(plain[b]) + len(succ[b]))
             for c in succ[b]:
                 if c not in seen:
                     seen.add(c)
                     stack.append(c)
-    # drop what became unreachable
-    n_reach = [False] * n
-    n_reach[g.start_id] = True
-    by_lhs: list[list[tuple[int, ...]]] = [[] for _ in range(n)]
-    for lhs, body in out:
-        by_lhs[lhs].append(body)
-    stack = [g.start_id]
-    while stack:
-        a = stack.pop()
-        for body in by_lhs[a]:
-            for s in body:
-                if s >= 0 and not n_reach[s]:
-                    n_reach[s] = True
-                    stack.append(s)
-    return compact(g.names, g.masks, g.start_id, [r for r in out if n_reach[r[0]]])
+    meter.spend(1 + len(below))
+    if keep[last]:
+        memo[last] = below
+    if len(chain) == 1:
+        return below
+    # the lists above ``last``, reversed: each nonterminal appends its own bodies backwards
+    acc = below[::-1]
+    for b in reversed(chain[:-1]):
+        acc.extend(reversed(plain[b]))
+        meter.spend(1 + len(plain[b]))
+        if keep[b]:
+            memo[b] = acc[::-1]
+            meter.spend(len(acc))
+    return memo[a]

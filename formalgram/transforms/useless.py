@@ -36,7 +36,7 @@ def compact(names: Sequence[str], masks: Sequence[int], start: int, rules: Seque
 
     Notes
     -----
-    O(|G|).
+    O(|G|); no budget, raises nothing.
 
     Examples
     --------
@@ -102,7 +102,8 @@ def remove_useless(g: Grammar) -> Grammar:
 
     Notes
     -----
-    O(|G|).
+    O(|G|) (:func:`~formalgram.analysis.generating`, then
+    :func:`~formalgram.analysis.reachable`); linear, so no budget.
 
     Examples
     --------
