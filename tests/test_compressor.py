@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _data import real_grammar
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,8 +23,6 @@ from formalgram_cfgzip.errors import CacheError
 from formalgram_cfgzip.search.displacement import DEAD, DisplacementSearch
 from formalgram_cfgzip.search.driver import build_trie, token_table, token_trie, walk_trie
 from formalgram_cfgzip.vocabulary import Vocabulary
-
-GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"
 
 SMALL_GRAMMARS = [
     'root ::= "(" root ")" root | "x" | "[" [a-c]* "]"',
@@ -63,16 +62,14 @@ def test_compressor_matches_compress_bit_for_bit_on_small_grammars() -> None:
 @pytest.mark.parametrize(
     ("rel", "vocab_name"),
     [
-        ("derived/json_mode_eval_xgrammar/JME_0.gbnf", "llama3"),
-        ("derived/json_mode_eval_xgrammar/JME_15.gbnf", "llama3"),  # the specialisation trial runs
+        ("json_schemas/recipe.gbnf", "llama3"),
+        ("json_schemas/invoice.gbnf", "llama3"),  # the specialisation trial runs
         ("llama_cpp/c.gbnf", "qwen3"),
+        pytest.param("derived/json_mode_eval_xgrammar/JME_15.gbnf", "llama3", marks=pytest.mark.heavy),
     ],
 )
 def test_compressor_matches_compress_bit_for_bit_on_real_grammars(rel: str, vocab_name: str) -> None:
-    path = GRAMMARS / rel
-    if not path.exists():
-        pytest.skip(f"shared grammar {rel} is absent")
-    text = path.read_text(encoding="utf-8")
+    text = real_grammar(rel).read_text(encoding="utf-8")
     vocab = Vocabulary.builtin(vocab_name)
     expected = compress(text, vocab, progress=False)
     prepare_vocabulary(Vocabulary([b"a"]))  # compress()'s vocabulary cache now holds another one

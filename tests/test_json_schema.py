@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _data import JSON_SCHEMAS, SHARED_GRAMMARS
 
 from formalgram import accepts, is_prefix, parse_gbnf
 from formalgram_cfgzip.errors import EngineError
@@ -25,9 +26,14 @@ xgr = pytest.importorskip("xgrammar")
 
 pytestmark = pytest.mark.xgrammar
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "grammars" / "json_schemas" / "json_mode_eval"
+# The default run reads the schemas written for these tests (tests/data/json_schemas, valid
+# instances under "examples"); the json-mode-eval schemas of the shared corpus are heavy cases.
+SCHEMAS = SHARED_GRAMMARS / "json_schemas" / "json_mode_eval"
 # the schemas whose XGrammar grammar keeps a Regex(...) macro (a "pattern"): refused
-WITH_PATTERNS = {"JME_1", "JME_18", "JME_24", "JME_26"}
+WITH_PATTERNS = {"JME_1", "JME_18", "JME_24", "JME_26"} | {
+    p.stem for p in JSON_SCHEMAS.glob("*.json") if '"pattern"' in p.read_text(encoding="utf-8")
+}
+CORPORA = ["repo", pytest.param("shared", marks=pytest.mark.heavy)]
 OPTION_SETS: list[dict[str, Any]] = [
     {},
     {"any_whitespace": False, "indent": 2},
@@ -36,15 +42,32 @@ OPTION_SETS: list[dict[str, Any]] = [
 ]
 
 
-def _schema_files() -> list[Path]:
+def _schema_files(corpus: str = "repo") -> list[Path]:
+    """The schema files of one corpus; the shared one skips (a heavy case) when absent."""
+    if corpus == "repo":
+        return sorted(JSON_SCHEMAS.glob("*.json"))
     if not SCHEMAS.is_dir():
-        return []
+        pytest.skip(f"shared schemas not found at {SCHEMAS}")
     return sorted(SCHEMAS.glob("JME_*.json"), key=lambda p: int(p.stem.split("_")[1]))
 
 
 def _case(path: Path) -> dict[str, Any]:
+    """``{"schema": ..., "tests": [{"data": ...}, ...]}`` for a file of either corpus."""
     case: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    if path.parent == JSON_SCHEMAS:  # a schema with its valid instances under "examples"
+        return {"schema": case, "tests": [{"data": e} for e in case["examples"]]}
     return case
+
+
+def _schema_path(name: str) -> Path:
+    """A schema by name: written for the tests, else json-mode-eval's (skipped when absent)."""
+    path = JSON_SCHEMAS / f"{name}.json"
+    if path.is_file():
+        return path
+    path = SCHEMAS / f"{name}.json"
+    if not path.is_file():
+        pytest.skip(f"shared schema {name} is absent")
+    return path
 
 
 def _xgrammar_verdicts(grammar: Any) -> Any:
@@ -83,10 +106,10 @@ def _documents(case: dict[str, Any], options: dict[str, Any], rng: random.Random
     return docs + mutated
 
 
-def test_every_shared_schema_parses_in_both_or_is_refused_for_its_pattern() -> None:
-    files = _schema_files()
-    if not files:
-        pytest.skip(f"shared schemas not found at {SCHEMAS}")
+@pytest.mark.parametrize("corpus", CORPORA)
+def test_every_schema_parses_in_both_or_is_refused_for_its_pattern(corpus: str) -> None:
+    files = _schema_files(corpus)
+    assert files
     for n, path in enumerate(files):
         schema = _case(path)["schema"]
         # every schema with XGrammar's defaults, every fifth with the other option sets too
@@ -102,14 +125,15 @@ def test_every_shared_schema_parses_in_both_or_is_refused_for_its_pattern() -> N
 
 
 @pytest.mark.parametrize(
-    "stride", [0, 1, pytest.param(2, marks=pytest.mark.heavy), pytest.param(3, marks=pytest.mark.heavy)]
+    ("corpus", "stride"),
+    [("repo", 0), *(pytest.param("shared", k, marks=pytest.mark.heavy) for k in range(4))],
 )
-def test_text_has_the_language_of_xgrammars_own_grammar(stride: int) -> None:
-    """A quarter of the schemas per case (half of them in the default run), each with one option
-    set, on the dataset's documents and their mutations."""
-    files = [p for p in _schema_files() if p.stem not in WITH_PATTERNS][stride::4]
-    if not files:
-        pytest.skip(f"shared schemas not found at {SCHEMAS}")
+def test_text_has_the_language_of_xgrammars_own_grammar(corpus: str, stride: int) -> None:
+    """Every schema written for the tests (a quarter of the shared ones per heavy case), each
+    with one option set, on its documents and their mutations."""
+    step = 1 if corpus == "repo" else 4
+    files = [p for p in _schema_files(corpus) if p.stem not in WITH_PATTERNS][stride::step]
+    assert files
     rng = random.Random(stride)
     problems = []
     for n, path in enumerate(files):
@@ -170,7 +194,14 @@ def test_rewrite_keeps_literals_and_refuses_macros() -> None:
 
 # -- lossless against XGrammar's own grammar, Llama-3 -------------------------------------
 
-LOSSLESS_CASES = [("JME_0", {}), ("JME_3", {"any_whitespace": False, "indent": 2}), ("JME_15", {})]
+LOSSLESS_CASES = [
+    ("calendar_event", {}),
+    ("geo_feature", {"any_whitespace": False, "indent": 2}),
+    ("recipe", {}),
+    pytest.param("JME_0", {}, marks=pytest.mark.heavy),
+    pytest.param("JME_3", {"any_whitespace": False, "indent": 2}, marks=pytest.mark.heavy),
+    pytest.param("JME_15", {}, marks=pytest.mark.heavy),
+]
 
 
 @pytest.mark.parametrize(("name", "options"), LOSSLESS_CASES)
@@ -179,10 +210,7 @@ def test_classes_lossless_against_xgrammars_own_grammar(name: str, options: dict
 
     from formalgram_cfgzip import Vocabulary, compress, engines
 
-    path = SCHEMAS / f"{name}.json"
-    if not path.exists():
-        pytest.skip(f"shared schema {name} is absent")
-    schema = _case(path)["schema"]
+    schema = _case(_schema_path(name))["schema"]
     vocab = Vocabulary.builtin("llama3")
     text = from_json_schema(schema, **options)
     classes = compress(text, vocab, progress=False)
@@ -201,11 +229,8 @@ def test_llguidance_enforcing_the_text_is_lossless_too() -> None:
 
     from formalgram_cfgzip import Vocabulary, compress, engines
 
-    path = SCHEMAS / "JME_0.json"
-    if not path.exists():
-        pytest.skip("shared schema JME_0 is absent")
     vocab = Vocabulary.builtin("llama3")
-    text = from_json_schema(_case(path)["schema"])
+    text = from_json_schema(_case(_schema_path("recipe"))["schema"])
     classes = compress(text, vocab, progress=False)
     compressed = engines.compile(classes, text, engine="llguidance")
     full = engines.compile_full(vocab, text, engine="llguidance")
