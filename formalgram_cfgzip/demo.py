@@ -1,76 +1,342 @@
-"""The main job on built-in defaults: compress, then decode side by side with XGrammar.
+"""The main job on built-in defaults: decode a real text token by token under a grammar,
+with the engine over the full vocabulary and over the token classes side by side.
 
-``formalgram-cfgzip demo`` compresses a built-in grammar against a built-in (offline)
-vocabulary, prints the compression summary, then takes a seeded random walk through the
-grammar with XGrammar over the full vocabulary and over the class representatives at the
-same time.  At every step it times both mask computations (the compressed one including the
-expansion back to the full vocabulary) and checks the two masks are bit-identical.
+``formalgram-cfgzip demo`` compresses a grammar (the built-in C-like one, a grammar file,
+or XGrammar's grammar for a JSON Schema) against a vocabulary, tokenizes a text of the
+grammar's language (a small program for ``builtin:minic``, an order document for
+``builtin:json`` and the built-in ``order`` schema, or the user's ``--text``) and feeds it
+to both matchers one token at a time.  At every step it times the full-vocabulary mask and
+the compressed one (the class mask plus its expansion back to the vocabulary), checks
+that the two are bit-identical and that they allow the text's next token, then accepts
+that token in both.  After the last token it asks for a stop token: the grammar must
+accept the text as a whole.  A token the engine refuses is located to the byte where the
+text leaves the language with the Earley recognizer, and reported in one line.
+
+Tokenization: a built-in quicktok vocabulary (``llama3``, ``qwen3``, ...) encodes with its
+own BPE encoder, the model's real tokenization; any other vocabulary (it has no encoder
+of its own) with :func:`greedy_tokenize`, a longest match over its text tokens that
+does not look at the grammar.  Either way a text of the language becomes tokens the
+grammar allows, since the engines judge a token by its bytes.
 """
 
 from __future__ import annotations
 
-import random
 import statistics
 import sys
 import time
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from formalgram_cfgzip.cli import _read_grammar, _summary
+from formalgram.errors import FormalgramError, GrammarTooLarge
+from formalgram_cfgzip.cli import _json_schema_grammar, _read_grammar, _summary
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from formalgram.grammar import Grammar
+    from formalgram_cfgzip.engines import EngineName
+    from formalgram_cfgzip.vocabulary import Vocabulary
+
+__all__ = ["BUILTIN_EXAMPLES", "example_text", "greedy_tokenize", "run_demo"]
+
+BUILTIN_EXAMPLES: dict[str, str] = {
+    "grammar builtin:minic": "minic.example.c",
+    "grammar builtin:json": "order.example.json",
+    "schema builtin:order": "order.example.json",
+}
+"""The text the demo decodes for a built-in grammar or schema (a file of the package's data)."""
+
+_QUICKTOK_ENCODINGS = ("llama3", "qwen3", "o200k_harmony", "o200k_base", "cl100k_base")
+_TEXT_SHOWN = 4000  # bytes of the decoded text printed at the end
+_NL = b"\n"
 
 
-def _show(tok: bytes | None, width: int = 18) -> str:
-    text = repr((tok or b"").decode("utf-8", "replace"))
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def run_demo(
-    *, grammar: str = "builtin:minic", tokenizer: str = "llama3", steps: int = 64, seed: int = 0
-) -> int:
-    """Run the demo; returns 0 when every mask matched, 1 otherwise.
+def example_text(*, grammar: str | None = None, schema: str | None = None) -> bytes:
+    """The built-in text of a built-in grammar (``builtin:minic``, ``builtin:json``) or
+    schema (``builtin:order``): a member of its language.
 
     Parameters
     ----------
-    grammar : str
-        ``builtin:minic``, ``builtin:json`` or a grammar file path.
-    tokenizer : str
+    grammar, schema : str or None, keyword-only
+        Exactly one of them.
+
+    Returns
+    -------
+    bytes
+
+    Raises
+    ------
+    FormalgramError
+        If both or neither are given, or the grammar or schema has no built-in text.
+
+    Examples
+    --------
+    >>> example_text(grammar="builtin:minic").splitlines()[0]
+    b'int gcd(int a, int b) {'
+    >>> example_text(schema="./order.json")
+    Traceback (most recent call last):
+    ...
+    formalgram.errors.FormalgramError: ./order.json has no built-in text: give one with --text FILE (built-in texts: --grammar builtin:minic, --grammar builtin:json, --schema builtin:order)
+    """
+    if (grammar is None) == (schema is None):
+        raise FormalgramError("give a grammar or a schema (exactly one)")
+    key = f"grammar {grammar}" if grammar is not None else f"schema {schema}"
+    name = BUILTIN_EXAMPLES.get(key)
+    if name is None:
+        known = ", ".join("--" + k for k in BUILTIN_EXAMPLES)
+        raise FormalgramError(
+            f"{key.split(' ', 1)[1]} has no built-in text: give one with --text FILE (built-in texts: {known})"
+        )
+    return resources.files("formalgram_cfgzip").joinpath("data", name).read_bytes()
+
+
+def greedy_tokenize(vocab: Vocabulary, data: bytes) -> list[int]:
+    """Tokenize ``data`` by greedy longest match over the vocabulary's text tokens.
+
+    At every position the longest text token (not special, not a hole) that ``data``
+    continues with is taken; of tokens with equal bytes, the lowest id.  The grammar plays
+    no part.
+
+    Parameters
+    ----------
+    vocab : Vocabulary
+    data : bytes
+
+    Returns
+    -------
+    list of int
+        Token ids whose bytes, joined, are ``data``.
+
+    Raises
+    ------
+    FormalgramError
+        At a byte that no text token starts with (a vocabulary without byte fallback).
+
+    Notes
+    -----
+    O(size) to index the vocabulary, then O(len(data) * L) dictionary probes for the
+    longest token length ``L``.
+
+    Examples
+    --------
+    >>> from formalgram_cfgzip import Vocabulary
+    >>> vocab = Vocabulary([b"a", b"b", b"ab", b"abc", b"<s>"], special_ids=[4])
+    >>> greedy_tokenize(vocab, b"abcab")
+    [3, 2]
+    >>> greedy_tokenize(vocab, b"abx")
+    Traceback (most recent call last):
+    ...
+    formalgram.errors.FormalgramError: the vocabulary has no token for byte 2 of the text (b'x')
+    """
+    by_bytes: dict[bytes, int] = {}
+    tokens = vocab.tokens
+    for i in vocab.text_ids():
+        tok = tokens[i]
+        if tok:
+            by_bytes.setdefault(tok, i)
+    lengths = sorted({len(t) for t in by_bytes}, reverse=True)
+    out: list[int] = []
+    pos, n = 0, len(data)
+    while pos < n:
+        for length in lengths:
+            tid = by_bytes.get(data[pos : pos + length]) if pos + length <= n else None
+            if tid is not None:
+                out.append(tid)
+                pos += length
+                break
+        else:
+            raise FormalgramError(
+                f"the vocabulary has no token for byte {pos} of the text ({data[pos : pos + 1]!r})"
+            )
+    return out
+
+
+def _tokenize(tokenizer: str, vocab: Vocabulary, data: bytes) -> tuple[list[int], str]:
+    """The text's tokens and how they were made: quicktok's encoder for its built-in
+    vocabularies (checked to spell ``data`` with this vocabulary's text tokens), else
+    :func:`greedy_tokenize`."""
+    if tokenizer in _QUICKTOK_ENCODINGS:
+        try:
+            import quicktok
+
+            ids = [int(i) for i in quicktok.get_encoding(tokenizer).encode_ordinary(data.decode("utf-8"))]
+        except (ImportError, RuntimeError, UnicodeDecodeError):
+            ids = []
+        special = vocab.special_ids
+        spelled = bool(ids) and all(
+            0 <= i < vocab.size and vocab.tokens[i] is not None and i not in special for i in ids
+        )
+        if spelled and vocab.decode(ids) == data:
+            return ids, f"quicktok's {tokenizer} encoder, the model's own tokenization"
+    return greedy_tokenize(vocab, data), "greedy longest match over the vocabulary's tokens"
+
+
+def _read_text(spec: str) -> bytes:
+    """The bytes of ``--text``: a file, or ``-`` for standard input."""
+    if spec == "-":
+        return sys.stdin.buffer.read()
+    path = Path(spec)
+    if not path.is_file():
+        raise FormalgramError(f"text file not found: {spec}")
+    return path.read_bytes()
+
+
+def _where(data: bytes, pos: int) -> str:
+    """``byte N (line L, column C)`` of position ``pos`` in ``data`` (lines and columns from 1)."""
+    line = data.count(b"\n", 0, pos) + 1
+    column = pos - (data.rfind(b"\n", 0, pos) + 1) + 1
+    return f"byte {pos} (line {line}, column {column})"
+
+
+def _leaving_byte(g: Grammar, data: bytes, end: int) -> int | None:
+    """The first byte of ``data[:end]`` after which no member of L(g) starts so (the
+    Earley recognizer's reading), or ``None`` when it finds none or runs out of budget."""
+    from formalgram.recognize.earley import EarleyRecognizer
+
+    r = EarleyRecognizer(g)
+    try:
+        for k in range(end):
+            if not r.feed(data[k]) or not r.is_viable():
+                return k
+    except GrammarTooLarge:
+        return None
+    return None
+
+
+def _show(tok: bytes, width: int = 18) -> str:
+    try:
+        text = repr(tok.decode("utf-8"))
+    except UnicodeDecodeError:
+        text = repr(tok)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _line_so_far(done: bytes, width: int = 44) -> str:
+    """The current line of the decoded text, numbered, its tail when it is long."""
+    view = done.rstrip(_NL)  # a token that ends lines shows the last line it ended
+    line = view[view.rfind(_NL) + 1 :].decode("utf-8", "replace").replace("\t", " ")
+    if len(line) > width:
+        line = "..." + line[-(width - 3) :]
+    return f"{view.count(_NL) + 1:>3}| {line}"
+
+
+def _bit(mask: npt.NDArray[np.int32], token: int) -> bool:
+    return bool((int(mask[0, token >> 5]) >> (token & 31)) & 1)
+
+
+def run_demo(
+    *,
+    grammar: str | None = None,
+    schema: str | None = None,
+    text: str | None = None,
+    tokenizer: str = "llama3",
+    steps: int | None = None,
+    engine: EngineName = "xgrammar",
+) -> int:
+    """Decode a text under a grammar with the full-vocabulary and the compressed engine.
+
+    Parameters
+    ----------
+    grammar : str or None, keyword-only
+        ``builtin:minic``, ``builtin:json`` or a grammar file; the default (with no
+        ``schema``) is ``builtin:minic``.
+    schema : str or None, keyword-only
+        A JSON Schema file or ``builtin:order``, compiled to XGrammar's grammar for it.
+    text : str or None, keyword-only
+        The text to decode: a file, or ``-`` for standard input; the default is the
+        built-in text of the built-in grammar or schema (:func:`example_text`).
+    tokenizer : str, keyword-only
         A built-in vocabulary name or a tokenizer file (see ``Vocabulary.load``).
-    steps : int
-        Number of constrained decoding steps.
-    seed : int
-        Seed of the random walk.
+    steps : int or None, keyword-only
+        Decode at most this many tokens of the text (then the end is not checked).
+    engine : {"xgrammar", "llguidance"}, keyword-only
+        The engine run over the full vocabulary and over the classes.
+
+    Returns
+    -------
+    int
+        0 when every mask was bit-identical, every token of the text allowed by both and
+        (unless ``steps`` stopped it early) the whole text accepted; 1 otherwise, with one
+        line on standard error saying why.
+
+    Raises
+    ------
+    FormalgramError
+        On both ``grammar`` and ``schema``, no text for a grammar without a built-in one,
+        a file that cannot be read, a grammar or schema the parser or engine rejects.
+
+    Notes
+    -----
+    The compression (once), two engine compilations, then per token two mask fills and
+    two accepts; the output is one line per token.
     """
     from formalgram.syntax.gbnf import parse_gbnf
     from formalgram_cfgzip.classes import compress
-    from formalgram_cfgzip.engines import xgrammar as xe
+    from formalgram_cfgzip.engines import compile_full, compile_grammar
     from formalgram_cfgzip.vocabulary import Vocabulary
 
-    text = _read_grammar(grammar)
-    g = parse_gbnf(text)
-    print(f"grammar    {grammar}: {len(g.rules)} rules, {len(g.names)} nonterminals")
+    if grammar is not None and schema is not None:
+        raise FormalgramError("give --grammar or --schema, not both")
+    if grammar is None and schema is None:
+        grammar = "builtin:minic"
+    if schema is not None:
+        grammar_text = _json_schema_grammar(schema, None)
+        what = f"JSON schema {schema}, XGrammar's grammar for it"
+    else:
+        assert grammar is not None
+        grammar_text = _read_grammar(grammar)
+        what = grammar
+    if text is not None:
+        data = _read_text(text)
+    elif schema is not None:
+        data = example_text(schema=schema)
+    else:
+        data = example_text(grammar=grammar)
+    g = parse_gbnf(grammar_text)
+    print(f"grammar    {what}: {len(g.rules)} rules, {len(g.names)} nonterminals")
+    source = text if text is not None else f"the built-in example of {schema or grammar}"
+    lines = len(data.splitlines())
+    print(f"text       {'standard input' if source == '-' else source}: {len(data)} bytes, {lines} lines")
     t0 = time.perf_counter()
     vocab = Vocabulary.load(tokenizer)
     print(f"tokenizer  {tokenizer}: {vocab.size} tokens, loaded in {time.perf_counter() - t0:.1f} s")
+    tokens, how = _tokenize(tokenizer, vocab, data)
+    print(f"tokens     {len(tokens)} ({how})")
     t0 = time.perf_counter()
     classes = compress(g, vocab, progress=sys.stderr.isatty())
+    offline = time.perf_counter() - t0
     print("\ncompression (offline, once per grammar and tokenizer):")
-    print(_summary(classes, time.perf_counter() - t0))
+    print(_summary(classes, offline))
 
-    full = xe.compile_full(vocab, text)
-    comp = xe.compile_grammar(classes, text)
-    fm = full.matcher()
-    cm = comp.matcher()
-    fb = full.allocate_token_bitmask(1)
-    cb = comp.allocate_token_bitmask(1)
+    full = compile_full(vocab, grammar_text, engine=engine)
+    comp = compile_grammar(classes, grammar_text, engine=engine)
+    fm, cm = full.matcher(), comp.matcher()
+    fb, cb = full.allocate_token_bitmask(1), comp.allocate_token_bitmask(1)
     width = vocab.logit_width
-    rng = random.Random(seed)
+    capped = steps is not None and steps < len(tokens)
+    todo = tokens[:steps] if capped else list(tokens)
+    stop = min(vocab.stop_ids) if vocab.stop_ids else None
+    if stop is not None and not capped:
+        todo.append(stop)
     t_full: list[float] = []
     t_comp: list[float] = []
-    mismatches = 0
-    out: list[bytes] = []
-    print(f"\nconstrained walk ({steps} steps, seed {seed}); mask times in microseconds:")
-    print(f"  {'step':>4}  {'allowed':>7}  {'full':>7}  {'classes+expand':>14}  {'same':>4}  token")
-    for step in range(steps):
+    mismatches: list[int] = []
+    allowed_steps = 0
+    failure = ""
+    ended = False
+    done = b""
+    print(f"\ndecoding the text under {engine}, over the full vocabulary and over the classes:")
+    print(
+        "  (allowed: tokens the mask allows; full, classes: mask times in microseconds, the second\n"
+        "  with the expansion to the vocabulary; same: bit-identical; next: the text's next token allowed)"
+    )
+    print(
+        f"  {'step':>4}  {'allowed':>7}  {'full':>7}  {'classes':>7}  {'same':>4}  {'next':>4}  {'token':<18}  text"
+    )
+    for step, tid in enumerate(todo):
         a = time.perf_counter()
         fm.fill_next_token_bitmask(fb)
         b = time.perf_counter()
@@ -79,41 +345,151 @@ def run_demo(
         t_full.append((b - a) * 1e6)
         t_comp.append((c - b) * 1e6)
         same = bool(np.array_equal(fb, cb))
-        mismatches += not same
-        bits = np.unpackbits(fb.view(np.uint8), bitorder="little")[:width]
-        allowed = np.flatnonzero(bits)
-        if allowed.size == 0:
-            print(f"  {step:>4}  {0:>7}  (no token allowed: the walk is complete)")
+        if not same:
+            mismatches.append(step)
+        count = int(np.unpackbits(fb.view(np.uint8), bitorder="little")[:width].sum())
+        ok = _bit(fb, tid) and _bit(cb, tid)
+        is_stop = tid == stop and step == len(todo) - 1 and not capped
+        tok = vocab.tokens[tid] or b""
+        label = tok.decode("utf-8", "replace") if is_stop else _show(tok)
+        if ok and not is_stop:
+            done += tok
+        print(
+            f"  {step:>4}  {count:>7}  {t_full[-1]:>7.0f}  {t_comp[-1]:>7.0f}  {'yes' if same else 'NO':>4}  "
+            f"{'ok' if ok else 'NO':>4}  {label:<18}  {'(the stop token: end of text)' if is_stop else _line_so_far(done)}"
+        )
+        if not ok:
+            failure = _refusal(g, data, len(done), tok, step, is_stop, _bit(fb, tid), _bit(cb, tid))
             break
-        nonstop = [int(i) for i in allowed if int(i) not in vocab.stop_ids]
-        pool = nonstop if nonstop and step < steps - 1 else [int(i) for i in allowed]
-        # prefer longer tokens half of the time: they exercise multi-symbol displacements
-        pick = pool[rng.randrange(len(pool))]
-        if rng.random() < 0.5:
-            cands = [pool[rng.randrange(len(pool))] for _ in range(16)]
-            pick = max(cands, key=lambda i: len(vocab.tokens[i] or b""))
-        tok = vocab.tokens[pick]
-        if step < 12 or step % 8 == 0 or not same:
-            print(
-                f"  {step:>4}  {allowed.size:>7}  {t_full[-1]:>7.0f}  {t_comp[-1]:>14.0f}  "
-                f"{'yes' if same else 'NO':>4}  {_show(tok)}"
-            )
-        if not fm.accept_token(pick) or not cm.accept_token(pick):
-            print("  engine refused an allowed token; stopping")
-            mismatches += 1
+        if not fm.accept_token(tid) or not cm.accept_token(tid):
+            failure = f"step {step}: an engine refused token {tid} {_show(tok)} that its own mask allowed"
             break
-        if pick in vocab.stop_ids:
-            break
-        out.append(tok or b"")
+        allowed_steps += 1
+        if is_stop:
+            ended = fm.is_terminated() and cm.is_terminated()
+            if not ended:
+                failure = "a matcher did not terminate after the stop token"
     n = len(t_full)
-    med_f = statistics.median(t_full)
-    med_c = statistics.median(t_comp)
-    print(
-        f"\nper-step mask time, median of {n}: full vocabulary {med_f:.0f} us, "
-        f"classes + expansion {med_c:.0f} us ({med_f / max(med_c, 1e-9):.1f}x faster)"
+    if stop is None and not capped and not failure:
+        from formalgram.recognize.earley import accepts
+
+        try:
+            ended = accepts(g, data)
+        except GrammarTooLarge:
+            ended = False
+        if not ended:
+            failure = (
+                f"the text ends at {_where(data, len(data))} but is not a member of the language (Earley)"
+            )
+    _print_summary(
+        n=n,
+        text_tokens=len(tokens),
+        allowed_steps=allowed_steps,
+        mismatches=mismatches,
+        t_full=t_full,
+        t_comp=t_comp,
+        vocab_size=vocab.size,
+        num_classes=classes.num_classes,
+        offline=offline,
+        capped=capped,
+        ended=ended,
+        stop_label=(vocab.tokens[stop] or b"").decode("utf-8", "replace") if stop is not None else None,
     )
-    print(f"masks identical at every step: {'yes' if mismatches == 0 else f'NO ({mismatches} mismatches)'}")
-    sample = b"".join(out).decode("utf-8", "replace")
-    print("\ngenerated text (random tokens under the grammar):")
-    print("  " + sample[:400].replace("\n", "\n  "))
-    return 0 if mismatches == 0 else 1
+    print(f"\ndecoded text ({len(done)} bytes, the accepted tokens joined):")
+    shown = done[:_TEXT_SHOWN].decode("utf-8", "replace").rstrip("\n")
+    print("  " + shown.replace("\n", "\n  ") + (" ..." if len(done) > _TEXT_SHOWN else ""))
+    if mismatches and not failure:
+        failure = f"the masks differed at {len(mismatches)} steps (first: step {mismatches[0]})"
+    if failure:
+        print(f"\nresult: FAILED: {failure}")
+        print(f"formalgram-cfgzip: demo: {failure}", file=sys.stderr)
+        return 1
+    end = "not checked (--steps stopped it early)" if capped else "accepted as a whole"
+    print(f"\nresult: OK: every mask bit-identical, every token of the text allowed, the text {end}")
+    return 0
+
+
+def _refusal(
+    g: Grammar, data: bytes, pos: int, tok: bytes, step: int, is_stop: bool, by_full: bool, by_comp: bool
+) -> str:
+    """The one line that says where the text left the language (or which mask refused)."""
+    if by_full != by_comp:
+        side = "the compressed" if by_full else "the full-vocabulary"
+        return (
+            f"step {step}: only {side} mask refuses the text's next token {_show(tok)} at {_where(data, pos)}"
+        )
+    if is_stop:
+        return (
+            f"the text is only a prefix of the language: at its end, {_where(data, pos)}, "
+            "the grammar does not allow it to stop"
+        )
+    k = _leaving_byte(g, data, pos + len(tok))
+    if k is None or k < pos:
+        return f"step {step}: the grammar does not allow token {_show(tok)} at {_where(data, pos)}"
+    return (
+        f"the text leaves the language at {_where(data, k)}, byte {data[k : k + 1]!r}, "
+        f"in token {step} {_show(tok)}"
+    )
+
+
+def _ratio(full: float, compressed: float) -> str:
+    """``N.Nx faster`` (or ``slower``) of the compressed time against the full one."""
+    if full >= compressed:
+        return f"{full / max(compressed, 1e-9):.1f}x faster"
+    return f"{compressed / max(full, 1e-9):.1f}x slower"
+
+
+def _print_summary(
+    *,
+    n: int,
+    text_tokens: int,
+    allowed_steps: int,
+    mismatches: list[int],
+    t_full: list[float],
+    t_comp: list[float],
+    vocab_size: int,
+    num_classes: int,
+    offline: float,
+    capped: bool,
+    ended: bool,
+    stop_label: str | None,
+) -> None:
+    med_f = statistics.median(t_full) if t_full else 0.0
+    med_c = statistics.median(t_comp) if t_comp else 0.0
+    tot_f, tot_c = sum(t_full), sum(t_comp)
+    if capped:
+        whole = f"not checked: stopped after {n} of {text_tokens} tokens (--steps)"
+    elif ended and stop_label is not None:
+        whole = f"accepted: after the last token the grammar allows {stop_label} and both matchers terminate"
+    elif ended:
+        whole = "accepted (Earley; the vocabulary has no stop token to ask the engines)"
+    else:
+        whole = "NOT accepted"
+    if n > text_tokens:
+        steps = f"{n} ({text_tokens} tokens of the text + the stop token)"
+    else:
+        steps = f"{n} of the text's {text_tokens} tokens"
+    rows = [
+        ("steps", steps),
+        ("masks identical", f"{n - len(mismatches)} of {n}"),
+        ("next token allowed", f"{allowed_steps} of {n}"),
+        (
+            "mask time, median",
+            f"full vocabulary {med_f:.0f} us, classes + expansion {med_c:.0f} us ({_ratio(med_f, med_c)})",
+        ),
+        (
+            "mask time, total",
+            f"full vocabulary {tot_f / 1e3:.1f} ms, classes + expansion {tot_c / 1e3:.1f} ms "
+            f"({_ratio(tot_f, tot_c)})",
+        ),
+        (
+            "compression",
+            f"{vocab_size} tokens -> {num_classes} classes ({vocab_size / max(num_classes, 1):.1f} : 1), "
+            f"{offline:.2f} s offline",
+        ),
+        ("whole text", whole),
+    ]
+    w = max(len(k) for k, _ in rows)
+    print("\nsummary:")
+    for key, value in rows:
+        print(f"  {key:<{w}}  {value}")
