@@ -49,7 +49,6 @@ BUILTIN_EXAMPLES: dict[str, str] = {
 }
 """The text the demo decodes for a built-in grammar or schema (a file of the package's data)."""
 
-_QUICKTOK_ENCODINGS = ("llama3", "qwen3", "o200k_harmony", "o200k_base", "cl100k_base")
 _TEXT_SHOWN = 4000  # bytes of the decoded text printed at the end
 _NL = b"\n"
 
@@ -158,12 +157,14 @@ def _tokenize(tokenizer: str, vocab: Vocabulary, data: bytes) -> tuple[list[int]
     """The text's tokens and how they were made: quicktok's encoder for its built-in
     vocabularies (checked to spell ``data`` with this vocabulary's text tokens), else
     :func:`greedy_tokenize`."""
-    if tokenizer in _QUICKTOK_ENCODINGS:
+    from formalgram_cfgzip.vocabulary.builtins import BUILTIN_NAMES
+
+    if tokenizer in BUILTIN_NAMES:  # quicktok names its encodings as the built-ins are named
         try:
             import quicktok
 
             ids = [int(i) for i in quicktok.get_encoding(tokenizer).encode_ordinary(data.decode("utf-8"))]
-        except (ImportError, RuntimeError, UnicodeDecodeError):
+        except (ImportError, RuntimeError, UnicodeDecodeError):  # not quicktok's, or not text
             ids = []
         special = vocab.special_ids
         spelled = bool(ids) and all(
@@ -289,13 +290,13 @@ def run_demo(
         assert grammar is not None
         grammar_text = _read_grammar(grammar)
         what = grammar
+    g = parse_gbnf(grammar_text)
     if text is not None:
         data = _read_text(text)
     elif schema is not None:
         data = example_text(schema=schema)
     else:
         data = example_text(grammar=grammar)
-    g = parse_gbnf(grammar_text)
     print(f"grammar    {what}: {len(g.rules)} rules, {len(g.names)} nonterminals")
     source = text if text is not None else f"the built-in example of {schema or grammar}"
     lines = len(data.splitlines())
@@ -433,8 +434,10 @@ def _refusal(
 
 
 def _ratio(full: float, compressed: float) -> str:
-    """``N.Nx faster`` (or ``slower``) of the compressed time against the full one."""
-    if full >= compressed:
+    """``N.Nx faster`` (or ``slower``, or ``about equal``): the compressed time against the full one."""
+    if max(full, compressed) <= 1.05 * min(full, compressed):
+        return "about equal"
+    if full > compressed:
         return f"{full / max(compressed, 1e-9):.1f}x faster"
     return f"{compressed / max(full, 1e-9):.1f}x slower"
 
