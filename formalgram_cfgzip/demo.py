@@ -21,9 +21,11 @@ grammar allows, since the engines judge a token by its bytes.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from formalgram.grammar import Grammar
-    from formalgram_cfgzip.engines import EngineName
+    from formalgram_cfgzip.engines import CompiledGrammar, EngineName
     from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = ["BUILTIN_EXAMPLES", "example_text", "greedy_tokenize", "run_demo"]
@@ -215,17 +217,88 @@ def _show(tok: bytes, width: int = 18) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _line_so_far(done: bytes, width: int = 44) -> str:
-    """The current line of the decoded text, numbered, its tail when it is long."""
-    view = done.rstrip(_NL)  # a token that ends lines shows the last line it ended
-    line = view[view.rfind(_NL) + 1 :].decode("utf-8", "replace").replace("\t", " ")
+def _line_so_far(data: bytes, end: int, newlines: list[int], width: int = 44) -> str:
+    """The line of ``data[:end]`` being written, numbered, its tail when it is long (a token
+    that ends lines shows the last line it ended)."""
+    while end > 0 and data[end - 1] == 10:
+        end -= 1
+    start = data.rfind(_NL, 0, end) + 1
+    line = data[start:end].decode("utf-8", "replace").replace("\t", " ")
     if len(line) > width:
         line = "..." + line[-(width - 3) :]
-    return f"{view.count(_NL) + 1:>3}| {line}"
+    return f"{bisect.bisect_left(newlines, end) + 1:>3}| {line}"
 
 
 def _bit(mask: npt.NDArray[np.int32], token: int) -> bool:
     return bool((int(mask[0, token >> 5]) >> (token & 31)) & 1)
+
+
+@dataclass
+class _Decoding:
+    """What the token-by-token decoding saw."""
+
+    t_full: list[float] = field(default_factory=list)  # microseconds per step
+    t_comp: list[float] = field(default_factory=list)
+    mismatches: list[int] = field(default_factory=list)  # steps whose masks differed
+    allowed: int = 0  # steps whose token both masks allowed and both matchers accepted
+    decoded: int = 0  # bytes of the text accepted
+    ended: bool = False  # the stop token was accepted and both matchers terminated
+    failure: str = ""  # why the decoding stopped early, if it did
+
+
+def _decode(
+    full: CompiledGrammar,
+    comp: CompiledGrammar,
+    g: Grammar,
+    data: bytes,
+    tokens: list[int],
+    stop: int | None,
+) -> _Decoding:
+    """Feed ``tokens`` (then ``stop``, unless it is ``None``) to both grammars, one line per
+    step; stops at the first token a mask or a matcher refuses."""
+    vocab = full.vocab
+    fm, cm = full.matcher(), comp.matcher()
+    fb, cb = full.allocate_token_bitmask(1), comp.allocate_token_bitmask(1)
+    width = vocab.logit_width
+    newlines = [i for i, b in enumerate(data) if b == 10]
+    run = _Decoding()
+    todo = [*tokens, stop] if stop is not None else tokens
+    for step, tid in enumerate(todo):
+        a = time.perf_counter()
+        fm.fill_next_token_bitmask(fb)
+        b = time.perf_counter()
+        cm.fill_next_token_bitmask(cb)
+        c = time.perf_counter()
+        run.t_full.append((b - a) * 1e6)
+        run.t_comp.append((c - b) * 1e6)
+        same = bool(np.array_equal(fb, cb))
+        if not same:
+            run.mismatches.append(step)
+        count = int(np.unpackbits(fb.view(np.uint8), bitorder="little")[:width].sum())
+        in_full, in_comp = _bit(fb, tid), _bit(cb, tid)
+        is_stop = step == len(tokens)
+        tok = vocab.tokens[tid] or b""
+        label = tok.decode("utf-8", "replace") if is_stop else _show(tok)
+        end = run.decoded + (len(tok) if in_full and in_comp and not is_stop else 0)
+        where = "(the stop token: end of text)" if is_stop else _line_so_far(data, end, newlines)
+        print(
+            f"  {step:>4}  {count:>7}  {run.t_full[-1]:>7.0f}  {run.t_comp[-1]:>7.0f}  "
+            f"{'yes' if same else 'NO':>4}  {'ok' if in_full and in_comp else 'NO':>4}  {label:<18}  {where}"
+        )
+        if not (in_full and in_comp):
+            run.failure = _refusal(g, data, run.decoded, tok, step, is_stop, in_full, in_comp)
+            break
+        if not fm.accept_token(tid) or not cm.accept_token(tid):
+            run.failure = f"step {step}: a matcher refused token {tid} {_show(tok)} that its mask allowed"
+            break
+        run.allowed += 1
+        if is_stop:
+            run.ended = fm.is_terminated() and cm.is_terminated()
+            if not run.ended:
+                run.failure = "a matcher did not terminate after the stop token"
+        else:
+            run.decoded = end
+    return run
 
 
 def run_demo(
@@ -271,8 +344,9 @@ def run_demo(
 
     Notes
     -----
-    The compression (once), two engine compilations, then per token two mask fills and
-    two accepts; the output is one line per token.
+    The compression (once), two engine compilations, then per token two mask fills, two
+    accepts and one printed line.  Without a stop token in the vocabulary the end of the
+    text is judged by the Earley recognizer (within its default budget).
     """
     from formalgram.syntax.gbnf import parse_gbnf
     from formalgram_cfgzip.classes import compress
@@ -281,26 +355,18 @@ def run_demo(
 
     if grammar is not None and schema is not None:
         raise FormalgramError("give --grammar or --schema, not both")
-    if grammar is None and schema is None:
-        grammar = "builtin:minic"
     if schema is not None:
         grammar_text = _json_schema_grammar(schema, None)
         what = f"JSON schema {schema}, XGrammar's grammar for it"
     else:
-        assert grammar is not None
+        grammar = grammar or "builtin:minic"
         grammar_text = _read_grammar(grammar)
         what = grammar
     g = parse_gbnf(grammar_text)
-    if text is not None:
-        data = _read_text(text)
-    elif schema is not None:
-        data = example_text(schema=schema)
-    else:
-        data = example_text(grammar=grammar)
+    data = _read_text(text) if text is not None else example_text(grammar=grammar, schema=schema)
     print(f"grammar    {what}: {len(g.rules)} rules, {len(g.names)} nonterminals")
-    source = text if text is not None else f"the built-in example of {schema or grammar}"
-    lines = len(data.splitlines())
-    print(f"text       {'standard input' if source == '-' else source}: {len(data)} bytes, {lines} lines")
+    source = {None: f"the built-in example of {schema or grammar}", "-": "standard input"}.get(text, text)
+    print(f"text       {source}: {len(data)} bytes, {len(data.splitlines())} lines")
     t0 = time.perf_counter()
     vocab = Vocabulary.load(tokenizer)
     print(f"tokenizer  {tokenizer}: {vocab.size} tokens, loaded in {time.perf_counter() - t0:.1f} s")
@@ -314,93 +380,46 @@ def run_demo(
 
     full = compile_full(vocab, grammar_text, engine=engine)
     comp = compile_grammar(classes, grammar_text, engine=engine)
-    fm, cm = full.matcher(), comp.matcher()
-    fb, cb = full.allocate_token_bitmask(1), comp.allocate_token_bitmask(1)
-    width = vocab.logit_width
     capped = steps is not None and steps < len(tokens)
-    todo = tokens[:steps] if capped else list(tokens)
-    stop = min(vocab.stop_ids) if vocab.stop_ids else None
-    if stop is not None and not capped:
-        todo.append(stop)
-    t_full: list[float] = []
-    t_comp: list[float] = []
-    mismatches: list[int] = []
-    allowed_steps = 0
-    failure = ""
-    ended = False
-    done = b""
+    stop = min(vocab.stop_ids) if vocab.stop_ids and not capped else None
     print(f"\ndecoding the text under {engine}, over the full vocabulary and over the classes:")
     print(
         "  (allowed: tokens the mask allows; full, classes: mask times in microseconds, the second\n"
         "  with the expansion to the vocabulary; same: bit-identical; next: the text's next token allowed)"
     )
-    print(
-        f"  {'step':>4}  {'allowed':>7}  {'full':>7}  {'classes':>7}  {'same':>4}  {'next':>4}  {'token':<18}  text"
+    head = (
+        f"{'step':>4}  {'allowed':>7}  {'full':>7}  {'classes':>7}  {'same':>4}  {'next':>4}  {'token':<18}"
     )
-    for step, tid in enumerate(todo):
-        a = time.perf_counter()
-        fm.fill_next_token_bitmask(fb)
-        b = time.perf_counter()
-        cm.fill_next_token_bitmask(cb)
-        c = time.perf_counter()
-        t_full.append((b - a) * 1e6)
-        t_comp.append((c - b) * 1e6)
-        same = bool(np.array_equal(fb, cb))
-        if not same:
-            mismatches.append(step)
-        count = int(np.unpackbits(fb.view(np.uint8), bitorder="little")[:width].sum())
-        ok = _bit(fb, tid) and _bit(cb, tid)
-        is_stop = tid == stop and step == len(todo) - 1 and not capped
-        tok = vocab.tokens[tid] or b""
-        label = tok.decode("utf-8", "replace") if is_stop else _show(tok)
-        if ok and not is_stop:
-            done += tok
-        print(
-            f"  {step:>4}  {count:>7}  {t_full[-1]:>7.0f}  {t_comp[-1]:>7.0f}  {'yes' if same else 'NO':>4}  "
-            f"{'ok' if ok else 'NO':>4}  {label:<18}  {'(the stop token: end of text)' if is_stop else _line_so_far(done)}"
-        )
-        if not ok:
-            failure = _refusal(g, data, len(done), tok, step, is_stop, _bit(fb, tid), _bit(cb, tid))
-            break
-        if not fm.accept_token(tid) or not cm.accept_token(tid):
-            failure = f"step {step}: an engine refused token {tid} {_show(tok)} that its own mask allowed"
-            break
-        allowed_steps += 1
-        if is_stop:
-            ended = fm.is_terminated() and cm.is_terminated()
-            if not ended:
-                failure = "a matcher did not terminate after the stop token"
-    n = len(t_full)
-    if stop is None and not capped and not failure:
+    print(f"  {head}  text")
+    run = _decode(full, comp, g, data, tokens[:steps] if capped else tokens, stop)
+    if not capped and stop is None and not run.failure:
         from formalgram.recognize.earley import accepts
 
         try:
-            ended = accepts(g, data)
+            run.ended = accepts(g, data)
         except GrammarTooLarge:
-            ended = False
-        if not ended:
-            failure = (
+            run.ended = False
+        if not run.ended:
+            run.failure = (
                 f"the text ends at {_where(data, len(data))} but is not a member of the language (Earley)"
             )
-    _print_summary(
-        n=n,
-        text_tokens=len(tokens),
-        allowed_steps=allowed_steps,
-        mismatches=mismatches,
-        t_full=t_full,
-        t_comp=t_comp,
-        vocab_size=vocab.size,
-        num_classes=classes.num_classes,
-        offline=offline,
-        capped=capped,
-        ended=ended,
-        stop_label=(vocab.tokens[stop] or b"").decode("utf-8", "replace") if stop is not None else None,
-    )
+    if capped:
+        whole = f"not checked: stopped after {steps} of {len(tokens)} tokens (--steps)"
+    elif run.ended and stop is not None:
+        label = (vocab.tokens[stop] or b"").decode("utf-8", "replace")
+        whole = f"accepted: after the last token the grammar allows {label} and both matchers terminate"
+    elif run.ended:
+        whole = "accepted (Earley; the vocabulary has no stop token to ask the engines)"
+    else:
+        whole = "NOT accepted"
+    _print_summary(run, len(tokens), vocab.size, classes.num_classes, offline, whole)
+    done = data[: run.decoded]
     print(f"\ndecoded text ({len(done)} bytes, the accepted tokens joined):")
     shown = done[:_TEXT_SHOWN].decode("utf-8", "replace").rstrip("\n")
     print("  " + shown.replace("\n", "\n  ") + (" ..." if len(done) > _TEXT_SHOWN else ""))
-    if mismatches and not failure:
-        failure = f"the masks differed at {len(mismatches)} steps (first: step {mismatches[0]})"
+    failure = run.failure
+    if run.mismatches and not failure:
+        failure = f"the masks differed at {len(run.mismatches)} steps (first: step {run.mismatches[0]})"
     if failure:
         print(f"\nresult: FAILED: {failure}")
         print(f"formalgram-cfgzip: demo: {failure}", file=sys.stderr)
@@ -443,39 +462,20 @@ def _ratio(full: float, compressed: float) -> str:
 
 
 def _print_summary(
-    *,
-    n: int,
-    text_tokens: int,
-    allowed_steps: int,
-    mismatches: list[int],
-    t_full: list[float],
-    t_comp: list[float],
-    vocab_size: int,
-    num_classes: int,
-    offline: float,
-    capped: bool,
-    ended: bool,
-    stop_label: str | None,
+    run: _Decoding, text_tokens: int, vocab_size: int, num_classes: int, offline: float, whole: str
 ) -> None:
-    med_f = statistics.median(t_full) if t_full else 0.0
-    med_c = statistics.median(t_comp) if t_comp else 0.0
-    tot_f, tot_c = sum(t_full), sum(t_comp)
-    if capped:
-        whole = f"not checked: stopped after {n} of {text_tokens} tokens (--steps)"
-    elif ended and stop_label is not None:
-        whole = f"accepted: after the last token the grammar allows {stop_label} and both matchers terminate"
-    elif ended:
-        whole = "accepted (Earley; the vocabulary has no stop token to ask the engines)"
-    else:
-        whole = "NOT accepted"
+    n = len(run.t_full)
+    med_f = statistics.median(run.t_full) if run.t_full else 0.0
+    med_c = statistics.median(run.t_comp) if run.t_comp else 0.0
+    tot_f, tot_c = sum(run.t_full), sum(run.t_comp)
     if n > text_tokens:
         steps = f"{n} ({text_tokens} tokens of the text + the stop token)"
     else:
         steps = f"{n} of the text's {text_tokens} tokens"
     rows = [
         ("steps", steps),
-        ("masks identical", f"{n - len(mismatches)} of {n}"),
-        ("next token allowed", f"{allowed_steps} of {n}"),
+        ("masks identical", f"{n - len(run.mismatches)} of {n}"),
+        ("next token allowed", f"{run.allowed} of {n}"),
         (
             "mask time, median",
             f"full vocabulary {med_f:.0f} us, classes + expansion {med_c:.0f} us ({_ratio(med_f, med_c)})",
