@@ -367,7 +367,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--steps", type=_int_at_least(1), help="decode at most this many tokens (default: the whole text)"
     )
-    d.add_argument("--engine", choices=ENGINES, default="xgrammar", help="grammar engine (default xgrammar)")
+    d.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="xgrammar",
+        help="grammar engine (default xgrammar; llguidance's lexer reads grammars with optional "
+        "whitespace between lexemes, the built-in C-like one among them, as another language)",
+    )
     d.set_defaults(func=cmd_demo)
     return p
 

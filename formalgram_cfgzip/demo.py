@@ -253,6 +253,7 @@ def _decode(
     data: bytes,
     tokens: list[int],
     stop: int | None,
+    engine: str,
 ) -> _Decoding:
     """Feed ``tokens`` (then ``stop``, unless it is ``None``) to both grammars, one line per
     step; stops at the first token a mask or a matcher refuses."""
@@ -286,7 +287,7 @@ def _decode(
             f"{'yes' if same else 'NO':>4}  {'ok' if in_full and in_comp else 'NO':>4}  {label:<18}  {where}"
         )
         if not (in_full and in_comp):
-            run.failure = _refusal(g, data, run.decoded, tok, step, is_stop, in_full, in_comp)
+            run.failure = _refusal(engine, g, data, run.decoded, tok, step, is_stop, in_full, in_comp)
             break
         if not fm.accept_token(tid) or not cm.accept_token(tid):
             run.failure = f"step {step}: a matcher refused token {tid} {_show(tok)} that its mask allowed"
@@ -391,7 +392,7 @@ def run_demo(
         f"{'step':>4}  {'allowed':>7}  {'full':>7}  {'classes':>7}  {'same':>4}  {'next':>4}  {'token':<18}"
     )
     print(f"  {head}  text")
-    run = _decode(full, comp, g, data, tokens[:steps] if capped else tokens, stop)
+    run = _decode(full, comp, g, data, tokens[:steps] if capped else tokens, stop, engine)
     if not capped and stop is None and not run.failure:
         from formalgram.recognize.earley import accepts
 
@@ -403,7 +404,9 @@ def run_demo(
             run.failure = (
                 f"the text ends at {_where(data, len(data))} but is not a member of the language (Earley)"
             )
-    if capped:
+    if run.failure and len(run.t_full) <= len(tokens):
+        whole = f"not reached: the decoding stopped at step {len(run.t_full) - 1}"
+    elif capped:
         whole = f"not checked: stopped after {steps} of {len(tokens)} tokens (--steps)"
     elif run.ended and stop is not None:
         label = (vocab.tokens[stop] or b"").decode("utf-8", "replace")
@@ -430,7 +433,15 @@ def run_demo(
 
 
 def _refusal(
-    g: Grammar, data: bytes, pos: int, tok: bytes, step: int, is_stop: bool, by_full: bool, by_comp: bool
+    engine: str,
+    g: Grammar,
+    data: bytes,
+    pos: int,
+    tok: bytes,
+    step: int,
+    is_stop: bool,
+    by_full: bool,
+    by_comp: bool,
 ) -> str:
     """The one line that says where the text left the language (or which mask refused)."""
     if by_full != by_comp:
@@ -445,7 +456,10 @@ def _refusal(
         )
     k = _leaving_byte(g, data, pos + len(tok))
     if k is None or k < pos:
-        return f"step {step}: the grammar does not allow token {_show(tok)} at {_where(data, pos)}"
+        return (
+            f"step {step}: {engine} does not allow token {_show(tok)} at {_where(data, pos)}, where the "
+            f"Earley recognizer reads the text on: {engine} reads this grammar as another language"
+        )
     return (
         f"the text leaves the language at {_where(data, k)}, byte {data[k : k + 1]!r}, "
         f"in token {step} {_show(tok)}"
