@@ -2,11 +2,12 @@
 
 ``compress`` computes token classes for a grammar (or a JSON Schema) and a tokenizer and
 writes them to a cache directory; ``compress-many`` does so for every pair of a manifest,
-on local processes or a Dask cluster; ``demo`` does the whole job on a built-in grammar and
-vocabulary and checks the compressed masks against the full-vocabulary engine.  Bad
-arguments exit with status 2 and one line; so do the library's own errors
-(:class:`~formalgram.errors.FormalgramError`), never with a traceback.  The benchmark report
-is not part of the installed command: it runs from a source checkout (``python -m bench``).
+on local processes or a Dask cluster; ``demo`` does the whole job on a built-in grammar (or
+a JSON Schema) and vocabulary: it decodes a text of the language token by token and checks
+the compressed masks against the full-vocabulary engine.  Bad arguments exit with status 2
+and one line; so do the library's own errors (:class:`~formalgram.errors.FormalgramError`),
+never with a traceback.  The benchmark report is not part of the installed command: it runs
+from a source checkout (``python -m bench``).
 """
 
 from __future__ import annotations
@@ -396,9 +397,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        0 on success; 1 when the demo found differing masks or a file could not be
-        written or read; 2 on bad arguments or a library error (one line on stderr);
-        130 when interrupted.
+        0 on success; 1 when the demo found differing masks or a text the grammar
+        refuses, or a file could not be written or read; 2 on bad arguments or a library
+        error (one line on stderr); 130 when interrupted.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
