@@ -2,11 +2,12 @@
 
 ``compress`` computes token classes for a grammar (or a JSON Schema) and a tokenizer and
 writes them to a cache directory; ``compress-many`` does so for every pair of a manifest,
-on local processes or a Dask cluster; ``demo`` does the whole job on a built-in grammar and
-vocabulary and checks the compressed masks against the full-vocabulary engine.  Bad
-arguments exit with status 2 and one line; so do the library's own errors
-(:class:`~formalgram.errors.FormalgramError`), never with a traceback.  The benchmark report
-is not part of the installed command: it runs from a source checkout (``python -m bench``).
+on local processes or a Dask cluster; ``demo`` does the whole job on a built-in grammar (or
+a JSON Schema) and vocabulary: it decodes a text of the language token by token and checks
+the compressed masks against the full-vocabulary engine.  Bad arguments exit with status 2
+and one line; so do the library's own errors (:class:`~formalgram.errors.FormalgramError`),
+never with a traceback.  The benchmark report is not part of the installed command: it runs
+from a source checkout (``python -m bench``).
 """
 
 from __future__ import annotations
@@ -20,17 +21,21 @@ from pathlib import Path
 from typing import Any, NoReturn, TypedDict
 
 from formalgram.errors import FormalgramError, GrammarSyntaxError
+from formalgram_cfgzip.engines import ENGINES
 
 __all__ = [
     "BUILTIN_GRAMMARS",
+    "BUILTIN_SCHEMAS",
     "CompressOptions",
     "build_parser",
     "builtin_grammar_text",
+    "builtin_schema_text",
     "compress_options",
     "main",
 ]
 
 BUILTIN_GRAMMARS = ("minic", "json")
+BUILTIN_SCHEMAS = ("order",)
 
 
 def builtin_grammar_text(name: str) -> str:
@@ -40,6 +45,31 @@ def builtin_grammar_text(name: str) -> str:
             f"unknown built-in grammar {name!r}; choose one of {', '.join(BUILTIN_GRAMMARS)}"
         )
     return resources.files("formalgram_cfgzip").joinpath("data", f"{name}.gbnf").read_text("utf-8")
+
+
+def builtin_schema_text(name: str) -> str:
+    """Text of a JSON Schema shipped with the package (``order``: an order with a nested
+    customer, an array of items, an enum and optional fields).
+
+    Examples
+    --------
+    >>> import json
+    >>> sorted(json.loads(builtin_schema_text("order"))["required"])
+    ['customer', 'id', 'items', 'status']
+    """
+    if name not in BUILTIN_SCHEMAS:
+        raise FormalgramError(f"unknown built-in schema {name!r}; choose one of {', '.join(BUILTIN_SCHEMAS)}")
+    return resources.files("formalgram_cfgzip").joinpath("data", f"{name}.schema.json").read_text("utf-8")
+
+
+def _read_schema(spec: str) -> str:
+    """The JSON Schema text of a file or of ``builtin:NAME``."""
+    if spec.startswith("builtin:"):
+        return builtin_schema_text(spec.split(":", 1)[1])
+    try:
+        return Path(spec).read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FormalgramError(f"cannot read JSON schema {spec}: {exc}") from exc
 
 
 def _read_grammar(spec: str) -> str:
@@ -132,15 +162,13 @@ def cmd_compress(args: argparse.Namespace) -> int:
 
 
 def _json_schema_grammar(path: str, options: str | None) -> str:
-    """XGrammar's grammar text for the schema in ``path`` (``options``: a JSON object of keywords)."""
+    """XGrammar's grammar text for the schema in ``path`` or ``builtin:NAME`` (``options``: a
+    JSON object of keywords)."""
     import json
 
     from formalgram_cfgzip.json_schema import from_json_schema
 
-    try:
-        schema = Path(path).read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FormalgramError(f"cannot read JSON schema {path}: {exc}") from exc
+    schema = _read_schema(path)
     try:
         kwargs = json.loads(options) if options else {}
     except ValueError as exc:
@@ -198,7 +226,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """``formalgram-cfgzip demo``: :func:`formalgram_cfgzip.demo.run_demo` with the flags."""
     from formalgram_cfgzip.demo import run_demo
 
-    return run_demo(grammar=args.grammar, tokenizer=args.tokenizer, steps=args.steps, seed=args.seed)
+    return run_demo(
+        grammar=args.grammar,
+        schema=args.schema,
+        text=args.text,
+        tokenizer=args.tokenizer,
+        steps=args.steps,
+        engine=args.engine,
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -257,7 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--json-schema",
         metavar="FILE",
-        help="compress XGrammar's grammar for this JSON Schema instead (written to OUTPUT/grammar.gbnf)",
+        help="compress XGrammar's grammar for this JSON Schema (a file or builtin:order) instead "
+        "(written to OUTPUT/grammar.gbnf)",
     )
     c.add_argument(
         "--json-schema-options",
@@ -305,13 +341,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m.set_defaults(func=cmd_compress_many)
 
-    d = sub.add_parser("demo", help="compress a built-in grammar and compare masks with the full engine")
-    d.add_argument("--grammar", default="builtin:minic", help="grammar (default builtin:minic)")
+    d = sub.add_parser(
+        "demo",
+        help="decode a text token by token under a grammar, full vocabulary against classes",
+        description="Compress a grammar, then decode a text of its language token by token with the "
+        "engine over the full vocabulary and over the classes; per step: allowed tokens, both mask "
+        "times, whether the masks are identical and the next token allowed.",
+    )
+    which = d.add_mutually_exclusive_group()
+    which.add_argument(
+        "--grammar",
+        metavar="FILE|builtin:NAME",
+        help="grammar file, or builtin:minic (the default) / builtin:json",
+    )
+    which.add_argument(
+        "--schema",
+        metavar="FILE|builtin:NAME",
+        help="JSON Schema file, or builtin:order: decode under XGrammar's grammar for it",
+    )
+    d.add_argument(
+        "--text",
+        metavar="FILE",
+        help="the text to decode ('-': standard input); default: the built-in grammar's or schema's example",
+    )
     d.add_argument("--tokenizer", default="llama3", help="tokenizer (default llama3, shipped offline)")
     d.add_argument(
-        "--steps", type=_int_at_least(1), default=64, help="constrained steps to walk (default 64)"
+        "--steps", type=_int_at_least(1), help="decode at most this many tokens (default: the whole text)"
     )
-    d.add_argument("--seed", type=int, default=0, help="seed of the walk (default 0)")
+    d.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="xgrammar",
+        help="grammar engine (default xgrammar; llguidance's lexer reads grammars with optional "
+        "whitespace between lexemes, the built-in C-like one among them, as another language)",
+    )
     d.set_defaults(func=cmd_demo)
     return p
 
@@ -334,9 +397,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        0 on success; 1 when the demo found differing masks or a file could not be
-        written or read; 2 on bad arguments or a library error (one line on stderr);
-        130 when interrupted.
+        0 on success; 1 when the demo found differing masks or a text the grammar
+        refuses, or a file could not be written or read; 2 on bad arguments or a library
+        error (one line on stderr); 130 when interrupted.
     """
     parser = build_parser()
     args = parser.parse_args(argv)

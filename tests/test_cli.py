@@ -9,6 +9,7 @@ classes that ``compress`` computes when called directly.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,15 @@ from _class_oracle import check_classes_with_earley
 
 import formalgram as fg
 from formalgram_cfgzip.classes import TokenClasses, compress
-from formalgram_cfgzip.cli import BUILTIN_GRAMMARS, build_parser, builtin_grammar_text, compress_options, main
+from formalgram_cfgzip.cli import (
+    BUILTIN_GRAMMARS,
+    build_parser,
+    builtin_grammar_text,
+    builtin_schema_text,
+    compress_options,
+    main,
+)
+from formalgram_cfgzip.demo import example_text
 from formalgram_cfgzip.errors import CfgzipError
 from formalgram_cfgzip.vocabulary import Vocabulary
 
@@ -52,6 +61,9 @@ BAD_ARGUMENTS = [
     (["demo", "--steps", "-5"], "--steps: must be at least 1"),
     (["demo", "--steps", "0"], "--steps: must be at least 1"),
     (["demo", "--steps", "many"], "'many' is not an integer"),
+    (["demo", "--grammar", "builtin:json", "--schema", "builtin:order"], "not allowed with argument"),
+    (["demo", "--engine", "outlines"], "argument --engine: invalid choice"),
+    (["demo", "--seed", "3"], "unrecognized arguments: --seed 3"),
     (["compress", "builtin:json", "--tokenizer", "llama3", "-o", ""], "must not be empty"),
     (["compress", "builtin:json", "--tokenizer", "llama3", "-o", "  "], "must not be empty"),
     (
@@ -282,36 +294,209 @@ def test_unknown_builtin_grammar() -> None:
         builtin_grammar_text("c")
 
 
-def test_demo_runs_the_main_job(capsys: pytest.CaptureFixture[str]) -> None:
-    """``formalgram-cfgzip demo`` (README), few steps: compress the built-in grammar for
-    Llama 3 and walk with both engines; every mask must agree."""
+def demo_rows(out: str) -> list[list[str]]:
+    """The per-step rows of the demo's table, split (step, allowed, full, classes, same,
+    next, then the token and the text, which may hold spaces)."""
+    table = out.split("  step  allowed", 1)[1].split("\nsummary:", 1)[0]
+    return [line.split() for line in table.splitlines()[1:] if line.strip()]
+
+
+def demo_summary(out: str) -> dict[str, str]:
+    block = out.split("\nsummary:\n", 1)[1].split("\n\n", 1)[0]
+    return {line[:20].strip(): line[20:].strip() for line in block.splitlines()}
+
+
+def test_builtin_examples_are_members() -> None:
+    """The demo's built-in texts belong to their languages, by the Earley recognizer (and
+    the order document to its schema, by the jsonschema validator when it is installed);
+    a text one byte short of them does not."""
+    import json
+
+    program = example_text(grammar="builtin:minic")
+    minic = fg.parse_gbnf(builtin_grammar_text("minic"))
+    assert fg.accepts(minic, program)
+    assert b"while" in program and b"for" in program and b"if" in program
+    assert not fg.accepts(minic, program.replace(b";", b"", 1))
+    document = example_text(grammar="builtin:json")
+    assert document == example_text(schema="builtin:order")
+    assert fg.accepts(fg.parse_gbnf(builtin_grammar_text("json")), document)
+    schema = json.loads(builtin_schema_text("order"))
+    value = json.loads(document)
+    assert set(schema["required"]) <= set(value) < set(schema["properties"])  # an optional one left out
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(value, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**value, "status": "lost"}, schema)
     pytest.importorskip("xgrammar")
-    pytest.importorskip("quicktok")  # the built-in llama3 vocabulary
-    rc, out, err = run_cli(["demo", "--steps", "6", "--seed", "3"], capsys)
+    from formalgram_cfgzip.json_schema import from_json_schema
+
+    g = fg.parse_gbnf(from_json_schema(builtin_schema_text("order")))
+    assert fg.accepts(g, document)
+    assert not fg.accepts(g, document.replace(b'"paid"', b'"lost"'))
+
+
+def test_demo_runs_the_main_job(capsys: pytest.CaptureFixture[str]) -> None:
+    """``formalgram-cfgzip demo`` (README), capped at 8 steps: the built-in program under
+    the built-in grammar, Llama 3's own tokenization, every mask identical and every token
+    allowed, and the decoded text is the program's beginning."""
+    pytest.importorskip("xgrammar")
+    quicktok = pytest.importorskip("quicktok")  # the built-in llama3 vocabulary
+    rc, out, err = run_cli(["demo", "--steps", "8"], capsys)
     assert rc == 0, err
-    assert "masks identical at every step: yes" in out
-    assert "classes" in out and "builtin:minic" in out
-    walk = out.split("constrained walk", 1)[1].split("per-step mask time", 1)[0]
-    rows = [line.split() for line in walk.splitlines()[2:] if line.strip()]
-    # columns: step, allowed, full, classes+expand, same, token (which may hold spaces)
-    assert 1 <= len(rows) <= 6
-    assert [r[0] for r in rows] == [str(i) for i in range(len(rows))], walk
-    assert all(len(r) >= 6 and r[4] == "yes" for r in rows), walk
+    assert err == ""
+    assert "builtin:minic" in out and "quicktok's llama3 encoder" in out
+    rows = demo_rows(out)
+    assert [r[0] for r in rows] == [str(i) for i in range(8)], out
+    assert all(r[4] == "yes" and r[5] == "ok" for r in rows), out
+    program = example_text(grammar="builtin:minic")
+    ids = quicktok.get_encoding("llama3").encode_ordinary(program.decode())[:8]
+    prefix = Vocabulary.builtin("llama3").decode(ids)
+    assert out.split("the accepted tokens joined):\n", 1)[1].startswith("  " + prefix.decode().split("\n")[0])
+    summary = demo_summary(out)
+    assert summary["masks identical"] == "8 of 8" and summary["next token allowed"] == "8 of 8"
+    assert summary["whole text"].startswith("not checked: stopped after 8 of")
+    assert "result: OK" in out
 
 
-def test_demo_on_a_tiny_vocabulary_reports_mismatch_free_walk(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The demo on a grammar file and a tokenizer file; a one-step walk works too."""
+def test_demo_allowed_counts_against_earley(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A grammar file, a text file and a tokenizer file: the greedy tokenization, and at
+    every step the number of allowed tokens is what the Earley recognizer allows (a token
+    is allowed when the text so far followed by it is a prefix of the language); the
+    vocabulary has no stop token, so the end is judged by the recognizer."""
     pytest.importorskip("xgrammar")
     tok = str(tiny_tokenizer(tmp_path))
     grammar = tmp_path / "g.gbnf"
     grammar.write_text('root ::= "(" [ab]* ")"\n')
-    for steps in ("1", "20"):
+    text = tmp_path / "t.txt"
+    text.write_bytes(b"(abbab)")
+    rc, out, err = run_cli(
+        ["demo", "--grammar", str(grammar), "--tokenizer", tok, "--text", str(text)], capsys
+    )
+    assert rc == 0, err
+    assert "greedy longest match" in out
+    g = fg.parse_gbnf(grammar.read_text())
+    rows = demo_rows(out)
+    assert [r[6] for r in rows] == ["'('", "'ab'", "'ba'", "'b'", "')'"]
+    done = b""
+    for row, piece in zip(rows, [b"(", b"ab", b"ba", b"b", b")"], strict=True):
+        assert int(row[1]) == sum(1 for t in TINY_TOKENS if fg.is_prefix(g, done + t)), (row, done)
+        done += piece
+    assert "accepted (Earley" in demo_summary(out)["whole text"]
+    for engine in ("xgrammar", "llguidance"):  # the same run under llguidance, when installed
+        if engine == "llguidance" and importlib.util.find_spec("llguidance") is None:
+            continue
         rc, out, err = run_cli(
-            ["demo", "--grammar", str(grammar), "--tokenizer", tok, "--steps", steps], capsys
-        )
+            ["demo", "--grammar", str(grammar), "--tokenizer", tok, "--text", str(text), "--steps", "2",
+             "--engine", engine],
+            capsys,
+        )  # fmt: skip
         assert rc == 0, err
-        assert "masks identical at every step: yes" in out
-    generated = out.rsplit("generated text (random tokens under the grammar):", 1)[1].strip().encode()
-    assert generated and fg.is_prefix(fg.parse_gbnf(grammar.read_text()), generated)
+        assert [r[1] for r in demo_rows(out)] == [r[1] for r in rows[:2]]
+
+
+def test_demo_schema_file_and_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--schema FILE --text FILE`` (and the text on standard input): decoded under
+    XGrammar's grammar for the schema to its end, where the stop token is allowed."""
+    import io
+    import json
+
+    pytest.importorskip("xgrammar")
+    pytest.importorskip("quicktok")
+    schema = tmp_path / "event.schema.json"
+    schema.write_text(json.dumps({
+        "type": "object",
+        "properties": {
+            "kind": {"enum": ["click", "view"]},
+            "at": {"type": "integer"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["kind", "at"],
+    }))  # fmt: skip
+    document = b'{"kind": "view", "at": 1700000000, "tags": ["home", "mobile"]}'
+    text = tmp_path / "event.json"
+    text.write_bytes(document)
+    rc, out, err = run_cli(["demo", "--schema", str(schema), "--text", str(text)], capsys)
+    assert rc == 0, err
+    summary = demo_summary(out)
+    n = len(demo_rows(out))
+    assert summary["masks identical"] == f"{n} of {n}" and summary["next token allowed"] == f"{n} of {n}"
+    assert summary["whole text"].startswith("accepted: after the last token")
+    assert demo_rows(out)[-1][6] == "<|end_of_text|>"
+    assert out.split("the accepted tokens joined):\n", 1)[1].split("\n")[0] == "  " + document.decode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(document.replace(b"view", b"scroll"))))
+    rc, out, err = run_cli(["demo", "--schema", str(schema), "--text", "-"], capsys)
+    assert rc == 1
+    (line,) = err.splitlines()  # '{"kind": "' is 10 bytes, then the 's' no enum value has
+    assert line.startswith(
+        "formalgram-cfgzip: demo: the text leaves the language at byte 10 (line 1, column 11), byte b's'"
+    ), err
+    assert line.endswith("'scroll'"), err
+
+
+def test_demo_reports_where_the_text_leaves_the_language(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A text outside the language: exit 1 and one line naming the byte where it leaves,
+    the first byte that XGrammar refuses when fed one byte at a time (the demo finds it
+    with the Earley recognizer); a text that stops too early: exit 1, 'only a prefix'."""
+    pytest.importorskip("xgrammar")
+    pytest.importorskip("quicktok")
+    from formalgram_cfgzip.engines import compile_full
+
+    bad = b"int main() {\n    int x = 1;\n    x = x + @y;\n    return x;\n}\n"
+    by_byte = compile_full(Vocabulary([bytes([b]) for b in range(256)]), builtin_grammar_text("minic"))
+    m = by_byte.matcher()
+    where = next(k for k, b in enumerate(bad) if not m.accept_token(b))
+    assert bad[where : where + 1] == b"@"  # the engine's own reading
+    line = bad.count(b"\n", 0, where) + 1
+    column = where - bad.rfind(b"\n", 0, where)
+    for data, message in [
+        (bad, f"the text leaves the language at byte {where} (line {line}, column {column}), byte b'@'"),
+        (b"int main() {\n    return 0;\n", "the text is only a prefix of the language: at its end, byte 27"),
+    ]:
+        path = tmp_path / "t.c"
+        path.write_bytes(data)
+        rc, out, err = run_cli(["demo", "--text", str(path)], capsys)
+        assert rc == 1, out
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+        assert err.startswith("formalgram-cfgzip: demo: " + message), err
+        assert "result: FAILED" in out
+
+
+def test_demo_bad_inputs_exit_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tok = str(tiny_tokenizer(tmp_path))
+    grammar = tmp_path / "g.gbnf"
+    grammar.write_text('root ::= "(" [ab]* ")"\n')
+    cases = [
+        (
+            ["demo", "--grammar", str(grammar), "--tokenizer", tok],
+            "has no built-in text: give one with --text",
+        ),
+        (["demo", "--text", str(tmp_path / "missing.c")], "text file not found"),
+        (["demo", "--schema", "builtin:invoice"], "unknown built-in schema 'invoice'"),
+        (["demo", "--schema", str(tmp_path / "missing.json")], "cannot read JSON schema"),
+        (["demo", "--grammar", "builtin:c"], "unknown built-in grammar"),
+    ]
+    for args, message in cases:
+        rc, out, err = run_cli(args, capsys)
+        assert rc == 2, (args, out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("formalgram-cfgzip: error: "), (args, err)
+        assert message in lines[0], (args, err)
+
+
+def test_compress_builtin_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``compress --json-schema builtin:order`` writes the grammar XGrammar makes of it."""
+    pytest.importorskip("xgrammar")
+    from formalgram_cfgzip.json_schema import from_json_schema
+
+    out_dir = tmp_path / "order"
+    rc, _, err = run_cli(
+        ["compress", "--json-schema", "builtin:order", "--tokenizer", str(tiny_tokenizer(tmp_path)),
+         "-o", str(out_dir), "-q"],
+        capsys,
+    )  # fmt: skip
+    assert rc == 0, err
+    assert (out_dir / "grammar.gbnf").read_text() == from_json_schema(builtin_schema_text("order"))
