@@ -8,6 +8,7 @@ chosen by :func:`formalgram.transforms.gnf.to_gnf`.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import cast
 
 from formalgram.transforms.gnf_rules import Body, Builder, terminal_name
@@ -140,14 +141,44 @@ class LeftCorner:
             self.unit_reach[a] = reach
         return x in reach
 
+    def unit_order(self, a: int, x: int, done: Container[tuple[int, int]]) -> list[int]:
+        """``x`` and its unit ancestors in LC(a) not yet in ``done``, each after its unit parents.
+
+        A unit parent of ``X`` is a ``B`` with a rule ``B -> X``; a symbol ``B`` with
+        ``(a, B)`` in ``done`` is not entered.  The unit steps form an acyclic graph (unit
+        cycles are merged beforehand); it is walked in post-order on an explicit stack, so
+        chains of any length are fine.  Free of charge: the callers charge what they build.
+        """
+        fm = self.first_map(a)
+        order: list[int] = []
+        # frames: (symbol, index of its next unit step to look at)
+        frames: list[tuple[int, int]] = [(x, 0)]
+        listed = {x}
+        while frames:
+            node, i = frames[-1]
+            entries = fm.get(node, [])
+            pushed = False
+            while i < len(entries):
+                bnt, beta = entries[i]
+                i += 1
+                if not beta and bnt not in listed and (a, bnt) not in done:
+                    frames[-1] = (node, i)
+                    frames.append((bnt, 0))
+                    listed.add(bnt)
+                    pushed = True
+                    break
+            if pushed:
+                continue
+            frames.pop()
+            order.append(node)
+        return order
+
     def raw_rules(self, a: int, x: int) -> list[tuple[Body, int]]:
         """Bodies ``(β, B)`` of ``[A/X]`` before GNF-ification, unit steps closed over.
 
         ``[A/X]`` gets ``(β, B)`` for each ``B`` in LC(A) with a rule ``B -> X β``, ``β``
         non-empty, and (unless unit steps are spelled out) every body of ``[A/B]`` for each
-        unit rule ``B -> X``, first occurrences only.  The unit steps form an acyclic graph
-        (unit cycles are merged beforehand); it is walked in post-order on an explicit
-        stack, so chains of any length are fine.
+        unit rule ``B -> X``, first occurrences only, built in :meth:`unit_order`.
         """
         key = (a, x)
         got = self.raw.get(key)
@@ -155,27 +186,8 @@ class LeftCorner:
             return got
         fm = self.first_map(a)
         raw = self.raw
-        # frames: (symbol, index of its next unit step to look at)
-        frames: list[tuple[int, int]] = [(x, 0)]
-        on_path = {x}
-        while frames:
-            node, i = frames[-1]
+        for node in [x] if self.distribute else self.unit_order(a, x, raw):
             entries = fm.get(node, [])
-            if not self.distribute:
-                pushed = False
-                while i < len(entries):
-                    bnt, beta = entries[i]
-                    i += 1
-                    if not beta and (a, bnt) not in raw and bnt not in on_path:
-                        frames[-1] = (node, i)
-                        frames.append((bnt, 0))
-                        on_path.add(bnt)
-                        pushed = True
-                        break
-                if pushed:
-                    continue
-            frames.pop()
-            on_path.discard(node)
             out: list[tuple[Body, int]] = []
             # deduplicated by body_key (bodies over the terminals ~0 and ~1 would collide);
             # the keys are kept with the lists, so copying a list does not rebuild them.
@@ -212,8 +224,7 @@ class LeftCorner:
         """``X`` and every ``Y`` in LC(a) from which ``X`` is reached by unit rules.
 
         In the order ``X`` first, then the lists of the unit parents ``B`` of ``X`` (rules
-        ``B -> X``) one after the other, first occurrences only; computed in post-order on
-        an explicit stack.
+        ``B -> X``) one after the other, first occurrences only; built in :meth:`unit_order`.
         """
         key = (a, x)
         got = self.ups.get(key)
@@ -221,25 +232,8 @@ class LeftCorner:
             return got
         fm = self.first_map(a)
         ups = self.ups
-        frames: list[tuple[int, int]] = [(x, 0)]
-        on_path = {x}
-        while frames:
-            node, i = frames[-1]
+        for node in self.unit_order(a, x, ups):
             entries = fm.get(node, [])
-            pushed = False
-            while i < len(entries):
-                bnt, beta = entries[i]
-                i += 1
-                if not beta and (a, bnt) not in ups and bnt not in on_path:
-                    frames[-1] = (node, i)
-                    frames.append((bnt, 0))
-                    on_path.add(bnt)
-                    pushed = True
-                    break
-            if pushed:
-                continue
-            frames.pop()
-            on_path.discard(node)
             out = [node]
             seen = {node}
             work = 1
