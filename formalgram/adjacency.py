@@ -39,7 +39,7 @@ import networkx as nx
 
 from formalgram.analysis import generating_rules, reachable
 from formalgram.grammar import Grammar
-from formalgram.transforms.gnf import require_gnf
+from formalgram.transforms.gnf_check import require_gnf
 
 __all__ = ["backtrack_pairs", "can_be_below", "rightmost_graph", "stack_adjacency"]
 

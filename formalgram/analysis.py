@@ -14,22 +14,49 @@ from __future__ import annotations
 
 from formalgram.grammar import Grammar
 
-__all__ = ["generating", "generating_rules", "nullable", "reachable", "unreachable"]
+__all__ = ["generating", "generating_rules", "nonterminal_counts", "nullable", "reachable", "unreachable"]
 
 
-def _counting_fixpoint(g: Grammar, terminal_ok: list[bool]) -> frozenset[int]:
-    """Least set of nonterminals having a rule whose items are all in the set or ``terminal_ok``.
+def nonterminal_counts(g: Grammar, terminal_ok: list[bool]) -> tuple[list[int], list[list[int]]]:
+    """Per rule, its number of nonterminal items; per nonterminal, the rules it occurs in.
 
-    Each rule keeps a counter of nonterminal items not yet in the set; a rule with a terminal
-    that is not ``terminal_ok`` never fires.  O(|G|).
+    The set-up of every counting fixpoint over a grammar (:func:`nullable`,
+    :func:`generating`, the shortest lengths of :mod:`formalgram.recognize.enumerate`): a
+    rule fires once each of its nonterminals is known.
+
+    Parameters
+    ----------
+    g : Grammar
+        Any grammar.
+    terminal_ok : list of bool
+        Per terminal id: whether a rule holding it may fire at all.
+
+    Returns
+    -------
+    pending : list of int
+        Per rule index, the number of nonterminal items of its right-hand side, or ``-1``
+        when it holds a terminal that is not ``terminal_ok``.
+    occurs : list of list of int
+        Per nonterminal id, the rules (not the ``-1`` ones) it occurs in, once per
+        occurrence, in rule order.
+
+    Notes
+    -----
+    O(|G|); no budget, raises nothing.
+
+    Examples
+    --------
+    >>> from formalgram import parse_gbnf
+    >>> g = parse_gbnf('root ::= x x "a"\\nx ::= "b"')
+    >>> nonterminal_counts(g, [True] * len(g.masks))
+    ([2, 0], [[], [0, 0]])
+    >>> nonterminal_counts(g, [False] * len(g.masks))
+    ([-1, -1], [[], []])
     """
     rules = g.rules
-    n = len(g.names)
-    result = [False] * n
     pending = [0] * len(rules)
-    occurs: list[list[int]] = [[] for _ in range(n)]
-    work: list[int] = []
-    for ri, (lhs, rhs) in enumerate(rules):
+    occurs: list[list[int]] = [[] for _ in g.names]
+    for ri, (_, rhs) in enumerate(rules):
         if any(s < 0 and not terminal_ok[~s] for s in rhs):
             pending[ri] = -1
             continue
@@ -39,7 +66,23 @@ def _counting_fixpoint(g: Grammar, terminal_ok: list[bool]) -> frozenset[int]:
                 count += 1
                 occurs[s].append(ri)
         pending[ri] = count
-        if count == 0 and not result[lhs]:
+    return pending, occurs
+
+
+def _counting_fixpoint(g: Grammar, terminal_ok: list[bool]) -> frozenset[int]:
+    """Least set of nonterminals having a rule whose items are all in the set or ``terminal_ok``.
+
+    Each rule keeps a counter of nonterminal items not yet in the set
+    (:func:`nonterminal_counts`); a rule with a terminal that is not ``terminal_ok`` never
+    fires.  O(|G|).
+    """
+    rules = g.rules
+    n = len(g.names)
+    result = [False] * n
+    pending, occurs = nonterminal_counts(g, terminal_ok)
+    work: list[int] = []
+    for ri, (lhs, _) in enumerate(rules):
+        if pending[ri] == 0 and not result[lhs]:
             result[lhs] = True
             work.append(lhs)
     while work:

@@ -28,7 +28,7 @@ from formalgram.analysis import generating, generating_rules
 from formalgram.errors import GrammarError, GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram.transforms.byte_classes import byte_class_map
-from formalgram.transforms.gnf import require_gnf
+from formalgram.transforms.gnf_check import require_gnf
 
 __all__ = ["DEFAULT_MAX_STACKS", "DEFAULT_WORK", "PDA", "Stack"]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import random
 
+from formalgram.analysis import nonterminal_counts
 from formalgram.errors import EmptyLanguageError, GrammarError, GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram.recognize.earley import EarleyRecognizer
@@ -167,23 +168,12 @@ def _min_lengths(g: Grammar) -> tuple[list[int], list[int]]:
     rules = g.rules
     # -- shortest lengths -----------------------------------------------------------------
     minlen = [_INF] * n
-    pending = [0] * len(rules)
-    partial = [0] * len(rules)
-    occurs: list[list[int]] = [[] for _ in range(n)]
+    pending, occurs = nonterminal_counts(g, [m != 0 for m in masks])
+    # per rule, its length so far: its terminals, then the nonterminals' lengths as they settle
+    partial = [len(rhs) - c if c >= 0 else 0 for (_, rhs), c in zip(rules, pending, strict=True)]
     heap: list[tuple[int, int]] = []
-    for r, (lhs, rhs) in enumerate(rules):
-        if any(s < 0 and not masks[~s] for s in rhs):
-            pending[r] = -1
-            continue
-        count = 0
-        for s in rhs:
-            if s >= 0:
-                count += 1
-                occurs[s].append(r)
-            else:
-                partial[r] += 1
-        pending[r] = count
-        if count == 0:
+    for r, (lhs, _) in enumerate(rules):
+        if pending[r] == 0:
             heapq.heappush(heap, (partial[r], lhs))
     done = [False] * n
     while heap:

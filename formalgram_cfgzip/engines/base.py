@@ -1,5 +1,4 @@
-"""The engine-independent half of the decoding adapters: protocol, argument checks, id
-mapping and mask expansion, shared by the XGrammar and the llguidance backend.
+"""The compiled grammar both backends subclass: id mapping, mask expansion and batch fills.
 
 A *compiled grammar* is a grammar engine (XGrammar, llguidance) prepared for one grammar
 over an *engine vocabulary*:
@@ -12,23 +11,11 @@ over an *engine vocabulary*:
 * **full** (the reference): engine token ``i`` is token ``i`` of the
   :class:`~formalgram_cfgzip.vocabulary.Vocabulary`, no compression.
 
-Both use the same **special-token policy**, so their masks can be compared bit for bit:
-
-=====================================  ====================================================
-token                                  what the engine sees / when it is allowed
-=====================================  ====================================================
-text token (not special, not stop)     its exact bytes; allowed when the grammar allows them
-text token with empty bytes            empty bytes; never allowed
-special token (``special_ids``)        empty bytes; never allowed (its label is not text)
-stop token (``stop_ids``)              the engine's stop/EOS token with empty bytes;
-                                       allowed exactly when the grammar may end here
-hole (``None``), padding id            never allowed (empty bytes / past the engine vocab)
-=====================================  ====================================================
-
-In the compressed engine the stop class is the stop token, and the invalid class (holes,
-padding, special tokens, tokens valid nowhere) is an engine token with empty bytes, so it
-is never allowed.  The proof that the adapter is lossless under this policy is
-``proofs/engine_adapter.md``.
+Both use the same special-token policy (:mod:`formalgram_cfgzip.engines.tokens`), so their
+masks can be compared bit for bit.  The matcher both backends subclass is
+:class:`~formalgram_cfgzip.engines.matcher.EngineMatcher`, the options check
+:mod:`formalgram_cfgzip.engines.arguments`; this module re-exports their names, so backends
+import everything from here.
 
 Threads: a :class:`CompiledGrammar` may be shared by threads (its expanders and batch
 buffers are used under :attr:`CompiledGrammar.expander_lock`); a matcher may not (one
@@ -40,11 +27,28 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from formalgram_cfgzip.engines.arguments import (
+    as_integer,
+    check_compile_options,
+    prepare_compressed,
+    prepare_full,
+)
+from formalgram_cfgzip.engines.matcher import _INT32 as _INT32
+from formalgram_cfgzip.engines.matcher import EngineMatcher, Matcher
+from formalgram_cfgzip.engines.tokens import _vocab_cache_lock as _vocab_cache_lock
+from formalgram_cfgzip.engines.tokens import (
+    check_classes,
+    class_vocabulary,
+    engine_vocabulary,
+    full_engine_tokens,
+    grammar_matches,
+    per_vocabulary,
+)
 from formalgram_cfgzip.errors import (
     BatchIndexError,
     ClassesMismatchError,
@@ -83,514 +87,9 @@ __all__ = [
 Syntax = Literal["gbnf", "lark"]
 
 
-@runtime_checkable
-class Matcher(Protocol):
-    """What both engines' matchers provide (compressed and full-vocabulary alike); see
-    :class:`EngineMatcher` for the behaviour and the errors."""
-
-    def accept_token(self, token_id: int) -> bool:
-        """Advance by a real token id; ``False`` (state unchanged) if the grammar forbids it."""
-        ...
-
-    def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
-        """Write the full-vocabulary mask into row ``index`` of ``bitmask``."""
-        ...
-
-    def fill_next_class_bitmask(self, class_bitmask: Any, index: int = 0) -> None:
-        """Write the engine's own (class) mask into row ``index`` of ``class_bitmask``."""
-        ...
-
-    def rollback(self, num_tokens: int = 1) -> None:
-        """Undo the last ``num_tokens`` accepted tokens."""
-        ...
-
-    def reset(self) -> None:
-        """Back to the initial state."""
-        ...
-
-    def is_terminated(self) -> bool:
-        """Whether a stop token was accepted."""
-        ...
-
-
-def grammar_matches(classes: TokenClasses, grammar_text: str) -> bool:
-    """Whether ``classes`` were computed for ``grammar_text``.
-
-    Parameters
-    ----------
-    classes : TokenClasses
-        The classes.
-    grammar_text : str
-        The grammar text an engine is about to compile.
-
-    Returns
-    -------
-    bool
-        True when the text's fingerprint (:func:`~formalgram_cfgzip.cache.fingerprint_text`)
-        is the one recorded by :func:`~formalgram_cfgzip.compress.compress` (or stored as
-        ``grammar_sha256`` by a caller that fingerprints texts), or else when the text parses
-        to a grammar with the classes' canonical fingerprint
-        (:func:`~formalgram_cfgzip.cache.grammar_fingerprint`).  A text that does not parse
-        matches nothing.
-
-    Notes
-    -----
-    O(len(grammar_text)) when the text is the one the classes were computed from; otherwise
-    the text is parsed (formatting and comments may differ, the grammar may not).
-
-    Examples
-    --------
-    >>> from formalgram_cfgzip.compress import compress
-    >>> from formalgram_cfgzip.vocabulary import Vocabulary
-    >>> tc = compress('root ::= "x"', Vocabulary([b"x", b"y"]), progress=False)
-    >>> grammar_matches(tc, 'root ::= "x"'), grammar_matches(tc, 'root ::=   "x" # same'), grammar_matches(tc, 'root ::= "y"')
-    (True, True, False)
-    """
-    from formalgram.errors import FormalgramError
-    from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint
-
-    text_sha = fingerprint_text(grammar_text)
-    if text_sha in (classes.grammar_text_sha256, classes.grammar_sha256):
-        return True
-    try:
-        return classes.grammar_sha256 == grammar_fingerprint(grammar_text)
-    except (FormalgramError, RecursionError):
-        return False
-
-
-def check_classes(classes: TokenClasses, grammar_text: str | None, vocab: Vocabulary | None = None) -> None:
-    """Validate a TokenClasses against its grammar, vocabulary and the special-token policy.
-
-    Parameters
-    ----------
-    classes : TokenClasses
-        The classes an engine is about to use.
-    grammar_text : str or None
-        The grammar the engine will compile (``None`` skips the grammar check).
-    vocab : Vocabulary or None
-        The vocabulary the caller decodes with (``None``: ``classes.vocab``).
-
-    Raises
-    ------
-    ClassesMismatchError
-        If the fingerprints differ (:func:`grammar_matches`), or the classes break an
-        invariant (:meth:`TokenClasses.validate <formalgram_cfgzip.classes.TokenClasses.validate>`:
-        malformed arrays, a special token, hole, empty text token or padding id outside the
-        invalid class, a stop class that is not exactly the stop tokens, ...).
-
-    Notes
-    -----
-    O(logit_width) numpy work, plus what :func:`grammar_matches` costs.
-
-    Examples
-    --------
-    >>> from formalgram_cfgzip.compress import compress
-    >>> from formalgram_cfgzip.vocabulary import Vocabulary
-    >>> tc = compress('root ::= "x"', Vocabulary([b"x", b"y"]), progress=False)
-    >>> check_classes(tc, 'root ::= "x"')
-    >>> tc.representatives[0] = 1  # corrupted after construction
-    >>> check_classes(tc, 'root ::= "x"')
-    Traceback (most recent call last):
-    ...
-    formalgram_cfgzip.errors.ClassesMismatchError: inconsistent TokenClasses: class 0 has representative 1, a token of class 1
-    """
-    from formalgram_cfgzip.errors import ClassesInvariantError
-
-    v = classes.vocab
-    if vocab is not None and vocab is not v and vocab.fingerprint() != v.fingerprint():
-        raise ClassesMismatchError(
-            f"these TokenClasses were computed for vocabulary {v.name or v.fingerprint()[:12]!r}, "
-            f"not for {vocab.name or vocab.fingerprint()[:12]!r}"
-        )
-    if grammar_text is not None and not grammar_matches(classes, grammar_text):
-        raise ClassesMismatchError(
-            "these TokenClasses were computed for another grammar "
-            f"(classes: {classes.grammar_sha256[:12]}...); recompute them with compress()"
-        )
-    try:
-        classes.validate()
-    except ClassesInvariantError as exc:
-        raise ClassesMismatchError(f"inconsistent TokenClasses: {exc}") from exc
-
-
-def engine_vocabulary(vocab: Vocabulary) -> list[bytes]:
-    """Bytes the full-vocabulary engine sees for each token id (the special-token policy).
-
-    Text tokens keep their bytes; special tokens, stop tokens and holes get ``b""``.
-
-    Parameters
-    ----------
-    vocab : Vocabulary
-
-    Returns
-    -------
-    list of bytes
-        ``vocab.size`` entries (padding ids are added by :func:`full_engine_tokens`).
-
-    Examples
-    --------
-    >>> from formalgram_cfgzip.vocabulary import Vocabulary
-    >>> engine_vocabulary(Vocabulary([b"a", None, b"<s>", b"</s>"], special_ids=[2, 3], stop_ids=[3]))
-    [b'a', b'', b'', b'']
-    """
-    special, stop = vocab.special_ids, vocab.stop_ids
-    return [b"" if t is None or i in special or i in stop else t for i, t in enumerate(vocab.tokens)]
-
-
-def class_vocabulary(classes: TokenClasses) -> list[bytes]:
-    """Bytes the compressed engine sees for each class: its representative's (policy applied).
-
-    Parameters
-    ----------
-    classes : TokenClasses
-
-    Returns
-    -------
-    list of bytes
-        One entry per class; the invalid and the stop class, and a class without a real
-        representative, get ``b""``.
-    """
-    tokens = classes.vocab.tokens
-    out: list[bytes] = []
-    for k, rep in enumerate(classes.representatives.tolist()):
-        if k in (classes.invalid_class, classes.stop_class) or rep < 0 or rep >= len(tokens):
-            out.append(b"")
-        else:
-            t = tokens[rep]
-            out.append(t if t is not None else b"")
-    return out
-
-
-# -- argument checks --------------------------------------------------------------------
-def _integer(value: object, what: str, error: type[EngineError] = EngineError) -> int:
-    """``value`` as a Python int (ints and numpy integers; not bools, floats or None)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise error(f"{what} must be an integer, got {value!r}")
-    return int(value)
-
-
-def _check_compile_options(grammar_text: object, root: object, max_threads: object, check: object) -> None:
-    """The typed errors for the options both backends take (wrong values, not unknown names)."""
-    if not isinstance(grammar_text, str):
-        raise EngineError(f"grammar_text must be a str, got {type(grammar_text).__name__}")
-    if not isinstance(root, str) or not root:
-        raise EngineError(f"root must be a non-empty rule name, got {root!r}")
-    if max_threads is not None and _integer(max_threads, "max_threads") < 1:
-        raise EngineError(f"max_threads must be at least 1, got {max_threads!r}")
-    if not isinstance(check, bool):
-        raise EngineError(f"check must be True or False, got {check!r}")
-
-
-def prepare_compressed(
-    classes: TokenClasses,
-    grammar_text: str,
-    *,
-    root: str,
-    vocab: Vocabulary | None,
-    check: bool,
-    max_threads: int | None,
-    fingerprint: bool = True,
-) -> list[bytes]:
-    """The start of both backends' ``compile_grammar``: check the options (and, with
-    ``check``, the classes), and return the engine tokens (:func:`class_vocabulary`).
-
-    Parameters
-    ----------
-    classes, grammar_text, root, vocab, check, max_threads
-        As for :func:`formalgram_cfgzip.engines.compile_grammar`.
-    fingerprint : bool
-        Compare the grammar fingerprint too (not for text in another syntax than GBNF).
-
-    Returns
-    -------
-    list of bytes
-        One entry per class.
-
-    Raises
-    ------
-    EngineError
-        On an option of the wrong type or value.
-    ClassesMismatchError
-        With ``check``: as :func:`check_classes`.
-    """
-    from formalgram_cfgzip.classes import TokenClasses
-    from formalgram_cfgzip.vocabulary import Vocabulary
-
-    _check_compile_options(grammar_text, root, max_threads, check)
-    if not isinstance(classes, TokenClasses):
-        raise EngineError(f"classes must be a TokenClasses, got {type(classes).__name__}")
-    if vocab is not None and not isinstance(vocab, Vocabulary):
-        raise EngineError(f"vocab must be a Vocabulary or None, got {type(vocab).__name__}")
-    if check:
-        check_classes(classes, grammar_text if fingerprint else None, vocab)
-    return class_vocabulary(classes)
-
-
-def full_engine_tokens(vocab: Vocabulary) -> list[bytes]:
-    """The bytes of every logit index for the full-vocabulary engine: :func:`engine_vocabulary`
-    with the padding ids (``size .. logit_width - 1``) as ``b""``."""
-    tokens = engine_vocabulary(vocab)
-    tokens.extend([b""] * (vocab.logit_width - len(tokens)))
-    return tokens
-
-
-def prepare_full(vocab: Vocabulary, grammar_text: str, *, root: str, max_threads: int | None) -> list[bytes]:
-    """The start of both backends' ``compile_full``: check the options and return
-    :func:`full_engine_tokens`.
-
-    Raises
-    ------
-    EngineError
-        On an option of the wrong type or value.
-    """
-    from formalgram_cfgzip.vocabulary import Vocabulary
-
-    _check_compile_options(grammar_text, root, max_threads, True)
-    if not isinstance(vocab, Vocabulary):
-        raise EngineError(f"vocab must be a Vocabulary, got {type(vocab).__name__}")
-    return full_engine_tokens(vocab)
-
-
-_vocab_cache_lock = threading.Lock()
-
-
-def per_vocabulary(cache: dict[str, Any], vocab: Vocabulary, build: Callable[[], Any]) -> Any:
-    """``cache[vocab.fingerprint()]``, made by ``build()`` on a miss and kept (the engines'
-    full-vocabulary tokenizers: immutable, and slow to build for a large vocabulary).
-
-    Parameters
-    ----------
-    cache : dict
-        The engine's cache, keyed by vocabulary fingerprint.
-    vocab : Vocabulary
-    build : callable
-        Makes the value on a miss.
-
-    Returns
-    -------
-    object
-        The cached or new value.
-
-    Notes
-    -----
-    Lookups and stores are locked; ``build`` runs outside the lock, so two threads missing at
-    once may both build, and the last stored wins (the values are equal).
-    """
-    key = vocab.fingerprint()
-    with _vocab_cache_lock:
-        value = cache.get(key)
-    if value is None:
-        value = build()
-        with _vocab_cache_lock:
-            cache[key] = value
-    return value
-
-
-_INT32 = np.dtype(np.int32)
-
-
-class EngineMatcher(ABC):
-    """A matcher over real token ids, whatever the engine vocabulary (base of both engines).
-
-    Subclasses implement the ``_engine_*`` hooks over *engine* ids; this class maps ids,
-    checks arguments, keeps the history that :meth:`rollback` may undo and expands masks.
-
-    Notes
-    -----
-    A matcher holds one sequence's state and a scratch row: use it from one thread at a
-    time.  Matchers of one compiled grammar share its expander (under its lock).
-    """
-
-    #: The engine's fill raises ``RuntimeError`` once a stop token was accepted (XGrammar):
-    #: fills then skip the per-call ``is_terminated()`` (a call into the engine) and check
-    #: it only when the fill raised.
-    FILL_RAISES_WHEN_TERMINATED = False
-
-    def __init__(self, compiled: CompiledGrammar) -> None:
-        self.compiled = compiled
-        self._scratch = np.zeros((1, compiled.engine_words), dtype=np.int32)
-        # for fill_next_token_bitmask: the expander's row writer (None without classes), and
-        # the row width, read once here rather than through ``compiled`` on every call
-        ex = compiled.expander
-        self._write_row = ex.row_writer() if ex is not None and not compiled.direct_fill else None
-        self._token_words = compiled.token_words
-        self._lock = compiled.expander_lock
-        #: engine ids accepted since the start (what rollback may undo)
-        self._history: list[int] = []
-
-    def _fill_live(self, bitmask: npt.NDArray[np.int32], index: int) -> bool:
-        """Engine fill of row ``index``; ``False`` (row zeroed, nothing filled) when the
-        matcher is terminated."""
-        if self.FILL_RAISES_WHEN_TERMINATED:
-            try:
-                self._engine_fill(bitmask, index)
-                return True
-            except RuntimeError:
-                if not self.is_terminated():
-                    raise
-        elif not self.is_terminated():
-            self._engine_fill(bitmask, index)
-            return True
-        bitmask[index] = 0
-        return False
-
-    # -- engine hooks -----------------------------------------------------------------------
-    @abstractmethod
-    def _engine_accept(self, engine_id: int) -> bool:
-        """Advance by an engine id; ``False`` (state unchanged) if the grammar forbids it."""
-
-    @abstractmethod
-    def _engine_fill(self, bitmask: npt.NDArray[np.int32], index: int) -> None:
-        """Fill row ``index`` of an engine-width int32 bitmask."""
-
-    @abstractmethod
-    def _engine_rollback(self, num_tokens: int) -> None:
-        """Undo the last ``num_tokens`` (``1 <= num_tokens <= len(history)``) accepted tokens."""
-
-    @abstractmethod
-    def _engine_reset(self) -> None:
-        """Back to the engine's initial state."""
-
-    @abstractmethod
-    def is_terminated(self) -> bool:
-        """Whether a stop token has been accepted (nothing more may follow)."""
-
-    def engine_error(self) -> str:
-        """The engine's error message when it gave up (e.g. hit an internal limit), else ``""``."""
-        return ""
-
-    # -- protocol ---------------------------------------------------------------------------
-    def accept_token(self, token_id: int) -> bool:
-        """Advance by a real token id; ``False`` (state unchanged) if the grammar forbids it.
-
-        Raises
-        ------
-        TokenIdError
-            If ``token_id`` is not an integer in ``0 .. logit_width - 1``.
-        """
-        return self._accept_engine_id(self.compiled.engine_id(token_id))
-
-    def _accept_engine_id(self, engine_id: int) -> bool:
-        if self.compiled.never[engine_id] or not self._engine_accept(engine_id):
-            return False  # never allowed by the policy: spares the engine's warning
-        self._history.append(engine_id)
-        return True
-
-    def rollback(self, num_tokens: int = 1) -> None:
-        """Undo the last ``num_tokens`` accepted tokens (the stop token included).
-
-        Raises
-        ------
-        EngineError
-            If ``num_tokens`` is not an integer between 0 and the number of tokens
-            accepted since the start or the last :meth:`reset` (the same for both engines).
-        """
-        n = _integer(num_tokens, "num_tokens")
-        if not 0 <= n <= len(self._history):
-            raise EngineError(f"cannot roll back {n} tokens: {len(self._history)} accepted since the start")
-        if n:
-            self._engine_rollback(n)
-            del self._history[-n:]
-
-    def reset(self) -> None:
-        """Back to the initial state (nothing accepted)."""
-        self._engine_reset()
-        self._history.clear()
-
-    def fill_next_class_bitmask(self, class_bitmask: Any, index: int = 0) -> None:
-        """Write the engine's own mask (one bit per engine token) into row ``index``.
-
-        For a compressed grammar the bits are classes; for the full reference, tokens.
-        After a stop token was accepted the row is all zeros (nothing may follow).
-
-        Parameters
-        ----------
-        class_bitmask : numpy.ndarray or torch.Tensor
-            Writable C-contiguous int32 on the CPU, shape ``(batch, engine_words)`` (see
-            :attr:`CompiledGrammar.engine_words`) or ``(engine_words,)``.
-        index : int
-            Row to write.
-
-        Raises
-        ------
-        EngineError
-            On a read-only buffer, a wrong dtype, shape or device.
-        BatchIndexError
-            If ``index`` is not an integer row of ``class_bitmask``.
-        """
-        arr = as_int32_rows(class_bitmask, "class bitmask")
-        c = self.compiled
-        if arr.shape[1] != c.engine_words:
-            raise EngineError(
-                f"class bitmask must have {c.engine_words} int32 words per row, got {arr.shape[1]}"
-            )
-        self._fill_live(arr, check_row_index(index, arr.shape[0]))
-
-    def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
-        """Write the full-vocabulary mask (XGrammar layout) into row ``index`` of ``bitmask``.
-
-        Bit ``j`` of word ``w`` is token ``32 * w + j``.  After a stop token was accepted
-        the row is all zeros (nothing may follow).
-
-        Parameters
-        ----------
-        bitmask : numpy.ndarray or torch.Tensor
-            Writable C-contiguous int32 on the CPU, shape ``(batch, ceil(logit_width / 32))``
-            or ``(ceil(logit_width / 32),)``.
-        index : int
-            Row to write.
-
-        Raises
-        ------
-        EngineError
-            On a read-only buffer, a wrong dtype, shape or device.
-        BatchIndexError
-            If ``index`` is not an integer row of ``bitmask``.
-
-        Notes
-        -----
-        One engine fill of ``engine_size`` bits, then (compressed) one row expansion under
-        the compiled grammar's :attr:`~CompiledGrammar.expander_lock`.
-        """
-        if (  # the common case, checked inline: no helper calls before the engine's fill
-            type(bitmask) is np.ndarray
-            and type(index) is int
-            and bitmask.dtype is _INT32
-            and bitmask.ndim == 2
-            and bitmask.shape[1] == self._token_words
-            and 0 <= index < bitmask.shape[0]
-            and (flags := bitmask.flags).c_contiguous
-            and flags.writeable
-        ):
-            arr = bitmask
-        else:
-            arr, index = self._checked_token_bitmask(bitmask, index)
-        write = self._write_row
-        if write is None and self.compiled.direct_fill:
-            if self._fill_live(arr, index):
-                self.compiled.clear_padding(arr[index : index + 1])
-            return
-        scratch = self._scratch
-        if not self._fill_live(scratch, 0):
-            arr[index] = 0
-        elif write is not None:
-            with self._lock:
-                write(scratch, arr, index)
-        else:
-            self.compiled.finish_row(scratch[0], arr[index])
-
-    def _checked_token_bitmask(self, bitmask: Any, index: object) -> tuple[npt.NDArray[np.int32], int]:
-        """``bitmask`` as a numpy int32 array whose row ``index`` has the token width, and
-        ``index`` as an int, or the typed error saying why not."""
-        arr = as_int32_rows(bitmask, "token bitmask")
-        c = self.compiled
-        if arr.shape[1] != c.token_words:
-            raise EngineError(
-                f"token bitmask must have ceil({c.logit_width}/32) = {c.token_words} int32 words per row, "
-                f"got {arr.shape[1]}"
-            )
-        row = check_row_index(index, arr.shape[0])
-        return arr, row
+# Names these parts had when they lived in this module.
+_integer = as_integer
+_check_compile_options = check_compile_options
 
 
 class CompiledGrammar(ABC):
@@ -681,7 +180,7 @@ class CompiledGrammar(ABC):
         TokenIdError
             If ``token_id`` is not an integer in ``0 .. logit_width - 1``.
         """
-        t = _integer(token_id, "token id", TokenIdError)
+        t = as_integer(token_id, "token id", TokenIdError)
         if not 0 <= t < self.logit_width:
             raise TokenIdError(f"token id {t} is outside the vocabulary (0..{self.logit_width - 1})")
         if self._token_class is None:

@@ -42,13 +42,13 @@ equal ids, and digests are computed as if every chain were unrolled.
 from __future__ import annotations
 
 import hashlib
-import resource
 from collections.abc import Iterable
 
 from formalgram.adjacency import can_be_below
 from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram.pda import PDA
+from formalgram_cfgzip.search.memory import current_rss
 
 __all__ = ["DEAD", "EXPANSION_WORK", "START", "CanonicalKey", "DisplacementSearch", "current_rss"]
 
@@ -74,30 +74,6 @@ def _add(groups: dict[int, list[int]], sym: int, child: int) -> None:
         groups[sym] = [child]
     else:
         lst.append(child)
-
-
-def current_rss() -> int:
-    """Resident memory of this process in bytes (Linux ``/proc``; peak RSS elsewhere).
-
-    Returns
-    -------
-    int
-
-    Notes
-    -----
-    One small file read.
-
-    Examples
-    --------
-    >>> current_rss() > 1 << 20
-    True
-    """
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            pages = int(f.read().split()[1])
-        return pages * resource.getpagesize()
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _union_key(ids: list[int]) -> tuple[int, ...]:

@@ -148,6 +148,23 @@ class SequenceTrie:
     size: int
 
 
+def _group(
+    keys: npt.NDArray[np.int64], span: int, live: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The distinct values of ``keys`` (all in ``0 .. span - 1``), sorted, and the index of
+    each key among them: by marking a dense table when ``span`` is small next to the
+    ``live`` keys (no sort), else by ``np.unique``."""
+    if span <= 4 * live + 65536:
+        seen = np.zeros(span, dtype=bool)
+        seen[keys] = True
+        uniq = np.flatnonzero(seen)
+        slot = np.zeros(span, dtype=np.int64)
+        slot[uniq] = np.arange(uniq.size, dtype=np.int64)
+        return uniq, slot[keys]
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    return uniq, inverse.reshape(-1)
+
+
 def build_trie(
     symbols: npt.NDArray[np.uint8],
     offsets: npt.NDArray[np.int64],
@@ -202,17 +219,7 @@ def build_trie(
     for k in range(depth):
         live = running[k]
         key = node[:live] * alphabet + symbols[starts[:live] + k]
-        span = width * alphabet
-        if span <= 4 * live + 65536:  # dense grouping, no sort
-            seen = np.zeros(span, dtype=bool)
-            seen[key] = True
-            uniq = np.flatnonzero(seen)
-            slot = np.zeros(span, dtype=np.int64)
-            slot[uniq] = np.arange(uniq.size, dtype=np.int64)
-            node = slot[key]
-        else:
-            uniq, inverse = np.unique(key, return_inverse=True)
-            node = inverse.reshape(-1)
+        uniq, node = _group(key, width * alphabet, live)
         parents.append(uniq // alphabet)
         labels.append((uniq % alphabet).astype(np.uint8))
         width = int(uniq.size)
@@ -609,16 +616,7 @@ def walk_trie(
                 previous = np.asarray(comp_list, dtype=np.int64) if small else comp
                 small = False
                 pairs = previous[parents] * ncls + class_of[trie.labels[k]]
-                span = len(nodes) * ncls
-                if span <= 4 * live + 65536:  # dense grouping, no sort
-                    seen = np.zeros(span, dtype=bool)
-                    seen[pairs] = True
-                    uniq = np.flatnonzero(seen)
-                    slot = np.zeros(span, dtype=np.int64)
-                    slot[uniq] = np.arange(uniq.size, dtype=np.int64)
-                    inverse = slot[pairs]
-                else:
-                    uniq, inverse = np.unique(pairs, return_inverse=True)
+                uniq, inverse = _group(pairs, len(nodes) * ncls, live)
                 new_index: list[int] = []
                 for u in uniq.tolist():
                     node = nodes[u // ncls]

@@ -1,0 +1,536 @@
+"""The left-corner construction of a GNF grammar (no left-recursion removal needed).
+
+:class:`LeftCorner` turns an epsilon-free table of rules without unit cycles straight into
+GNF rules, one continuation nonterminal per pair of a nonterminal and a left corner; its
+variants (dominator split, unit steps spelled out, cut at the children, deep cut) are
+chosen by :func:`formalgram.transforms.gnf.to_gnf`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from typing import cast
+
+from formalgram.transforms.gnf_rules import Body, Builder, terminal_name
+from formalgram.transforms.left_recursion import body_key
+from formalgram.transforms.unit import sccs
+
+__all__ = ["CutFrame", "LeftCorner"]
+
+
+class LeftCorner:
+    """Left-corner construction straight into GNF (Rosenkrantz; Moore 2000).
+
+    For a nonterminal ``A`` let ``LC(A)`` be the nonterminals reachable from ``A`` through
+    leftmost symbols (``A`` included).  For a symbol ``X`` that starts a rule of some
+    ``B`` in ``LC(A)``, the nonterminal ``A/X`` derives what is left of a string of ``A``
+    once a leftmost ``X`` has been recognised::
+
+        A   -> t A/t          for each terminal t leading a rule of LC(A)
+        A/X -> β A/B          for each B in LC(A) and rule B -> X β
+        A/A -> ε
+
+    Here ``[A/X]`` stands for ``A/X`` without the empty string; ``A/X`` is nullable iff
+    ``X`` is reached from ``A`` by unit rules (``A`` included).  Unit rules ``B -> X``
+    give unit steps ``A/X -> A/B`` which are closed over (the input has no unit
+    cycles).  A body ``β`` starting with a nonterminal ``C`` is made GNF by
+    substituting ``C``'s own rules ``C -> t [C/t] | t``: one level only, so tails never
+    accumulate.  The input must be epsilon-free; left recursion is allowed.
+    """
+
+    def __init__(
+        self,
+        table: list[list[Body]],
+        b: Builder,
+        factor: bool,
+        distribute: bool,
+        cut: bool = False,
+        deep: bool = False,
+    ) -> None:
+        self.cut = cut or deep
+        self.deep = deep
+        # strongly connected components of the left-corner graph (deep cuts stay acyclic)
+        n = len(table)
+        b.meter.spend(n + sum(len(bodies) for bodies in table))
+        succ = [[body[0] for body in table[v] if body[0] >= 0] for v in range(n)]
+        self.comp = [0] * n
+        self.cyclic = [False] * n
+        for i, members in enumerate(sccs(n, succ)):
+            for v in members:
+                self.comp[v] = i
+                self.cyclic[v] = len(members) > 1 or v in succ[v]
+        self.factor = factor
+        self.distribute = distribute
+        self.ups: dict[tuple[int, int], list[int]] = {}
+        self.table = table
+        self.b = b
+        self.meter = b.meter
+        self.n_orig = len(table)
+        self.firsts: dict[int, dict[int, list[tuple[int, Body]]]] = {}
+        self.raw: dict[tuple[int, int], list[tuple[Body, int]]] = {}
+        self.raw_keys: dict[tuple[int, int], list[object]] = {}
+        self.unit_reach: dict[int, set[int]] = {}
+        self.ids: dict[tuple[int, int], int] = {}
+        self.top: dict[int, list[tuple[int, Body]]] = {}
+        self.lifted: dict[int, int] = {}
+        self.lifted_mask: dict[int, int] = {}
+        self.cont_of: dict[int, tuple[int, int]] = {}
+
+    def lift(self, body: Body) -> Body:
+        self.meter.spend(1 + len(body))
+        out: list[int] = []
+        for s in body:
+            if s >= 0:
+                out.append(s)
+                continue
+            mask = self.b.masks[~s]
+            nt = self.lifted.get(mask)
+            if nt is None:
+                nt = self.b.fresh(terminal_name(mask))
+                self.lifted[mask] = nt
+                self.lifted_mask[nt] = mask
+            out.append(nt)
+        return tuple(out)
+
+    def first_map(self, a: int) -> dict[int, list[tuple[int, Body]]]:
+        """Leading symbol ``X`` -> the pairs ``(B, β)`` with ``B`` in LC(a) and a rule ``B -> X β``."""
+        got = self.firsts.get(a)
+        if got is not None:
+            return got
+        table = self.table
+        seen = {a}
+        order = [a]
+        i = 0
+        while i < len(order):
+            bodies = table[order[i]]
+            # a visit, and an entry of the map (a pair and a sliced body) per rule
+            self.meter.spend(1 + 12 * len(bodies))
+            for body in bodies:
+                x = body[0]
+                if x >= 0 and x not in seen:
+                    seen.add(x)
+                    order.append(x)
+            i += 1
+        fm: dict[int, list[tuple[int, Body]]] = {}
+        for bnt in order:
+            for body in table[bnt]:
+                fm.setdefault(body[0], []).append((bnt, body[1:]))
+        self.firsts[a] = fm
+        return fm
+
+    def nullable(self, a: int, x: int) -> bool:
+        """Whether A/X derives ε: X is reached from A by unit rules (A itself included)."""
+        if x == a:
+            return True
+        reach = self.unit_reach.get(a)
+        if reach is None:
+            # the symbols reached from ``a`` through rules ``B -> X`` (all of them lie in LC(a))
+            table = self.table
+            reach = {a}
+            stack = [a]
+            while stack:
+                bodies = table[stack.pop()]
+                self.meter.spend(1 + len(bodies))
+                for body in bodies:
+                    if len(body) == 1:
+                        y = body[0]
+                        if y not in reach:
+                            reach.add(y)
+                            if y >= 0:
+                                stack.append(y)
+            self.unit_reach[a] = reach
+        return x in reach
+
+    def unit_order(self, a: int, x: int, done: Container[tuple[int, int]]) -> list[int]:
+        """``x`` and its unit ancestors in LC(a) not yet in ``done``, each after its unit parents.
+
+        A unit parent of ``X`` is a ``B`` with a rule ``B -> X``; a symbol ``B`` with
+        ``(a, B)`` in ``done`` is not entered.  The unit steps form an acyclic graph (unit
+        cycles are merged beforehand); it is walked in post-order on an explicit stack, so
+        chains of any length are fine.  Free of charge: the callers charge what they build.
+        """
+        fm = self.first_map(a)
+        order: list[int] = []
+        # frames: (symbol, index of its next unit step to look at)
+        frames: list[tuple[int, int]] = [(x, 0)]
+        listed = {x}
+        while frames:
+            node, i = frames[-1]
+            entries = fm.get(node, [])
+            pushed = False
+            while i < len(entries):
+                bnt, beta = entries[i]
+                i += 1
+                if not beta and bnt not in listed and (a, bnt) not in done:
+                    frames[-1] = (node, i)
+                    frames.append((bnt, 0))
+                    listed.add(bnt)
+                    pushed = True
+                    break
+            if pushed:
+                continue
+            frames.pop()
+            order.append(node)
+        return order
+
+    def raw_rules(self, a: int, x: int) -> list[tuple[Body, int]]:
+        """Bodies ``(β, B)`` of ``[A/X]`` before GNF-ification, unit steps closed over.
+
+        ``[A/X]`` gets ``(β, B)`` for each ``B`` in LC(A) with a rule ``B -> X β``, ``β``
+        non-empty, and (unless unit steps are spelled out) every body of ``[A/B]`` for each
+        unit rule ``B -> X``, first occurrences only, built in :meth:`unit_order`.
+        """
+        key = (a, x)
+        got = self.raw.get(key)
+        if got is not None:
+            return got
+        fm = self.first_map(a)
+        raw = self.raw
+        for node in [x] if self.distribute else self.unit_order(a, x, raw):
+            entries = fm.get(node, [])
+            out: list[tuple[Body, int]] = []
+            # deduplicated by body_key (bodies over the terminals ~0 and ~1 would collide);
+            # the keys are kept with the lists, so copying a list does not rebuild them.
+            # Copies go through ``object`` views: a compiled build would otherwise unbox
+            # each pair and box a fresh copy of it.
+            shared = cast("list[object]", out)
+            keys: list[object] = []
+            seen: set[object] = set()
+            work = 1
+            for bnt, beta in entries:
+                work += 1 + len(beta)
+                if beta:
+                    k: object = (body_key(beta), bnt)
+                    if k not in seen:
+                        seen.add(k)
+                        out.append((beta, bnt))
+                        keys.append(k)
+                elif not self.distribute:
+                    below = cast("list[object]", raw.get((a, bnt), []))
+                    below_keys = self.raw_keys.get((a, bnt), [])
+                    work += 3 * len(below)
+                    for j in range(len(below)):
+                        k = below_keys[j]
+                        if k not in seen:
+                            seen.add(k)
+                            shared.append(below[j])
+                            keys.append(k)
+            self.meter.spend(work)
+            raw[(a, node)] = out
+            self.raw_keys[(a, node)] = keys
+        return raw[key]
+
+    def up(self, a: int, x: int) -> list[int]:
+        """``X`` and every ``Y`` in LC(a) from which ``X`` is reached by unit rules.
+
+        In the order ``X`` first, then the lists of the unit parents ``B`` of ``X`` (rules
+        ``B -> X``) one after the other, first occurrences only; built in :meth:`unit_order`.
+        """
+        key = (a, x)
+        got = self.ups.get(key)
+        if got is not None:
+            return got
+        fm = self.first_map(a)
+        ups = self.ups
+        for node in self.unit_order(a, x, ups):
+            entries = fm.get(node, [])
+            out = [node]
+            seen = {node}
+            work = 1
+            for bnt, beta in entries:
+                work += 1
+                if not beta:
+                    above = ups.get((a, bnt), [])
+                    work += 2 * len(above)
+                    for y in above:
+                        if y not in seen:
+                            seen.add(y)
+                            out.append(y)
+            self.meter.spend(work)
+            ups[(a, node)] = out
+        return ups[key]
+
+    def conts(self, a: int, x: int) -> list[Body]:
+        """The tails that stand for ``[A/X]`` in a rule (without the empty tail).
+
+        Normally the single nonterminal ``[A/X]``.  In *distribute* mode ``[A/X]`` is
+        not closed over unit steps; instead the union ``[A/X] = ∪ own(A/Y)`` over the
+        ``Y`` above ``X`` by unit rules is spelled out at the place of use, which
+        avoids copying the rules of every unit ancestor into every descendant.
+        """
+        if not self.distribute:
+            c = self.cont_id(a, x)
+            return [(c,)] if c >= 0 else []
+        out: list[Body] = []
+        for y in self.up(a, x):
+            c = self.cont_id(a, y)
+            if c >= 0:
+                out.append((c,))
+        return out
+
+    def cont_id(self, a: int, x: int) -> int:
+        """The nonterminal ``[A/X]`` (created on first use), or -1 when it derives nothing."""
+        key = (a, x)
+        got = self.ids.get(key)
+        if got is not None:
+            return got
+        if not self.raw_rules(a, x):
+            self.ids[key] = -1
+            return -1
+        label = self.b.names[x] if x >= 0 else terminal_name(self.b.masks[~x])
+        nt = self.b.fresh(f"{self.b.names[a]}__{label}")
+        self.ids[key] = nt
+        self.cont_of[nt] = key
+        return nt
+
+    def dominators(self, a: int) -> dict[int, int]:
+        """Immediate dominators in the left-corner graph of ``a`` (root ``a``).
+
+        Nodes are the members of LC(a) and the terminals leading their rules; the
+        iterative algorithm of Cooper, Harvey and Kennedy on reverse postorder.
+        """
+        succ: dict[int, list[int]] = {}
+        order: list[int] = []
+        seen = {a}
+        stack: list[tuple[int, int]] = [(a, 0)]
+        while stack:
+            v, i = stack[-1]
+            nxt = succ.get(v)
+            if nxt is None:
+                nxt = list(dict.fromkeys([body[0] for body in self.table[v]])) if v >= 0 else []
+                succ[v] = nxt
+                self.meter.spend(1 + 2 * len(nxt))
+            if i < len(nxt):
+                stack[-1] = (v, i + 1)
+                w = nxt[i]
+                if w not in seen:
+                    seen.add(w)
+                    stack.append((w, 0))
+                continue
+            stack.pop()
+            order.append(v)
+        order.reverse()
+        rpo = {v: i for i, v in enumerate(order)}
+        preds: dict[int, list[int]] = {v: [] for v in order}
+        for v in order:
+            for w in succ[v]:
+                preds[w].append(v)
+        idom: dict[int, int] = {a: a}
+        changed = True
+        while changed:
+            changed = False
+            for v in order[1:]:
+                new = -(1 << 62)
+                steps = 1
+                for p in preds[v]:
+                    steps += 1
+                    if p not in idom:
+                        continue
+                    if new == -(1 << 62):
+                        new = p
+                        continue
+                    f1, f2 = p, new
+                    while f1 != f2:
+                        while rpo[f1] > rpo[f2]:
+                            f1 = idom[f1]
+                            steps += 1
+                        while rpo[f2] > rpo[f1]:
+                            f2 = idom[f2]
+                            steps += 1
+                    new = f1
+                self.meter.spend(steps)
+                if idom.get(v) != new:
+                    idom[v] = new
+                    changed = True
+        return idom
+
+    def top_rules(self, a: int) -> list[tuple[int, Body]]:
+        """GNF rules of an original nonterminal: ``A -> t [A/t]`` (and ``A -> t``).
+
+        When some nonterminal ``E != A`` lies on every left-corner path from ``A`` to
+        ``t`` (a strict dominator), ``A/t = E/t · A/E`` and the rule becomes
+        ``A -> t [E/t] [A/E]`` (with the nullable factors optional): ``[E/t]`` is then
+        shared by every ``A`` above ``E`` instead of being rebuilt for each.  The
+        highest such ``E`` (the child of ``A`` in the dominator tree) is used.
+        """
+        got = self.top.get(a)
+        if got is not None:
+            return got
+        out: list[tuple[int, Body]] = []
+        if self.cut:
+            return self.cut_top(a)
+        idom = self.dominators(a) if self.factor else {}
+        for x in self.first_map(a):
+            if x >= 0:
+                continue
+            e = x
+            while e in idom and idom[e] != a:
+                e = idom[e]
+                self.meter.spend(1)
+            if e == x or e not in idom:
+                for c in self.conts(a, x):
+                    out.append((x, c))
+                if self.nullable(a, x):
+                    out.append((x, ()))
+                self.meter.spend(2)
+                continue
+            lower = self.conts(e, x)
+            if self.nullable(e, x):
+                lower.append(())
+            upper = self.conts(a, e)
+            if self.nullable(a, e):
+                upper.append(())
+            self.meter.spend(len(lower) * len(upper) * 2)
+            for p1 in lower:
+                for p2 in upper:
+                    out.append((x, p1 + p2))
+        self.top[a] = out
+        return out
+
+    def cut_top(self, root: int) -> list[tuple[int, Body]]:
+        """Top rules through the children of ``A`` in the left-corner graph.
+
+        Cut every spine from ``A`` to ``t`` after its last ``A``: the next node is
+        ``t`` itself (a rule ``A -> t γ``, leaving ``γ`` then ``A/A``) or a child
+        ``B != A``, so ``A/t = ∪ γ·A/A ∪ ∪_B B/t · A/B``.  The continuations ``[B/t]``
+        are shared by every parent of ``B``.  In *deep* mode a child in another
+        component of the left-corner graph contributes its own top rules (which stand
+        for ``t · B/t``), cut the same way; that descent runs on an explicit stack (the
+        components form an acyclic graph), in the order a recursive descent would take.
+        """
+        frames: list[CutFrame] = [self.cut_start(root)]
+        while True:
+            f = frames[-1]
+            need = self.cut_resume(f)
+            if need >= 0:
+                frames.append(self.cut_start(need))
+                continue
+            frames.pop()
+            self.top[f.a] = f.out
+            if not frames:
+                return f.out
+
+    def cut_start(self, a: int) -> CutFrame:
+        """The rules of ``A`` led by a terminal, and the children of ``A``, still to be cut."""
+        out: list[tuple[int, Body]] = []
+        # ``[A/A]`` derives something only when ``A`` is left recursive, i.e. lies on a cycle
+        # of the left-corner graph (a one-member component may still have ``A -> A β``)
+        self_tails = self.conts(a, a) if self.cyclic[a] else []
+        self_tails.append(())
+        children: list[int] = []
+        child_set: set[int] = set()
+        bodies = self.table[a]
+        self.meter.spend(1 + len(bodies))
+        for body in bodies:
+            head = body[0]
+            if head < 0:
+                lifted = self.lift(body[1:])
+                self.meter.spend(len(self_tails) * (1 + len(lifted)))
+                for q in self_tails:
+                    out.append((head, lifted + q))
+            elif head != a and head not in child_set:
+                child_set.add(head)
+                children.append(head)
+        return CutFrame(a, out, children)
+
+    def cut_resume(self, f: CutFrame) -> int:
+        """Cut the remaining children of ``f``; a child whose top rules are needed first, or -1."""
+        a = f.a
+        out = f.out
+        while True:
+            upper = f.upper
+            if upper is not None:
+                tops = self.top.get(f.children[f.next - 1])
+                if tops is None:
+                    return f.children[f.next - 1]
+                self.meter.spend(len(upper) * (sum(len(tail) for _, tail in tops) + 3 * len(tops)))
+                for x, tail in tops:
+                    for p2 in upper:
+                        out.append((x, tail + p2))
+                f.upper = None
+                continue
+            if f.next >= len(f.children):
+                return -1
+            child = f.children[f.next]
+            f.next += 1
+            upper = self.conts(a, child)
+            if self.nullable(a, child):
+                upper.append(())
+            if self.deep and self.comp[child] != self.comp[a]:
+                # the child's own top rules stand for t · B/t (recursively cut)
+                f.upper = upper
+                continue
+            for x in self.first_map(child):
+                if x >= 0:
+                    continue
+                lower = self.conts(child, x)
+                if self.nullable(child, x):
+                    lower.append(())
+                self.meter.spend(1 + len(lower) * len(upper) * 2)
+                for p1 in lower:
+                    for p2 in upper:
+                        out.append((x, p1 + p2))
+
+    def cont_rules(self, a: int, x: int) -> list[tuple[int, Body]]:
+        out: list[tuple[int, Body]] = []
+        for beta, bnt in self.raw_rules(a, x):
+            lifted = self.lift(beta[1:])
+            rests: list[Body] = [lifted + c for c in self.conts(a, bnt)]
+            if self.nullable(a, bnt):
+                rests.append(lifted)
+            head = beta[0]
+            if head < 0:
+                self.meter.spend(len(rests) * (2 + len(lifted)))
+                for rest in rests:
+                    out.append((head, rest))
+            elif rests:
+                tops = self.top_rules(head)
+                tails = sum(len(tail) for _, tail in tops)
+                self.meter.spend(len(rests) * (1 + tails + len(tops) * (3 + len(lifted))))
+                for rest in rests:
+                    for t, tail in tops:
+                        out.append((t, tail + rest))
+        return out
+
+    def run(self, start: int) -> dict[int, dict[Body, int]]:
+        """GNF rules (tail -> mask) of every nonterminal needed from ``start``."""
+        result: dict[int, dict[Body, int]] = {}
+        masks = self.b.masks
+        needed = [start]
+        seen = {start}
+        while needed:
+            nt = needed.pop()
+            rules: list[tuple[int, Body]]
+            if nt < self.n_orig:
+                rules = self.top_rules(nt)
+            elif nt in self.lifted_mask:
+                rules = [(self.b.terminal(self.lifted_mask[nt]), ())]
+            else:
+                a, x = self.cont_of[nt]
+                rules = self.cont_rules(a, x)
+            out: dict[Body, int] = {}
+            for t, tail in rules:
+                out[tail] = out.get(tail, 0) | masks[~t]
+            self.b.charge(len(out), nt)
+            result[nt] = out
+            work = 0
+            for tail in out:
+                work += len(tail)
+                for sym in tail:
+                    if sym not in seen:
+                        seen.add(sym)
+                        needed.append(sym)
+            self.meter.spend(work + len(rules))
+        return result
+
+
+class CutFrame:
+    """A nonterminal whose cut top rules are being built (see :meth:`LeftCorner.cut_top`)."""
+
+    def __init__(self, a: int, out: list[tuple[int, Body]], children: list[int]) -> None:
+        self.a = a
+        self.out = out
+        self.children = children
+        self.next = 0
+        # the continuations above the child before ``next`` while its top rules are computed
+        self.upper: list[Body] | None = None

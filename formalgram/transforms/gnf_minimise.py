@@ -1,0 +1,118 @@
+"""Merging nonterminals with identical GNF rule sets (coarsest stable partition, by refinement).
+
+The last step of :func:`formalgram.transforms.gnf.to_gnf`, computed like DFA minimisation.
+"""
+
+from __future__ import annotations
+
+from formalgram.transforms.budget import Meter
+from formalgram.transforms.gnf_rules import Body
+
+__all__ = ["minimise"]
+
+
+def minimise(
+    rules: dict[int, dict[Body, int]], start: int, meter: Meter
+) -> tuple[dict[int, dict[Body, int]], int, list[int]]:
+    """Merge nonterminals with identical rule sets (coarsest stable partition).
+
+    The partition starts with one block and is refined until every block is stable:
+    the *signature* of a nonterminal (its rules with every tail symbol replaced by its
+    block, the byte sets of rules that become equal merged) is the same for all members
+    of a block.  Refinement runs on a worklist in the manner of Hopcroft's automaton
+    minimisation: when a block splits, the largest part keeps its number and only the
+    nonterminals whose tails mention a member of another part are looked at again, so a
+    chain of n nonterminals takes O(n log n) signature computations, not O(n^2).
+
+    Returns the quotient rules keyed by representative (the smallest member of each
+    block, the start for its own block), the start's representative and the
+    representative of each nonterminal (indexable by id, -1 when absent).
+    """
+    ids = sorted(rules)
+    top = max(ids) + 1 if ids else 1
+    # who mentions whom: users[s] = the nonterminals with ``s`` in some tail
+    users: list[list[int]] = [[] for _ in range(top)]
+    work = 0
+    for a in ids:
+        mentioned: set[int] = set()
+        for tail in rules[a]:
+            work += 1 + len(tail)
+            for s in tail:
+                if s not in mentioned:
+                    mentioned.add(s)
+                    users[s].append(a)
+    meter.spend(work)
+    block = [-1] * top
+    for a in ids:
+        block[a] = 0
+    size = [len(ids)]
+    # the signature every member of a block has (None: not computed yet)
+    block_sig: list[frozenset[tuple[Body, int]] | None] = [None]
+    members: list[set[int]] = [set(ids)]
+    touched: set[int] = set(ids)
+    while touched:
+        # signatures of every touched nonterminal, all under the same partition
+        groups: dict[int, dict[frozenset[tuple[Body, int]], list[int]]] = {}
+        work = 0
+        for a in sorted(touched):
+            merged: dict[Body, int] = {}
+            for tail, m in rules[a].items():
+                work += 1 + len(tail)
+                k = tuple([block[s] for s in tail])
+                merged[k] = merged.get(k, 0) | m
+            sig = frozenset(merged.items())
+            groups.setdefault(block[a], {}).setdefault(sig, []).append(a)
+        meter.spend(work)
+        touched = set()
+        for c, parts in groups.items():
+            old = block_sig[c]
+            untouched = size[c] - sum(len(p) for p in parts.values())
+            if untouched:
+                # the members not looked at again still have the block's signature
+                assert old is not None
+                parts.setdefault(old, [])
+            pieces = list(parts.items())
+            if len(pieces) == 1:
+                block_sig[c] = pieces[0][0]
+                continue
+            counts = [len(part) + (untouched if sig == old else 0) for sig, part in pieces]
+            keep = counts.index(max(counts))
+            block_sig[c] = pieces[keep][0]
+            for i, (sig, part) in enumerate(pieces):
+                if i == keep:
+                    continue
+                moving = list(part)
+                work = 1
+                if untouched and sig == old:
+                    looked_at: set[int] = set()
+                    for other in parts.values():
+                        looked_at.update(other)
+                    moving.extend(a for a in members[c] if a not in looked_at)
+                    work += len(looked_at) + len(members[c])
+                new = len(size)
+                size.append(len(moving))
+                block_sig.append(sig)
+                members.append(set(moving))
+                size[c] -= len(moving)
+                for a in moving:
+                    members[c].discard(a)
+                    block[a] = new
+                    work += 1 + len(users[a])
+                    touched.update(users[a])
+                meter.spend(work)
+    rep_of_block: dict[int, int] = {}
+    for a in ids:
+        if block[a] not in rep_of_block:
+            rep_of_block[block[a]] = a
+    rep_of_block[block[start]] = start
+    rep = [-1] * top
+    for a in ids:
+        rep[a] = rep_of_block[block[a]]
+    out: dict[int, dict[Body, int]] = {}
+    for a in rep_of_block.values():
+        merged2: dict[Body, int] = {}
+        for tail, m in rules[a].items():
+            k2 = tuple([rep[s] for s in tail])
+            merged2[k2] = merged2.get(k2, 0) | m
+        out[a] = merged2
+    return out, rep[start], rep
