@@ -122,11 +122,14 @@ def from_json_schema(
     ------
     EngineError
         If the engine is unknown, is llguidance, is not installed, rejects the schema or its
-        options, or keeps a ``Regex(...)`` macro in the grammar (a ``pattern``).
+        options, or keeps a ``Regex(...)`` macro (a ``pattern``) whose language no grammar
+        text has (the message names the pattern and why; see the module docstring).
 
     Notes
     -----
     The cost of XGrammar's conversion plus one linear pass over the printed grammar.
+
+    A ``pattern`` costs XGrammar's regex conversion and one pass over its output.
 
     Examples
     --------
@@ -138,6 +141,12 @@ def from_json_schema(
     >>> from formalgram.recognize.earley import accepts
     >>> accepts(parse_gbnf(text), b'{"ok": true}'), accepts(parse_gbnf(text), b'{"ok":1}')
     (True, False)
+    >>> text = from_json_schema({"type": "string", "pattern": "^[a-z]{2}[0-9]?$"})
+    >>> [line for line in text.splitlines() if line.startswith("root_1 ::=")]
+    ['root_1 ::= ([a-z]{2} [0-9]?)']
+    >>> from_json_schema({"type": "string", "pattern": "^[^/]+$"})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    formalgram_cfgzip.errors.EngineError: line ...: the JSON Schema pattern '^[^/]+$' ... overlong or surrogate UTF-8 ...
     """
     if engine == "llguidance":
         raise EngineError(
@@ -177,8 +186,9 @@ def from_json_schema(
 def xgrammar_core_gbnf(printed: str) -> str:
     """Rewrite a grammar printed by XGrammar into the GBNF both it and :func:`formalgram.parse_gbnf` read.
 
-    ``x{m, -1}`` becomes ``x{m,}`` and the lookahead assertions ``(= ...)`` are dropped
-    (see the module docstring); strings and character classes are copied as they are.
+    ``x{m, -1}`` becomes ``x{m,}``, the lookahead assertions ``(= ...)`` are dropped and
+    ``Regex("...", json_string=true)`` macros are expanded (see the module docstring);
+    strings and character classes outside the macros are copied as they are.
 
     Parameters
     ----------
@@ -192,12 +202,13 @@ def xgrammar_core_gbnf(printed: str) -> str:
     Raises
     ------
     EngineError
-        If the grammar uses an XGrammar macro (``Regex(...)`` and the like), which has no
-        grammar text, or a lookahead or literal is not closed.
+        If the grammar uses an XGrammar macro with no grammar text (``TagDispatch(...)``,
+        ``Regex(...)`` outside a JSON string, a ``json_string`` pattern the rewrite refuses),
+        or a lookahead or literal is not closed.
 
     Notes
     -----
-    One pass, O(len(printed)).
+    One pass, O(len(printed)), plus XGrammar's regex conversion of each macro's pattern.
 
     Examples
     --------
