@@ -387,6 +387,28 @@ def test_xgrammar_reads_json_string_patterns_as_a_whole_string_without_json_esca
     assert accepts(parse_gbnf(text), b'"ab c"') and not is_prefix(parse_gbnf(text), b'"ab\t')
 
 
+def test_key_patterns_and_escaped_punctuation_are_expanded_too() -> None:
+    """patternProperties and propertyNames keep the same macro; a pattern with '?' prints
+    escaped (``\\?``) and is read back as the schema's pattern."""
+    cases = [
+        (
+            {"type": "object", "patternProperties": {"^x_[a-z]+$": {"type": "integer"}}},
+            b'{"x_ab": 1}',
+            b'{"y": 1}',
+        ),
+        ({"type": "object", "propertyNames": {"pattern": "^[a-z]+$"}}, b'{"ab": [1]}', b'{"aB": 1}'),
+        ({"type": "string", "pattern": "a\\?b?[?*+]{2}"}, b'"a?b?*"', b'"ab?*"'),
+    ]
+    for schema, good, bad in cases:
+        own = xgr.Grammar.from_json_schema(json.dumps(schema))
+        assert "Regex(" in str(own)
+        ours = parse_gbnf(from_json_schema(schema))
+        theirs = _xgrammar_verdicts(own)
+        for doc in (good, bad, good[:-1], bad[:-1]):
+            assert (accepts(ours, doc), is_prefix(ours, doc)) == theirs(doc)
+        assert accepts(ours, good) and not is_prefix(ours, bad)
+
+
 # -- lossless against XGrammar's own grammar, Llama-3 -------------------------------------
 
 LOSSLESS_CASES = [
