@@ -433,6 +433,8 @@ def _shape_refusal(pattern: str) -> str | None:
             if len(variable) == 1:
                 return f"the ')' at offset {i} closes no group"
             last, last_variable = "group", variable.pop()
+            if last_variable:  # the enclosing group holds that repetition too
+                variable[-1] = True
             i += 1
         elif c == "|":
             if i + 1 >= end or pattern[i + 1] in "|)" or i == (1 if pattern.startswith("^") else 0):
