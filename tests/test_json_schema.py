@@ -347,6 +347,7 @@ def test_generated_patterns_have_xgrammars_language_or_are_refused(pattern: str,
         # an optional group holding a variable repetition: XGrammar takes "b" for (ab*)?
         ("(ab*)?", "made optional or repeated without bound", b'"b"', "(ab*)?"),
         ("(ab{0,2}){2,}", "made optional or repeated without bound", b'"aabbbab"', "(ab{0,2}){2,}"),
+        ("((ab*))?", "made optional or repeated without bound", b'"b"', "((ab*))?"),  # nested
         # XGrammar's regex converter reads [\^a] as [^a]
         ("[\\^a]", "reads", None, None),
         ("(?i)ab", "assertions, names, flags", None, None),
