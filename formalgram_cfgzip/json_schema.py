@@ -1,4 +1,4 @@
-"""JSON Schema -> grammar text, through the grammar engine's own converter.
+r"""JSON Schema -> grammar text, through the grammar engine's own converter.
 
 A serving stack that constrains decoding with a JSON Schema hands the schema to its grammar
 engine, and the engine decides which JSON documents the schema allows (whitespace,
@@ -21,8 +21,7 @@ XGrammar (``engine="xgrammar"``)
       compiling the returned text enforces exactly its byte language, the language the
       classes are computed for; in JSON the assertion only repeats what the enclosing rules
       require next, so the masks stay those of XGrammar's own JSON grammar (checked by
-      ``tests/test_json_schema.py`` against the unmodified grammar on seeded walks).
-
+      ``tests/test_json_schema.py`` against the unmodified grammar on seeded walks);
     * a ``Regex("...", json_string=true)`` macro (how XGrammar keeps a ``pattern``: it
       compiles the regular expression to an automaton of its own) becomes the pattern's
       grammar from XGrammar's own regex converter (``xgrammar.testing._regex_to_ebnf``,
@@ -34,22 +33,22 @@ XGrammar (``engine="xgrammar"``)
     experiment against its matcher, ``tests/test_json_schema.py``): the strings of
     ``pat`` read as a whole-string match (a leading ``^`` and a trailing ``$`` change
     nothing) that hold none of the bytes a JSON string may not hold unescaped (controls
-    ``\x00``-``\x1f``, ``"``, ``\\``); JSON escapes are not read, so ``\"`` in the
+    ``\x00``-``\x1f``, ``"``, ``\``); JSON escapes are not read, so ``\"`` in the
     document is refused even where the pattern allows ``"``.  The rewrite is therefore
-    exact: a class ``[...]`` loses those characters (a negated class ``[^...]`` gets them
-    added), and a pattern whose literal text needs one of them is refused.  It is refused,
+    exact: every class ``[...]`` and ``[^...]`` loses those characters (it is reprinted
+    when it held one), and a pattern whose literal text needs one of them is refused.  It is refused,
     too, where XGrammar's automaton is not the pattern's language:
 
     * a character range that crosses from one UTF-8 length to the next (U+07FF/U+0800,
       U+FFFF/U+10000) or covers the surrogates: XGrammar's automaton then also accepts
       overlong encodings and encoded surrogates, bytes no grammar text can spell.  Any
-      negated class, ``.``, ``\\D``, ``\\W`` and ``\\S`` are such ranges;
+      negated class, ``.``, ``\D``, ``\W`` and ``\S`` are such ranges;
     * a group that holds a repetition of variable count, made optional or repeated
       without bound by ``?`` or ``{m,}`` (``(ab*)?``, ``(ab{0,2}){2,}``: XGrammar's
       automaton accepts strings the pattern does not; ``*``, ``+`` and ``{m,n}`` are exact);
-    * ``\\^`` in a class (XGrammar's converter reads ``[\\^a]`` as ``[^a]``), ``^`` or ``$``
+    * ``\^`` in a class (XGrammar's converter reads ``[\^a]`` as ``[^a]``), ``^`` or ``$``
       elsewhere than at the ends, empty alternatives, and the escapes and groups the
-      rewrite was not checked for (back references, ``\b``, ``\\p{..}``, ``(?...)``).
+      rewrite was not checked for (back references, ``\b``, ``\p{..}``, ``(?...)``).
 
     ``format`` values never leave a macro in 0.2.9's grammars (they are written out as
     grammar rules), so only ``pattern`` (and ``patternProperties``, ``propertyNames``)
