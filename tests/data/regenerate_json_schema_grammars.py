@@ -1,18 +1,15 @@
 """Regenerate ``grammars/json_schemas/*.gbnf`` from ``json_schemas/*.json`` with XGrammar.
 
-Each schema goes through XGrammar's own converter, ``xgrammar.Grammar.from_json_schema``,
-with the options the shared corpus used for its JSON-schema grammars (the defaults,
-``any_whitespace=True`` and ``strict_mode=True``), and is printed with ``str(grammar)``.
-Three mechanical rewrites then make the text readable by formalgram's GBNF reader (and so
-by ``compress``) without changing its language:
-
-* ``Regex("...", json_string=true)`` (how XGrammar prints a ``pattern``) becomes the
-  pattern's grammar from ``xgrammar.testing._regex_to_ebnf``; a pattern whose grammar
-  holds a negated class is refused (``json_string`` changes what such a class means);
-* lookahead assertions ``(= ...)`` after rule bodies are removed (XGrammar's hints about
-  what follows a JSON string; every string in these grammars is followed by what the
-  hint names);
-* ``x{m, -1}`` (XGrammar's printing of an unbounded repeat) becomes ``x{m,}``.
+Each schema goes through ``formalgram_cfgzip.from_json_schema``: XGrammar's own converter,
+``xgrammar.Grammar.from_json_schema``, with the options the shared corpus used for its
+JSON-schema grammars (the defaults, ``any_whitespace=True`` and ``strict_mode=True``),
+printed with ``str(grammar)`` and rewritten into GBNF that formalgram reads (and so
+``compress``) without changing its language: ``Regex("...", json_string=true)`` macros
+(how XGrammar keeps a ``pattern``) become the pattern's grammar from
+``xgrammar.testing._regex_to_ebnf`` narrowed to what a JSON string holds unescaped, or
+the schema is refused; lookahead assertions ``(= ...)`` are removed; ``x{m, -1}`` becomes
+``x{m,}`` (the module docstring of ``formalgram_cfgzip/json_schema.py`` says why each is
+exact).
 
 The script then checks that formalgram and XGrammar both read the result and that both
 accept every instance in the schema's ``examples``.  Run from the repository root::
@@ -26,7 +23,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -34,86 +30,12 @@ HERE = Path(__file__).resolve().parent
 SCHEMAS = HERE / "json_schemas"
 OUT = HERE / "grammars" / "json_schemas"
 
-_REGEX_MACRO = re.compile(r'Regex\(("(?:[^"\\]|\\.)*"), json_string=true\)')
-_UNBOUNDED = re.compile(r"\{(\d+), -1\}")
-
-
-def _unescape(literal: str) -> str:
-    """The text of an XGrammar string literal's body (``\\xHH``, ``\\uHHHH``, ``\\n``, ... and
-    ``\\c`` for any other character ``c``)."""
-    simple = {"n": "\n", "t": "\t", "r": "\r"}
-    out: list[str] = []
-    i = 0
-    while i < len(literal):
-        c = literal[i]
-        if c != "\\":
-            out.append(c)
-            i += 1
-            continue
-        e = literal[i + 1]
-        if e in "xu":
-            width = 2 if e == "x" else 4
-            out.append(chr(int(literal[i + 2 : i + 2 + width], 16)))
-            i += 2 + width
-        else:
-            out.append(simple.get(e, e))
-            i += 2
-    return "".join(out)
-
-
-def _patterns(node: object) -> set[str]:
-    """Every ``pattern`` keyword's value in a schema."""
-    if isinstance(node, dict):
-        found = {node["pattern"]} if isinstance(node.get("pattern"), str) else set()
-        return found.union(*(_patterns(v) for v in node.values()))
-    if isinstance(node, list):
-        return set().union(*(_patterns(v) for v in node))
-    return set()
-
-
-def _expand_regex(match: re.Match[str], patterns: set[str]) -> str:
-    from xgrammar.testing import _regex_to_ebnf
-
-    pattern = _unescape(match.group(1)[1:-1])
-    if pattern not in patterns:
-        raise SystemExit(f"Regex macro {match.group(0)!r} names no pattern of the schema")
-    body = _regex_to_ebnf(pattern, with_rule_name=False).strip()
-    if "[^" in body:
-        raise SystemExit(f"pattern {pattern!r} needs a negated class; its JSON-string meaning is not kept")
-    return f"({body})"
-
-
-def _drop_lookahead(line: str) -> str:
-    """``line`` without a top-level ``(= ...)`` (strings and classes are skipped over)."""
-    depth = 0
-    i = 0
-    while i < len(line):
-        c = line[i]
-        if c in '"[':
-            close = '"' if c == '"' else "]"
-            i += 1
-            while line[i] != close:
-                i += 2 if line[i] == "\\" else 1
-        elif c == "(":
-            if depth == 0 and line.startswith("(=", i):
-                return line[:i].rstrip()
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        i += 1
-    return line
-
 
 def convert(schema_path: Path) -> str:
     """The grammar text (with its header) for one schema file."""
-    import xgrammar
+    from formalgram_cfgzip.json_schema import from_json_schema
 
-    schema_text = schema_path.read_text(encoding="utf-8")
-    grammar = xgrammar.Grammar.from_json_schema(schema_text, any_whitespace=True, strict_mode=True)
-    patterns = _patterns(json.loads(schema_text))
-    body = _REGEX_MACRO.sub(lambda m: _expand_regex(m, patterns), str(grammar))
-    body = "\n".join(_drop_lookahead(line) for line in body.splitlines())
-    body = _UNBOUNDED.sub(r"{\1,}", body)
+    body = from_json_schema(schema_path.read_text(encoding="utf-8"), any_whitespace=True, strict_mode=True)
     version = importlib.metadata.version("xgrammar")
     header = [
         f"# Generated from tests/data/json_schemas/{schema_path.name} by tests/data/{Path(__file__).name}:",
