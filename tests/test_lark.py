@@ -531,6 +531,8 @@ ERRORS: list[tuple[str, type[GrammarSyntaxError], int, int]] = [
     ('start: ("a"\n "b")', GrammarSyntaxError, 1, 12),
     ('start "a"', GrammarSyntaxError, 1, 7),
     ('start: "a"~3..1', GrammarSyntaxError, 1, 12),
+    ('start: "a"~99999999999999', GrammarSyntaxError, 1, 12),
+    ('start: "a"~\u0663', GrammarSyntaxError, 1, 12),
     ('start: "\\x4"', GrammarSyntaxError, 1, 9),
     ('start: "\\U00110000"', GrammarSyntaxError, 1, 9),
     ('start: "ab".."c"', GrammarSyntaxError, 1, 8),

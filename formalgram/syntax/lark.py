@@ -433,10 +433,10 @@ class _Parser:
         elif tok.kind == K_TILDE:
             self.take()
             lo_tok = self.expect(K_NUMBER, "a number after '~'")
-            lo = hi = int(lo_tok.text)
+            lo = hi = self.count(lo_tok)
             if self.peek().kind == K_DOTDOT:
                 self.take()
-                hi = int(self.expect(K_NUMBER, "a number after '..'").text)
+                hi = self.count(self.expect(K_NUMBER, "a number after '..'"))
             if lo < 0 or hi < lo:
                 raise self.error(f"bad repetition range {lo}..{hi}", lo_tok.offset)
             line, col = self.source.position(tok.offset)
@@ -447,6 +447,13 @@ class _Parser:
         if after.kind == K_OP or after.kind == K_TILDE:
             raise self.error("misplaced operator: one repetition per element (use parentheses)", after.offset)
         return elem
+
+    def count(self, tok: Tok) -> int:
+        """A repetition count (at most 10 digits: more would exceed any ``max_repeat``)."""
+        digits = tok.text.lstrip("+-")
+        if len(digits) > 10:
+            raise self.error(f"repetition count {tok.text[:20]}... is too large", tok.offset)
+        return int(tok.text)
 
     # -- literals --------------------------------------------------------------------------
     def fail_in(self, tok: Tok) -> Fail:

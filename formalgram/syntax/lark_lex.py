@@ -116,6 +116,7 @@ TERM_RE: Final = re.compile(r"_?[A-Z][_A-Z0-9]*")
 _MODIFIERS_RE: Final = re.compile(r"(?:!|![?]?|[?]!?)(?=[_a-z])")
 _DIRECTIVE_RE: Final = re.compile(r"%[a-z]+")
 _DIGITS_RE: Final = re.compile(r"[0-9]+")
+_ASCII_DIGITS: Final = frozenset("0123456789")
 _HEX: Final = frozenset("0123456789abcdefABCDEF")
 _CONTROL_ESCAPES: Final = {"n": "\n", "f": "\f", "t": "\t", "r": "\r"}
 
@@ -194,11 +195,11 @@ def tokenize(source: Source) -> list[Tok]:
         signed = (
             c in "+-"
             and i + 1 < n
-            and text[i + 1].isdigit()
+            and text[i + 1] in _ASCII_DIGITS
             and toks
             and toks[-1].kind in (K_TILDE, K_DOT, K_DOTDOT)
         )
-        if c.isdigit() or signed:
+        if c in _ASCII_DIGITS or signed:
             m = _DIGITS_RE.match(text, i + 1 if signed else i)
             assert m is not None
             toks.append(Tok(K_NUMBER, i, m.end(), text[i : m.end()]))
