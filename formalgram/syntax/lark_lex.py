@@ -126,6 +126,8 @@ _CONTINUATION_RE: Final = re.compile(r"\\[ ]*\r?\n")
 
 
 class Tok:
+    """One token: its kind (``K_*``), offsets ``[offset, end)`` in the text, its text and flags."""
+
     __slots__ = ("end", "flags", "kind", "offset", "text")
 
     def __init__(self, kind: int, offset: int, end: int, text: str) -> None:
@@ -152,7 +154,33 @@ def _skip_blank_lines(text: str, j: int) -> int:
 
 
 def tokenize(source: Source) -> list[Tok]:
-    """Lark grammar text -> tokens; a newline run followed by ``|`` continues the line."""
+    """Lark grammar text -> tokens; a newline run followed by ``|`` continues the line.
+
+    Parameters
+    ----------
+    source : Source
+        The grammar text.
+
+    Returns
+    -------
+    list of Tok
+        The tokens, ending with ``K_NL`` (when there is any) and ``K_EOF``.
+
+    Raises
+    ------
+    GrammarSyntaxError
+        At an unexpected character, an unterminated string or regular expression, or an
+        unknown ``%directive``.
+
+    Notes
+    -----
+    One pass, linear in the text.
+
+    Examples
+    --------
+    >>> [KIND_TEXT[t.kind] for t in tokenize(Source('a: "x"i\\n  | /y/s'))]
+    ['a rule name', "':'", 'a string', "'|'", 'a regular expression', 'end of line', 'end of input']
+    """
     text = source.text
     n = len(text)
     toks: list[Tok] = []
@@ -323,6 +351,38 @@ def unescape(text: str, start: int, end: int, is_string: bool, fail: Fail) -> tu
     become the character, ``\\"`` a quote, ``\\\\`` stays two backslashes (``\\\\"``: a
     backslash and a quote), any other ``\\c`` stays as written.  In a string literal every
     pair of backslashes of the result is then one backslash.
+
+    Parameters
+    ----------
+    text : str
+        The text holding the literal.
+    start, end : int
+        The body's bounds (without the quotes or slashes).
+    is_string : bool
+        A string literal (True) or a regular expression (False).
+    fail : callable
+        Makes the error for a message and an offset into ``text``.
+
+    Returns
+    -------
+    (list of str, list of int)
+        The characters and, for each, the offset in ``text`` it came from.
+
+    Raises
+    ------
+    GrammarSyntaxError
+        (from ``fail``) For a truncated ``\\x`` ``\\u`` ``\\U`` escape or one above U+10FFFF.
+
+    Notes
+    -----
+    Linear in the body.
+
+    Examples
+    --------
+    >>> def fail(message: str, offset: int) -> GrammarSyntaxError:
+    ...     return GrammarSyntaxError(message, 1, offset + 1)
+    >>> "".join(unescape(r'"a\\"\\x41\\d"', 1, 10, True, fail)[0])
+    'a"A\\\\d'
     """
     chars: list[str] = []
     offs: list[int] = []
