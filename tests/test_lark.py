@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterator
 
 import _data
 import pytest
@@ -667,12 +666,3 @@ def test_names_and_printing() -> None:
     again = formalgram.parse_gbnf(formalgram.to_gbnf(g), g.start.name)
     for data in probes(g, 0, 20, b"ab, "):
         assert accepts(again, data) == accepts(g, data)
-
-
-def _iter_cases() -> Iterator[str]:
-    yield from (c[1] for c in CASES)
-
-
-def test_every_case_parses_without_ignore_at_start() -> None:
-    for text in _iter_cases():
-        assert isinstance(parse_lark(text), Grammar)

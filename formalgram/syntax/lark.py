@@ -5,13 +5,15 @@ Read: rule and terminal definitions (``name: ...``, ``NAME: ...``, rule modifier
 next line with ``|``), ``-> alias``, groups, ``[optional]``, ``? * +``, ``~ n`` and
 ``~ n..m``, string literals with lark's escaping, ``"x"i``, ranges ``"a".."z"``, regular
 expressions ``/.../flags`` (read by :func:`formalgram.syntax.regex.regex_tree`, the machinery
-of :func:`~formalgram.parse_regex`), priorities (``rule.2``, ``TERM.2``, read and ignored:
+of :func:`~formalgram.parse_regex`; the flag ``i`` is read as Python's ``re`` matches
+case in Unicode mode), priorities (``rule.2``, ``TERM.2``, read and ignored:
 they choose between derivations, not which strings lark's Earley parser accepts),
 ``%import common.X`` / ``%import common (X, Y)`` / ``-> NAME`` (the names of lark's
 ``common.lark``, defined here as :data:`COMMON_TERMINALS`), ``%ignore``, ``%override`` and
 ``%extend``.  Refused with :class:`~formalgram.errors.UnsupportedConstruct`: templates,
-``%declare`` (terminals a post-lexer makes), imports of other modules, and the lazy
-fragments ``_STRING_INNER`` / ``_STRING_ESC_INNER``.
+``%declare`` (terminals a post-lexer makes), imports of other modules, the lazy
+fragments ``_STRING_INNER`` / ``_STRING_ESC_INNER``, and what :func:`~formalgram.parse_regex`
+refuses inside regular expressions (look-around, anchors, backreferences).
 
 Meaning: a terminal is the regular language of its definition (a regular expression means
 the strings it matches as a whole, ``re.fullmatch``); a rule is a nonterminal.  ``%ignore``
