@@ -24,7 +24,7 @@ import re
 import _data
 import pytest
 from _xgrammar_child import Crash, Refused, prestart_shared_worker, shared_worker
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import formalgram
@@ -41,6 +41,7 @@ from formalgram import (
 from formalgram.syntax.lark import COMMON_TERMINALS
 from formalgram.syntax.regex import case_insensitive_set
 from formalgram.utf8 import normalize_ranges
+from formalgram_cfgzip.engines._xgrammar_guard import matches_known_crash
 
 lark = pytest.importorskip("lark")
 prestart_shared_worker()  # XGrammar's import (seconds) overlaps with the first tests
@@ -66,9 +67,24 @@ def lark_accepts(parser: lark.Lark, data: bytes) -> bool:
     return True
 
 
-def xgrammar_members(text: str, data: list[bytes]) -> list[bool] | None:
-    """XGrammar's membership verdicts, or None where it refuses the text (its message kept)."""
-    pytest.importorskip("xgrammar")
+KNOWN_CRASH = "XGrammar's known crash"
+
+
+def xgrammar_members(text: str, data: list[bytes]) -> list[bool] | str | None:
+    """XGrammar's membership verdicts, None where it refuses the text, or :data:`KNOWN_CRASH`.
+
+    A text whose conversion (``Grammar.from_lark``, which does not crash) has the shape of
+    XGrammar 0.2.9's known ``compile_grammar`` crash (``start: start?`` converts to
+    ``root ::= root{0, 1}``; see ``formalgram_cfgzip/engines/_xgrammar_guard.py``) is not
+    compiled; any other crash fails the test.
+    """
+    xgr = pytest.importorskip("xgrammar")
+    try:
+        converted = str(xgr.Grammar.from_lark(text))
+    except Exception:
+        converted = ""
+    if converted and matches_known_crash(converted):
+        return KNOWN_CRASH
     result = shared_worker().run(text, data, "root", lark=True)
     if isinstance(result, Crash):
         pytest.fail(f"XGrammar crashed on a Lark grammar: {result.describe()}")
@@ -378,10 +394,14 @@ def test_random_grammars_agree_with_lark(text: str, seed: int) -> None:
 @pytest.mark.xgrammar
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lark_grammars(), st.integers(0, 2**16))
+@example("start: start?\n", 0)  # XGrammar's known crash shape, recognised before compiling
+@example('start: r1 "a" | \nr1: start~2 | "b"\n', 1)
 def test_random_grammars_agree_with_xgrammar(text: str, seed: int) -> None:
     g = parse_lark(text)
     data = probes(g, seed, 6, b"abc ", max_len=10)
     got = xgrammar_members(text, data)
+    if got == KNOWN_CRASH:
+        return  # every rule on such a cycle derives nothing or only "": nothing to compare
     assert got is not None, text  # XGrammar reads every construct the generator writes
     assert [accepts(g, d) for d in data] == got, text
 
