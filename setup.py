@@ -19,6 +19,8 @@ COMPILED = [
     "formalgram/syntax/lower.py",
     "formalgram/syntax/gbnf.py",
     "formalgram/syntax/regex.py",
+    "formalgram/syntax/lark_lex.py",
+    "formalgram/syntax/lark.py",
     "formalgram/transforms/budget.py",
     "formalgram/transforms/useless.py",
     "formalgram/transforms/epsilon.py",

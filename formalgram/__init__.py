@@ -1,7 +1,8 @@
 """formalgram: a typed formal-language toolkit over bytes.
 
-Grammar model, GBNF/EBNF front end, normal forms (epsilon, unit, useless, left
-recursion, Greibach), one-state PDAs, stack adjacency and an Earley oracle.
+Grammar model, GBNF/EBNF, Lark and regular-expression front ends, normal forms
+(epsilon, unit, useless, left recursion, Greibach), one-state PDAs, stack adjacency and
+an Earley oracle.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from formalgram.pda import PDA
 from formalgram.recognize import EarleyRecognizer, accepts, enumerate_strings, is_prefix, sample
 
 # -- parser (syntax/) --
-from formalgram.syntax import load, parse_gbnf, parse_regex, to_gbnf
+from formalgram.syntax import load, parse_gbnf, parse_lark, parse_regex, to_gbnf
 from formalgram.transforms import (
     byte_class_map,
     byte_classes,
@@ -75,6 +76,7 @@ __all__ = [
     "load",
     "nullable",
     "parse_gbnf",
+    "parse_lark",
     "parse_regex",
     "reachable",
     "remove_epsilon",

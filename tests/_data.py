@@ -1,7 +1,7 @@
 """Where the tests' data lives (no tests here).
 
-* ``GRAMMARS`` -- ``tests/data/grammars``: real grammars copied byte for byte from their
-  projects (sources, commits and licences in its ``PROVENANCE.md``, licence texts in
+* ``GRAMMARS`` -- ``tests/data/grammars``: real grammars (GBNF / EBNF, and Lark ones listed
+  by :func:`lark_files`) copied byte for byte from their projects (sources, commits and licences in its ``PROVENANCE.md``, licence texts in
   ``LICENSES/``) and the grammars XGrammar generates from ``JSON_SCHEMAS``.  The default
   run reads nothing else.
 * ``JSON_SCHEMAS`` -- ``tests/data/json_schemas``: JSON schemas written for these tests,
@@ -58,6 +58,18 @@ def grammar_files(root: Path = GRAMMARS) -> list[str]:
     return sorted(
         str(p.relative_to(root)) for p in root.rglob("*") if p.suffix in GRAMMAR_SUFFIXES and p.is_file()
     )
+
+
+def lark_files(root: Path = GRAMMARS) -> list[str]:
+    """Paths (relative to ``root``) of every Lark grammar (``.lark``) under it, sorted."""
+    if not root.is_dir():
+        return []
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.lark") if p.is_file())
+
+
+def lark_sweep_files() -> list[str]:
+    """The Lark grammars of both corpora (read with :func:`real_grammar`)."""
+    return sorted(set(lark_files(GRAMMARS)) | set(lark_files(SHARED_GRAMMARS)))
 
 
 def sweep_files() -> list[str]:

@@ -16,7 +16,8 @@ Protocol, one request at a time: the parent writes one JSON line
 ``{"text", "root", "data": [hex, ...], "isolate": bool, "timeout": seconds}`` (with
 ``"regex": true`` the text is a regular expression for ``Grammar.from_regex``).  Whoever runs the
 request writes ``S <stage>`` before each XGrammar call and ``R <json>`` at the end, with
-``{"ok": [[member, viable], ...]}`` or ``{"error": message}``.  For an isolated request the
+``{"ok": [[member, viable], ...]}`` or ``{"error": message}``.  With ``"lark": true`` the text
+is a Lark grammar for ``Grammar.from_lark``.  For an isolated request the
 worker then writes ``E <returncode>`` (or ``E timeout``) once the forked child has ended.  A
 worker that stops writing without an answer has crashed in the last stage named.
 """
@@ -180,15 +181,17 @@ class XGrammarWorker:
         root: str = "root",
         isolate: bool | None = None,
         regex: bool = False,
+        lark: bool = False,
     ) -> Result:
         """XGrammar's verdicts on ``data`` for the grammar ``text`` with start rule ``root``.
 
         ``isolate`` (default: ``isolate_all`` or :func:`matches_known_crash`) runs the request
         in a fork of the worker, so that a crash leaves the worker alive.  ``regex``: ``text``
-        is a regular expression, compiled with ``Grammar.from_regex``.
+        is a regular expression, compiled with ``Grammar.from_regex``; ``lark``: a Lark grammar,
+        compiled with ``Grammar.from_lark``.
         """
         if isolate is None:
-            isolate = self.isolate_all or (not regex and matches_known_crash(text))
+            isolate = self.isolate_all or (not regex and not lark and matches_known_crash(text))
         proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
         assert self._stderr is not None
         stderr_at = self._stderr.seek(0, os.SEEK_END)
@@ -199,6 +202,7 @@ class XGrammarWorker:
             "isolate": isolate,
             "timeout": self.timeout,
             "regex": regex,
+            "lark": lark,
         }
         deadline = time.monotonic() + self.timeout + 30  # backstop: the worker times out first
         try:
@@ -290,6 +294,10 @@ def _handle(xgr: Any, compiler: Any, request: dict[str, Any], say: Any) -> None:
             stage = "from_regex"
             say("S from_regex")
             grammar = xgr.Grammar.from_regex(request["text"])
+        elif request.get("lark"):
+            stage = "from_lark"
+            say("S from_lark")
+            grammar = xgr.Grammar.from_lark(request["text"])
         else:
             say("S from_ebnf")
             grammar = xgr.Grammar.from_ebnf(request["text"], root_rule_name=request["root"])

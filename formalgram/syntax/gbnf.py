@@ -20,6 +20,7 @@ from typing import Final
 
 from formalgram.errors import GrammarSyntaxError, UnsupportedConstruct
 from formalgram.grammar import Grammar
+from formalgram.syntax.lark import parse_lark
 from formalgram.syntax.lower import lower_rules
 from formalgram.syntax.nodes import (
     ALT,
@@ -689,17 +690,18 @@ def parse_gbnf(
     return lower_rules([(tok.text, body) for tok, body in rules], start, source, max_repeat=max_repeat)
 
 
-def load(path: str | os.PathLike[str], start: str = "root", **kw: object) -> Grammar:
-    """Read a ``.gbnf`` / ``.ebnf`` file (UTF-8) and parse it with :func:`parse_gbnf`.
+def load(path: str | os.PathLike[str], start: str | None = None, **kw: object) -> Grammar:
+    """Read a grammar file (UTF-8): ``.lark`` with :func:`~formalgram.parse_lark`, any other with :func:`parse_gbnf`.
 
     Parameters
     ----------
     path : str or PathLike
         The file.
-    start : str
-        Name of the start rule.
+    start : str, optional
+        Name of the start rule (default ``"start"`` for ``.lark`` files, ``"root"`` otherwise).
     **kw
-        ``lookahead``, ``max_bytes``, ``max_depth``, ``max_repeat`` as for :func:`parse_gbnf`.
+        ``lookahead`` (GBNF) or ``ignore_at_start`` (Lark), ``max_bytes``, ``max_depth``,
+        ``max_repeat`` as for :func:`parse_gbnf` / :func:`~formalgram.parse_lark`.
 
     Raises
     ------
@@ -719,8 +721,21 @@ def load(path: str | os.PathLike[str], start: str = "root", **kw: object) -> Gra
     ...     g = load(path)
     >>> g.accepts(b"2024"), g.accepts(b"")
     (True, False)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "digits.lark")
+    ...     with open(path, "w", encoding="utf-8") as f:
+    ...         _ = f.write("start: DIGIT+\\n%import common.DIGIT\\n")
+    ...     g = load(path)
+    >>> g.accepts(b"2024"), g.accepts(b"")
+    (True, False)
     """
+    is_lark = os.fspath(path).endswith(".lark")
     lookahead = kw.pop("lookahead", "error")
+    ignore_at_start = kw.pop("ignore_at_start", False)
+    if not isinstance(ignore_at_start, bool) or (not is_lark and ignore_at_start):
+        raise TypeError("ignore_at_start is a bool, for .lark files only")
+    if is_lark and lookahead != "error":
+        raise TypeError("lookahead is for GBNF files only")
     max_bytes = kw.pop("max_bytes", DEFAULT_MAX_BYTES)
     max_depth = kw.pop("max_depth", DEFAULT_MAX_DEPTH)
     max_repeat = kw.pop("max_repeat", DEFAULT_MAX_REPEAT)
@@ -742,6 +757,20 @@ def load(path: str | os.PathLike[str], start: str = "root", **kw: object) -> Gra
         line = before.count(b"\n") + 1
         col = len(before) - (before.rfind(b"\n") + 1) + 1
         raise GrammarSyntaxError(f"invalid UTF-8 byte 0x{data[exc.start]:02X}", line, col, "") from None
+    if is_lark:
+        return parse_lark(
+            text,
+            "start" if start is None else start,
+            ignore_at_start=ignore_at_start,
+            max_bytes=max_bytes,
+            max_depth=max_depth,
+            max_repeat=max_repeat,
+        )
     return parse_gbnf(
-        text, start, lookahead=lookahead, max_bytes=max_bytes, max_depth=max_depth, max_repeat=max_repeat
+        text,
+        "root" if start is None else start,
+        lookahead=lookahead,
+        max_bytes=max_bytes,
+        max_depth=max_depth,
+        max_repeat=max_repeat,
     )

@@ -142,6 +142,64 @@ def _scalar(ranges: list[tuple[int, int]] | tuple[tuple[int, int], ...]) -> tupl
     return tuple(out)
 
 
+_cased: list[str] = []  # the characters case matters for, as one string (built on first use)
+_cased_ranges: list[tuple[tuple[int, int], ...]] = []
+_case_memo: dict[tuple[str, int], tuple[tuple[int, int], ...]] = {}
+
+
+def case_insensitive_set(
+    item: str, flags: int, plain: tuple[tuple[int, int], ...]
+) -> tuple[tuple[int, int], ...]:
+    """The characters that the one-character pattern ``item`` matches under ``re.IGNORECASE``.
+
+    Parameters
+    ----------
+    item : str
+        One literal, escape or class in ``re`` syntax (``"k"``, ``"\\x41"``, ``"[a-f]"``).
+    flags : int
+        The other flags in force (``re.ASCII``, ``re.VERBOSE``, ...).
+    plain : tuple of (int, int)
+        What ``item`` matches without ``re.IGNORECASE`` (normalized ranges).
+
+    Returns
+    -------
+    tuple of (int, int)
+        Normalized code-point ranges, without surrogates.
+
+    Notes
+    -----
+    Case only matters for the characters that have another case (``str.lower``,
+    ``str.upper`` or ``str.casefold`` changes them, about 2 900 of them): ``item`` is run by
+    ``re`` itself over those (well under a millisecond), and every other character is
+    matched as without the flag.  So Python's Unicode case matching (the Kelvin sign for
+    ``k``, ``\u017f`` for ``s``, dotted and dotless ``i``) is reproduced exactly.  Cached
+    per item.
+
+    Examples
+    --------
+    >>> [hex(lo) for lo, _ in case_insensitive_set("k", 0, ((0x6B, 0x6B),))]
+    ['0x4b', '0x6b', '0x212a']
+    """
+    key = (item, flags)
+    cached = _case_memo.get(key)
+    if cached is not None:
+        return cached
+    if not _cased:
+        members: list[int] = []
+        for cp in range(MAX_CODE_POINT + 1):
+            c = chr(cp)
+            if not 0xD800 <= cp <= 0xDFFF and (c.lower() != c or c.upper() != c or c.casefold() != c):
+                members.append(cp)
+        _cased.append("".join(map(chr, members)))
+        _cased_ranges.append(normalize_ranges((cp, cp) for cp in members))
+    pattern = re.compile("(?:" + item + ")", (flags & (_A | _X | _S | _U)) | _I)
+    found = [(ord(m.group()), ord(m.group())) for m in pattern.finditer(_cased[0])]
+    uncased = complement_ranges([*complement_ranges(plain), *_cased_ranges[0]])
+    result = _scalar([*uncased, *found])
+    _case_memo[key] = result
+    return result
+
+
 class _Group:
     """An open group: the enclosing alternatives and the state to restore at ``)``."""
 
@@ -158,10 +216,22 @@ class _Group:
 class _RegexParser:
     """Pattern text -> an ``ALT`` tree, with an explicit stack of open groups."""
 
-    def __init__(self, text: str, flags: int, max_depth: int) -> None:
+    def __init__(
+        self,
+        text: str,
+        flags: int,
+        max_depth: int,
+        source: Source | None = None,
+        offsets: list[int] | None = None,
+        unicode_case: bool = False,
+    ) -> None:
         self.text = text
         self.n = len(text)
-        self.source = Source(text)
+        # positions are reported in ``source`` (the pattern itself by default); ``offsets[i]``
+        # is the offset in ``source.text`` of the pattern's character ``i`` (and of its end)
+        self.source = Source(text) if source is None else source
+        self.offsets = offsets
+        self.unicode_case = unicode_case  # read Unicode case-insensitive items as re does
         self.pos = 0
         self.flags = flags  # the flags in force at this point of the pattern
         self.global_flags = flags
@@ -169,16 +239,23 @@ class _RegexParser:
         self.group_names: set[str] = set()
 
     # -- errors ---------------------------------------------------------------------------
+    def position(self, offset: int) -> tuple[int, int]:
+        """1-based (line, column) in ``self.source`` of the pattern's offset ``offset``."""
+        offsets = self.offsets
+        if offsets is not None:
+            offset = offsets[min(offset, len(offsets) - 1)]
+        return self.source.position(offset)
+
     def error(self, message: str, offset: int) -> GrammarSyntaxError:
-        line, col = self.source.position(offset)
+        line, col = self.position(offset)
         return self.source.error(message, line, col)
 
     def unsupported(self, construct: str, message: str, offset: int) -> UnsupportedConstruct:
-        line, col = self.source.position(offset)
+        line, col = self.position(offset)
         return self.source.unsupported(construct, message, line, col)
 
     def node(self, kind: int, offset: int) -> Node:
-        line, col = self.source.position(offset)
+        line, col = self.position(offset)
         return Node(kind, line, col)
 
     # -- the pattern ----------------------------------------------------------------------
@@ -243,7 +320,7 @@ class _RegexParser:
                         "the language (a*+a matches nothing)",
                         start,
                     )
-                line, col = self.source.position(start)
+                line, col = self.position(start)
                 seq.children.append(repeat(seq.children.pop(), bounds[0], bounds[1], line, col))
                 repeated = True
                 continue
@@ -502,6 +579,17 @@ class _RegexParser:
                             offset,
                         )
                 items = _fold_ascii(items)
+            elif self.unicode_case:
+                plain = list(items)
+                for cat in categories:
+                    plain.extend(cat)
+                node = self.node(CLASS, offset)
+                node.ranges = case_insensitive_set(
+                    self.text[offset : self.pos],
+                    self.flags,
+                    _scalar(complement_ranges(plain) if negated else plain),
+                )
+                return node
             elif any(
                 hi >= 0x80 or any(c in _ASCII_LETTERS for c in map(chr, range(lo, hi + 1)))
                 for lo, hi in items
@@ -745,3 +833,61 @@ def parse_regex(
     parser = _RegexParser(pattern, flags, max_depth)
     body = parser.parse()
     return lower_rules([("root", body)], "root", parser.source, max_repeat=max_repeat)
+
+
+def regex_tree(
+    pattern: str,
+    flags: int,
+    source: Source,
+    offsets: list[int],
+    *,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    unicode_case: bool = False,
+) -> Node:
+    """The syntax tree of ``pattern`` for a front end that embeds regular expressions.
+
+    Parameters
+    ----------
+    pattern : str
+        A regular expression in Python's ``re`` syntax, as :func:`parse_regex` reads it.
+    flags : int
+        ``re`` flags in force (a subset of the ones :func:`parse_regex` takes).
+    source : Source
+        The enclosing text, where positions are reported.
+    offsets : list of int
+        ``len(pattern) + 1`` offsets into ``source.text``: where each character of
+        ``pattern`` (and its end) came from.
+    max_depth : int
+        Refuse groups nested deeper than this.
+    unicode_case : bool
+        Read ``re.IGNORECASE`` in Unicode mode as ``re`` does (with
+        :func:`case_insensitive_set`), instead of refusing it as :func:`parse_regex` does.
+
+    Returns
+    -------
+    Node
+        An ``ALT`` node whose language is ``{s : re.fullmatch(pattern, s, flags)}``, with
+        positions in ``source``.
+
+    Raises
+    ------
+    GrammarSyntaxError, UnsupportedConstruct
+        As :func:`parse_regex`, at the position in ``source``.
+
+    Notes
+    -----
+    Linear in the pattern length.
+
+    Examples
+    --------
+    >>> from formalgram.syntax.nodes import KIND_NAMES
+    >>> text = "A: /[ab]+/"
+    >>> tree = regex_tree("[ab]+", 0, Source(text), [4, 5, 6, 7, 8, 9])
+    >>> KIND_NAMES[tree.kind], tree.line, tree.col
+    ('ALT', 1, 5)
+    """
+    if flags & ~_SUPPORTED_FLAGS:
+        raise ValueError(f"unsupported re flags {flags!r}")
+    if len(offsets) != len(pattern) + 1:
+        raise ValueError("offsets must have one entry per character of the pattern, and one for its end")
+    return _RegexParser(pattern, flags, max_depth, source, offsets, unicode_case).parse()
