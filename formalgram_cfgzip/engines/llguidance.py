@@ -354,7 +354,8 @@ def compile_full(
     Notes
     -----
     llguidance's grammar compilation; its tokenizer over ``logit_width`` tokens is built
-    once per vocabulary (by fingerprint: about 0.3 s at 128k tokens) and shared.
+    once per vocabulary (by fingerprint) and shared; its cost is measured in
+    ``docs/benchmarks.md`` (``python -m bench.tokenizer_bench``).
 
     Examples
     --------
