@@ -73,7 +73,7 @@ def rightmost_graph(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
     Raises
     ------
     GrammarError
-        If ``gnf`` is not in GNF (:func:`~formalgram.transforms.gnf.gnf_violation`).
+        If ``gnf`` is not in GNF (:func:`~formalgram.transforms.gnf_check.gnf_violation`).
 
     Notes
     -----
@@ -143,7 +143,7 @@ def stack_adjacency(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
     Raises
     ------
     GrammarError
-        If ``gnf`` is not in GNF (:func:`~formalgram.transforms.gnf.gnf_violation`).
+        If ``gnf`` is not in GNF (:func:`~formalgram.transforms.gnf_check.gnf_violation`).
 
     Notes
     -----
