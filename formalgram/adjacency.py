@@ -3,8 +3,7 @@
 Every function here speaks in nonterminal ids (graph nodes, pairs, indices), like the rest
 of the toolkit; ``gnf.names[i]`` gives a name.
 
-The relation
-------------
+**The relation.**
 Let ``P`` be the PDA of a GNF grammar (:class:`formalgram.pda.PDA`).  A stack is
 *reachable* when the PDA reaches it from the initial stack ``(S)`` by reading some
 bytes.  The **stack adjacency** relation is
@@ -22,8 +21,7 @@ such a symbol can never be emptied, so it occurs in no accepting run.  With that
 accepting runs (a reachable stack of generating symbols can always be popped down to any of
 its positions and then emptied).  Proof and discussion: ``proofs/stack_adjacency.md``.
 
-How it is computed
-------------------
+**How it is computed.**
 Pushing ``B1 ... Bn`` (``B1`` on top) in place of ``A`` creates exactly the new adjacent
 pairs ``(B_i, B_{i+1})`` and ``(B_n, C)`` where ``C`` was below ``A``.  So the relation is the
 least one containing the *seeds* ``(B_i, B_{i+1})`` of every usable rule and closed under
@@ -75,7 +73,7 @@ def rightmost_graph(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
     Raises
     ------
     GrammarError
-        If ``gnf`` is not in GNF (:func:`~formalgram.transforms.gnf.gnf_violation`).
+        If ``gnf`` is not in GNF (:func:`~formalgram.transforms.gnf_check.gnf_violation`).
 
     Notes
     -----
@@ -145,7 +143,7 @@ def stack_adjacency(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
     Raises
     ------
     GrammarError
-        If ``gnf`` is not in GNF (:func:`~formalgram.transforms.gnf.gnf_violation`).
+        If ``gnf`` is not in GNF (:func:`~formalgram.transforms.gnf_check.gnf_violation`).
 
     Notes
     -----

@@ -22,6 +22,8 @@ from typing import final
 from formalgram.byteset import ByteSet
 from formalgram.errors import GrammarError
 
+__all__ = ["Grammar", "IdRule", "Nonterminal", "Production", "Symbol", "fresh_name"]
+
 
 @final
 class Nonterminal:
@@ -209,8 +211,8 @@ class Grammar:
         GrammarError
             On duplicate names or ids out of range.
 
-        Complexity
-        ----------
+        Notes
+        -----
         O(total rule length).
         """
         g = Grammar((), names[start_id] if 0 <= start_id < len(names) else "?")

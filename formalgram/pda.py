@@ -2,7 +2,7 @@
 
 A grammar is in GNF when every rule is ``A -> a B1 ... Bn`` with ``a`` a byte-set terminal
 followed only by nonterminals, except possibly ``S -> ε`` for the start symbol ``S``, which
-then appears on no right-hand side (:func:`formalgram.transforms.gnf.gnf_violation`).
+then appears on no right-hand side (:func:`formalgram.transforms.gnf_check.gnf_violation`).
 
 Such a grammar is its own pushdown automaton.  The automaton has a single state; its
 configuration is a stack of nonterminals, initially ``(S)``.  Reading byte ``c`` with
@@ -157,7 +157,7 @@ class PDA:
         Parameters
         ----------
         g : Grammar
-            A GNF grammar (:func:`~formalgram.transforms.gnf.gnf_violation`): every rule
+            A GNF grammar (:func:`~formalgram.transforms.gnf_check.gnf_violation`): every rule
             ``A -> a B1 ... Bn`` (a terminal, then nonterminals only), except possibly
             ``S -> ε`` for the start ``S``, which then appears on no right-hand side.
         max_stacks : int, keyword-only

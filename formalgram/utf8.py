@@ -19,6 +19,16 @@ from collections.abc import Iterable, Sequence
 
 from formalgram.byteset import ByteSet
 
+__all__ = [
+    "MAX_CODE_POINT",
+    "complement_ranges",
+    "decode_one",
+    "encode_code_point",
+    "normalize_ranges",
+    "sequences_to_ranges",
+    "utf8_sequences",
+]
+
 MAX_CODE_POINT = 0x10FFFF
 
 # (smallest code point, largest code point) for encodings of 1, 2, 3 and 4 bytes
@@ -43,12 +53,12 @@ def normalize_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int]
     ValueError
         If a bound is outside ``0 .. 0x10FFFF``.
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(r log r) for r ranges.
 
-    Example
-    -------
+    Examples
+    --------
     >>> normalize_ranges([(5, 9), (0, 4), (20, 19)])
     ((0, 9),)
     """
@@ -73,8 +83,8 @@ def normalize_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int]
 def complement_ranges(ranges: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     """The code points of ``0 .. 0x10FFFF`` not covered by ``ranges`` (normalized).
 
-    Example
-    -------
+    Examples
+    --------
     >>> complement_ranges([(0, 0x40)])
     ((65, 1114111),)
     """
@@ -97,8 +107,8 @@ def encode_code_point(cp: int) -> bytes:
     ValueError
         If ``cp`` is outside ``0 .. 0x10FFFF``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> encode_code_point(0xD800)
     b'\\xed\\xa0\\x80'
     """
@@ -196,12 +206,12 @@ def utf8_sequences(ranges: Iterable[tuple[int, int]]) -> list[tuple[ByteSet, ...
     ValueError
         If a bound is outside ``0 .. 0x10FFFF``.
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(r) alternatives and time for r normalized ranges (at most a few alternatives per range).
 
-    Example
-    -------
+    Examples
+    --------
     >>> [len(s) for s in utf8_sequences([(0, 0x10FFFF)])]
     [1, 2, 3, 3, 4, 4, 4]
     """
@@ -260,8 +270,8 @@ def sequences_to_ranges(
     limit : int
         Give up (return ``None``) past this many byte-range combinations.
 
-    Complexity
-    ----------
+    Notes
+    -----
     O(combinations of byte ranges), bounded by ``limit``.
     """
     ranges: list[tuple[int, int]] = []

@@ -11,8 +11,7 @@ with its error and the others go on; a rerun skips the pairs whose result loads 
 fingerprint checked (:meth:`TokenClasses.load <formalgram_cfgzip.classes.TokenClasses.load>`),
 not merely because the directory exists.
 
-Why Dask for the distributed extra
-----------------------------------
+**Why Dask for the distributed extra.**
 ``formalgram[distributed]`` installs Dask's ``distributed``, not Ray: it is pure Python
 (about 25 MB installed with ``dask``; Ray brings a large native runtime, built for fewer
 platforms), ``Client.get_executor()`` is a :class:`concurrent.futures.Executor`, so
@@ -22,8 +21,7 @@ worker processes and no outside service.  A job's arguments and result are small
 fingerprints, a status): the classes go to the shared output directory, so the workers need
 a file system they all see (or a local one, for a local cluster).
 
-Manifest format (JSON Lines)
-----------------------------
+**Manifest format (JSON Lines).**
 One JSON object per line; blank lines and lines starting with ``#`` are ignored; relative
 paths are relative to the manifest's folder::
 
@@ -40,8 +38,7 @@ spec, or a list of them: one pair per tokenizer); optional ``specialize`` (true,
 null), ``gnf_budget``, ``max_states`` and ``memory_budget_mib`` (null: no limit), as for
 :func:`~formalgram_cfgzip.compress.compress`.
 
-Output directory
-----------------
+**Output directory.**
 ``DIR/<entry>/`` per pair: the classes (``arrays.npz``, ``meta.json``: what
 :meth:`TokenClasses.save <formalgram_cfgzip.classes.TokenClasses.save>` writes, with the
 grammar, text and vocabulary fingerprints), ``grammar.gbnf`` (the exact text the classes

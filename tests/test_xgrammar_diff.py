@@ -1,4 +1,4 @@
-"""Differential test against XGrammar 0.2.x (issue 2 acceptance).
+"""Differential test of the GBNF front end against XGrammar 0.2.x.
 
 For every ``.gbnf`` / ``.ebnf`` file of the grammar corpus (tests/_data.py) that both
 formalgram and XGrammar parse:

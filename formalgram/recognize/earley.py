@@ -1,14 +1,13 @@
 """Earley recognition over bytes: the reference oracle of formalgram.
 
-Public entry points
--------------------
+**Public entry points.**
+
 * :func:`accepts` -- is ``data`` in L(g)?
 * :func:`is_prefix` -- is there a ``z`` with ``data + z`` in L(g)?
 * :class:`EarleyRecognizer` -- the same questions asked incrementally, one byte at a time,
   plus :meth:`EarleyRecognizer.allowed_bytes` (the exact set of bytes that keep the prefix viable).
 
-How it works
-------------
+**How it works.**
 The recognizer runs on the integer view of :class:`~formalgram.grammar.Grammar`
 (terminals are byte sets; terminal ``t`` matches byte ``b`` when ``(masks[t] >> b) & 1``).
 
@@ -29,8 +28,8 @@ The recognizer runs on the integer view of :class:`~formalgram.grammar.Grammar`
    first time the set waits for it; their own predictions and nullable advances follow as
    they are processed, so a set costs what it holds, even on long unit chains.
 
-Invariants (for Earley set ``i`` after reading ``w = data[:i]``)
-------------------------------------------------------------------
+Invariants, for Earley set ``i`` after reading ``w = data[:i]``:
+
 * (soundness) item ``(A -> α . β, j)`` is in set ``i`` only if ``S =>* w[:j] A γ`` for some ``γ`` and
   ``α =>* w[j:i]``;
 * (completeness) every such item whose rule survives pruning is in set ``i``;
@@ -42,8 +41,7 @@ Invariants (for Earley set ``i`` after reading ``w = data[:i]``)
 Each set is closed (saturated) before the next byte is read and never changes afterwards, so
 copies of a recognizer can share all finished sets.
 
-Cost and budget
----------------
+**Cost and budget.**
 With ``|R|`` dotted rules, set ``i`` holds at most ``(i + 1) * |R|`` items, and completing an
 item walks the items of its origin's set that wait for its left-hand side.  Reading ``n``
 bytes therefore costs O(n^3) steps on ambiguous grammars, O(n^2) on unambiguous ones and

@@ -18,6 +18,8 @@ from formalgram.errors import EmptyLanguageError, GrammarError, GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram.recognize.earley import EarleyRecognizer
 
+__all__ = ["default_alphabet", "enumerate_strings", "sample"]
+
 _INF = 1 << 60
 # derivations tried per sampled string when the first ones are much shorter than the target
 _ATTEMPTS = 4

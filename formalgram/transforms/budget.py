@@ -48,10 +48,9 @@ def work_allowance(budget: int) -> int:
 
     Notes
     -----
-    O(1); raises nothing.  With the default budget the allowance is 25.6 million steps:
-    a few seconds of pure Python (faster compiled) and, since each step writes at most a
-    few dozen bytes, well under 1 GiB; the largest shared grammars convert to GNF in less
-    than half of it.
+    O(1); raises nothing.  With the default budget the allowance is 25.6 million steps;
+    each step writes at most a few dozen bytes, so memory is bounded with the work.  What
+    the shared grammars take of it is in ``docs/benchmarks.md`` (GNF sizes).
 
     Examples
     --------

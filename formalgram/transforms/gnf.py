@@ -112,9 +112,8 @@ def to_gnf(
         Maximum number of rules created by any stage of the conversion (default
         :data:`~formalgram.transforms.budget.DEFAULT_BUDGET`, 200,000), which also sets the
         work allowed: :func:`~formalgram.transforms.budget.work_allowance` steps,
-        ``128 * max(budget, 200_000)`` (see :mod:`formalgram.transforms.budget`).  Every
-        shared grammar of the project needs far less (see ``bench/results/gnf_sizes.md``;
-        the largest have about 11,500 rules and take under half the default work).
+        ``128 * max(budget, 200_000)`` (see :mod:`formalgram.transforms.budget`).  The sizes and times
+        of the shared grammars are in ``docs/benchmarks.md`` (GNF sizes).
     strategy : str
         ``"auto"`` (default, smallest of all), ``"left-corner"`` (smallest left-corner
         variant), ``"substitution"`` (Paull + leftmost substitution only; may blow up)
@@ -138,8 +137,7 @@ def to_gnf(
         When ``L(g)`` is empty.
     GrammarTooLarge
         When a stage would exceed ``budget`` rules or the conversion its work allowance;
-        both are checked while the rules and tables grow, so time and memory stay bounded
-        (the default ends within seconds and well under 1 GiB of pure Python).
+        both are checked while the rules and tables grow, so time and memory stay bounded.
     ValueError
         For an unknown ``strategy`` or ``objective``.
 

@@ -4,8 +4,11 @@ class representatives (:func:`compile_grammar`) or over the full vocabulary
 
 Neither engine is imported until used: ``formalgram_cfgzip.engines.xgrammar`` and
 ``formalgram_cfgzip.engines.llguidance`` are loaded on first attribute access (or an
-explicit import).  The protocol, errors, threading contract and special-token policy are
-in :mod:`formalgram_cfgzip.engines.base`.  ``compile`` is the former name of
+explicit import).  The compiled grammar and its threading contract are in
+:mod:`formalgram_cfgzip.engines.base`, the matcher protocol in
+:mod:`formalgram_cfgzip.engines.matcher`, the special-token policy in
+:mod:`formalgram_cfgzip.engines.tokens` and the errors in :mod:`formalgram_cfgzip.errors`
+(``engines.base`` re-exports them all).  ``compile`` is the former name of
 :func:`compile_grammar`, kept as an alias.
 
 Examples
@@ -116,7 +119,7 @@ def compile_grammar(
         The vocabulary the caller decodes with; checked against ``classes.vocab``.
     check : bool, keyword-only
         Validate fingerprints and the special-token policy
-        (:func:`~formalgram_cfgzip.engines.base.check_classes`); ``False`` skips it.
+        (:func:`~formalgram_cfgzip.engines.tokens.check_classes`); ``False`` skips it.
     max_threads : int or None, keyword-only
         Threads of compilation and batch fills (``None``: the engine's default, 1 for
         XGrammar, most of the cores for llguidance's batch fills).

@@ -4,7 +4,7 @@ over the full vocabulary), behind the protocol of :mod:`formalgram_cfgzip.engine
 The engine tokenizer is an ``llguidance.LLTokenizer`` over a token list: class
 representatives' bytes (compressed, :func:`compile_grammar`) or every token's bytes (full
 reference, :func:`compile_full`), with the special-token policy of
-:mod:`formalgram_cfgzip.engines.base` (special tokens, holes and stop tokens get empty
+:mod:`formalgram_cfgzip.engines.tokens` (special tokens, holes and stop tokens get empty
 bytes; empty-bytes tokens are never allowed by llguidance; the stop tokens are its EOS
 tokens, allowed when the grammar is accepting).  When the vocabulary has no stop token a
 dummy EOS engine token (empty bytes, no real token maps to it) is appended, because
@@ -354,7 +354,8 @@ def compile_full(
     Notes
     -----
     llguidance's grammar compilation; its tokenizer over ``logit_width`` tokens is built
-    once per vocabulary (by fingerprint: about 0.3 s at 128k tokens) and shared.
+    once per vocabulary (by fingerprint) and shared; its cost is measured in
+    ``docs/benchmarks.md`` (``python -m bench.tokenizer_bench``).
 
     Examples
     --------

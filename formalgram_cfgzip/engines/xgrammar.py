@@ -168,7 +168,7 @@ def compile_grammar(
         The vocabulary the caller decodes with; checked against ``classes.vocab``.
     check : bool, keyword-only
         Validate fingerprints and the special-token policy
-        (:func:`~formalgram_cfgzip.engines.base.check_classes`).
+        (:func:`~formalgram_cfgzip.engines.tokens.check_classes`).
     max_threads : int, keyword-only
         Threads for compilation and batch filling (at least 1).
 

@@ -4,8 +4,7 @@ It runs when the C kernel is not built (``FORMALGRAM_NO_MYPYC=1``), is disabled
 (``FORMALGRAM_NO_CEXPAND=1``) or not asked for (``MaskExpander(kernel="numpy")``), and
 writes the same rows as the C kernel.
 
-Algorithms
-----------
+**Algorithms.**
 A plain **gather** reads, for every logit index, its class's allowed byte from a table
 unpacked from the class row (``np.take``), then packs 8 bytes per byte of the row
 (``np.packbits``): its cost is proportional to the logit width whatever the row.  The
@@ -25,8 +24,7 @@ kernel therefore also has
 
 and the :class:`~formalgram_cfgzip.expand.row_cache.RowCache` in front of them.
 
-Cost model
-----------
+**Cost model.**
 Per row, the cheapest of the gather and the split (the tables' ORs plus the cheapest tail
 plan) is taken, each estimated in nanoseconds from the constants below: a fixed cost per
 numpy call, and a cost per word ORed, per token gathered, per bit packed and per listed

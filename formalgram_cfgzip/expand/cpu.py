@@ -164,9 +164,31 @@ class MaskExpander:
         self.kernel: str = self._kernel.name
 
     @classmethod
-    def from_classes(cls, classes: TokenClasses, **kwargs: Any) -> MaskExpander:
-        """Expander for a :class:`~formalgram_cfgzip.classes.TokenClasses` (all logit indices)."""
-        return cls(classes.token_class, classes.num_classes, **kwargs)
+    def from_classes(
+        cls,
+        classes: TokenClasses,
+        *,
+        memory_budget: int = 32 << 20,
+        max_dense: int | None = None,
+        dense: int | None = None,
+        cache_bytes: int = 8 << 20,
+        delta: bool | None = None,
+        kernel: Literal["auto", "c", "numpy"] = "auto",
+        adapt: bool = True,
+    ) -> MaskExpander:
+        """Expander for a :class:`~formalgram_cfgzip.classes.TokenClasses` (all logit indices);
+        the options are the constructor's."""
+        return cls(
+            classes.token_class,
+            classes.num_classes,
+            memory_budget=memory_budget,
+            max_dense=max_dense,
+            dense=dense,
+            cache_bytes=cache_bytes,
+            delta=delta,
+            kernel=kernel,
+            adapt=adapt,
+        )
 
     @property
     def last_strategy(self) -> str:

@@ -122,7 +122,7 @@ class DisplacementSearch:
     ----------
     gnf : Grammar
         A trimmed grammar in Greibach normal form
-        (:func:`~formalgram.transforms.gnf.gnf_violation`); the empty rule of the start plays
+        (:func:`~formalgram.transforms.gnf_check.gnf_violation`); the empty rule of the start plays
         no part, and rules that derive no string are left out as the PDA leaves them out.
     max_states : int
         Largest number of distinct top symbols of one trie; exceeding it raises GrammarTooLarge.

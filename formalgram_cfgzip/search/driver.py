@@ -281,8 +281,8 @@ def reset_size(memory_budget: int | None) -> int:
     Returns
     -------
     int
-        ``budget / 1600`` cells, at least 200,000 (a 4 GiB budget peaked at 1.6 GiB on the
-        largest shared grammar).
+        ``budget / 1600`` cells, at least 200,000 (the peak memory this gives on the shared
+        grammars is in ``docs/benchmarks.md``).
 
     Notes
     -----

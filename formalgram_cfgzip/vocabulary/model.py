@@ -19,7 +19,7 @@ import operator
 import os
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, SupportsIndex, final
+from typing import SupportsIndex, final
 
 from formalgram_cfgzip.errors import VocabularyError
 
@@ -386,7 +386,15 @@ class Vocabulary:
         return builtin(name)
 
     @classmethod
-    def load(cls, spec: str | os.PathLike[str], **options: Any) -> Vocabulary:
+    def load(
+        cls,
+        spec: str | os.PathLike[str],
+        *,
+        stop_tokens: Iterable[str] | None = None,
+        stop_ids: Iterable[int] | None = None,
+        logit_width: int | None = None,
+        name: str | None = None,
+    ) -> Vocabulary:
         """Load a vocabulary from a CLI-style spec.
 
         Parameters
@@ -394,9 +402,9 @@ class Vocabulary:
         spec : str or path
             A path to a ``tokenizer.json`` (or a folder holding one), a ``.tiktoken``
             file, a SentencePiece ``.model`` file, or a built-in name.
-        **options
-            ``stop_tokens``, ``stop_ids``, ``logit_width`` and ``name``, passed to the file
-            loaders (see :meth:`from_tokenizer_json`); none may be given for a built-in.
+        stop_tokens, stop_ids, logit_width, name : optional, keyword-only
+            Passed to the file loaders (see :meth:`from_tokenizer_json`); none may be given
+            for a built-in.
 
         Returns
         -------
@@ -407,7 +415,7 @@ class Vocabulary:
         VocabularyError
             For a spec that is none of these, and whatever the file's loader raises.
         TypeError
-            For an option not listed above.
+            For an unknown keyword (as for any Python function).
 
         See Also
         --------
@@ -425,10 +433,7 @@ class Vocabulary:
         from formalgram_cfgzip.vocabulary.loaders._common import LoadOptions
         from formalgram_cfgzip.vocabulary.sniff import load_spec
 
-        unknown = set(options) - set(LoadOptions.__dataclass_fields__)
-        if unknown:
-            raise TypeError(f"unexpected options: {', '.join(sorted(unknown))}")
-        return load_spec(spec, LoadOptions(**options))
+        return load_spec(spec, LoadOptions(stop_tokens, stop_ids, logit_width, name))
 
     # -- attributes ---------------------------------------------------------------------
     @property
