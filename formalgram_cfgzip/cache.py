@@ -125,7 +125,7 @@ def fingerprint_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def grammar_fingerprint(grammar: Grammar | str) -> str:
+def grammar_fingerprint(grammar: Grammar | str, *, start: str = "root") -> str:
     """SHA-256 (hex) of a canonical form of a grammar: its start name and sorted productions.
 
     Formatting, comments and rule order of the source text do not matter; two texts that
@@ -134,7 +134,9 @@ def grammar_fingerprint(grammar: Grammar | str) -> str:
     Parameters
     ----------
     grammar : Grammar or str
-        A grammar, or GBNF text (parsed with start rule ``root``).
+        A grammar, or GBNF text (parsed with start rule ``start``).
+    start : str
+        The start rule of a text (ignored for a ``Grammar``, which has its own).
 
     Returns
     -------
@@ -161,7 +163,7 @@ def grammar_fingerprint(grammar: Grammar | str) -> str:
     if isinstance(grammar, str):
         from formalgram.syntax.gbnf import parse_gbnf
 
-        g = parse_gbnf(grammar)
+        g = parse_gbnf(grammar, start=start)
     else:
         g = grammar
     names = g.names

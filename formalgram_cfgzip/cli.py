@@ -143,20 +143,32 @@ def cmd_compress(args: argparse.Namespace) -> int:
 
     if (args.grammar is None) == (args.json_schema is None):
         raise FormalgramError("give a grammar file or --json-schema FILE (exactly one)")
+    start = args.start
+    converted = args.json_schema is not None or args.grammar.endswith(".lark")
     if args.json_schema is not None:
         text = _json_schema_grammar(args.json_schema, args.json_schema_options)
         args.grammar = args.json_schema
+    elif args.grammar.endswith(".lark"):
+        from formalgram.syntax.lark import parse_lark
+
+        start = start or "start"
+        text = parse_lark(_read_grammar(args.grammar), start=start).to_gbnf()
     else:
         text = _read_grammar(args.grammar)
-    grammar = parse_gbnf(text, start=args.start)
+    start = start or "root"
+    grammar = parse_gbnf(text, start=start)
     vocab = Vocabulary.load(args.tokenizer)
     t0 = time.perf_counter()
     classes = compress(grammar, vocab, **compress_options(args))
     seconds = time.perf_counter() - t0
     classes.save(args.output)
-    if args.json_schema is not None:  # the engine must compile exactly this text
-        (Path(args.output) / "grammar.gbnf").write_text(text, encoding="utf-8")
     print(f"compressed {args.grammar} for {args.tokenizer} -> {args.output}")
+    if converted:  # the engine must compile exactly this text
+        (Path(args.output) / "grammar.gbnf").write_text(text, encoding="utf-8")
+        root = "" if start == "root" else f", root={start!r}"
+        print(
+            f"engine grammar text: {Path(args.output) / 'grammar.gbnf'} (compile_grammar(classes, text{root}))"
+        )
     print(_summary(classes, seconds))
     return 0
 
@@ -278,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     --------
     >>> args = build_parser().parse_args(["compress", "builtin:json", "--tokenizer", "llama3", "-o", "out"])
     >>> args.workers, args.memory_budget, args.specialize, args.start
-    (1, 4096, None, 'root')
+    (1, 4096, None, None)
     """
     p = _Parser(
         prog="formalgram-cfgzip",
@@ -288,7 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("compress", help="compute token classes for a grammar and a tokenizer")
-    c.add_argument("grammar", nargs="?", help="GBNF / XGrammar EBNF file, or builtin:minic / builtin:json")
+    c.add_argument(
+        "grammar", nargs="?", help="GBNF / XGrammar EBNF file, a .lark file, or builtin:minic / builtin:json"
+    )
     c.add_argument(
         "--json-schema",
         metavar="FILE",
@@ -308,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "-o", "--output", required=True, type=_output_dir, help="output directory for the class cache"
     )
-    c.add_argument("--start", default="root", help="start rule (default: root)")
+    c.add_argument("--start", default=None, help="start rule (default: root; start for a .lark grammar)")
     c.add_argument("--workers", type=_int_at_least(1), default=1, help="worker processes (default 1)")
     c.add_argument("--budget", type=_int_at_least(1), default=2_000_000, help="GNF size budget (rules)")
     c.add_argument(

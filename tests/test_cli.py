@@ -215,6 +215,37 @@ def test_compress_start_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         TokenClasses.load(out_dir, grammar=fg.parse_gbnf(text), vocab=vocab)
 
 
+def test_compress_lark_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``.lark`` grammar is read with ``parse_lark`` (start rule ``start``); the GBNF text the
+    engine must compile is written beside the classes, and the classes are those of its
+    language (Earley on the Lark grammar itself is the oracle)."""
+    tok = tiny_tokenizer(tmp_path)
+    grammar = tmp_path / "g.lark"
+    grammar.write_text('start: "(" AB* ")"\nAB: "a" | "b"\n')
+    out_dir = tmp_path / "classes"
+    rc, out, _ = run_cli(
+        ["compress", str(grammar), "--tokenizer", str(tok), "-o", str(out_dir), "-q"], capsys
+    )
+    assert rc == 0 and "root='start'" in out, out
+    text = (out_dir / "grammar.gbnf").read_text(encoding="utf-8")
+    vocab = Vocabulary.load(str(tok))
+    classes = TokenClasses.load(out_dir, grammar=fg.parse_gbnf(text, start="start"), vocab=vocab)
+    lark = fg.parse_lark(grammar.read_text(encoding="utf-8"))
+    for i, t in enumerate(TINY_TOKENS):
+        # a token is valid exactly when it is a factor of some member: (, then a/b, then )
+        valid = bool(t) and any(fg.is_prefix(lark, c + t) for c in (b"", b"(", b"(ab"))
+        assert (int(classes.token_class[i]) != classes.invalid_class) == valid, t
+    # the engine takes the written text with the Lark start rule as its root, and only with it
+    pytest.importorskip("xgrammar")
+    from formalgram_cfgzip import compile_grammar
+    from formalgram_cfgzip.errors import ClassesMismatchError
+
+    matcher = compile_grammar(classes, text, root="start").matcher()
+    assert matcher.accept_token(TINY_TOKENS.index(b"(")) and matcher.accept_token(TINY_TOKENS.index(b"ab"))
+    with pytest.raises(ClassesMismatchError):
+        compile_grammar(classes, text)
+
+
 JSON_CONTEXTS = [b"", b"{", b'{"', b'{"a', b'{"a":', b'{"a": ', b"[", b"[1", b"[true,", b'"x']
 
 

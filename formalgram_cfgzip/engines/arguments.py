@@ -82,7 +82,7 @@ def prepare_compressed(
     if vocab is not None and not isinstance(vocab, Vocabulary):
         raise EngineError(f"vocab must be a Vocabulary or None, got {type(vocab).__name__}")
     if check:
-        check_classes(classes, grammar_text if fingerprint else None, vocab)
+        check_classes(classes, grammar_text if fingerprint else None, vocab, root)
     return class_vocabulary(classes)
 
 

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 
-def grammar_matches(classes: TokenClasses, grammar_text: str) -> bool:
+def grammar_matches(classes: TokenClasses, grammar_text: str, root: str = "root") -> bool:
     """Whether ``classes`` were computed for ``grammar_text``.
 
     Parameters
@@ -58,6 +58,8 @@ def grammar_matches(classes: TokenClasses, grammar_text: str) -> bool:
         The classes.
     grammar_text : str
         The grammar text an engine is about to compile.
+    root : str
+        Its start rule (the engine's ``root``).
 
     Returns
     -------
@@ -89,12 +91,14 @@ def grammar_matches(classes: TokenClasses, grammar_text: str) -> bool:
     if text_sha in (classes.grammar_text_sha256, classes.grammar_sha256):
         return True
     try:
-        return classes.grammar_sha256 == grammar_fingerprint(grammar_text)
+        return classes.grammar_sha256 == grammar_fingerprint(grammar_text, start=root)
     except (FormalgramError, RecursionError):
         return False
 
 
-def check_classes(classes: TokenClasses, grammar_text: str | None, vocab: Vocabulary | None = None) -> None:
+def check_classes(
+    classes: TokenClasses, grammar_text: str | None, vocab: Vocabulary | None = None, root: str = "root"
+) -> None:
     """Validate a TokenClasses against its grammar, vocabulary and the special-token policy.
 
     Parameters
@@ -105,6 +109,8 @@ def check_classes(classes: TokenClasses, grammar_text: str | None, vocab: Vocabu
         The grammar the engine will compile (``None`` skips the grammar check).
     vocab : Vocabulary or None
         The vocabulary the caller decodes with (``None``: ``classes.vocab``).
+    root : str
+        The start rule the engine compiles the text with.
 
     Raises
     ------
@@ -138,7 +144,7 @@ def check_classes(classes: TokenClasses, grammar_text: str | None, vocab: Vocabu
             f"these TokenClasses were computed for vocabulary {v.name or v.fingerprint()[:12]!r}, "
             f"not for {vocab.name or vocab.fingerprint()[:12]!r}"
         )
-    if grammar_text is not None and not grammar_matches(classes, grammar_text):
+    if grammar_text is not None and not grammar_matches(classes, grammar_text, root):
         raise ClassesMismatchError(
             "these TokenClasses were computed for another grammar "
             f"(classes: {classes.grammar_sha256[:12]}...); recompute them with compress()"
