@@ -249,7 +249,7 @@ def bfs_relation(g: Grammar, reachable_only: bool, trim: bool) -> set[tuple[int,
 
 
 @given(gnf_grammars(max_nonterminals=12, max_push=4))
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_propagation_equals_bfs_per_seed(g: Grammar) -> None:
     """The propagation over the components of H gives the relation's definition, BFS by BFS."""
     for reachable_only in (True, False):
