@@ -229,7 +229,9 @@ def compress(
     O(trie nodes) numpy work (the vocabulary's token trie is built once per vocabulary),
     one search step per distinct (automaton state, byte class) pair and token depth, plus
     one expansion per distinct (search state set, byte class) pair; the GNF conversion's
-    cost is bounded by ``gnf_budget``.
+    cost is bounded by ``gnf_budget``.  The cyclic garbage collector is paused from the
+    trimming to the numbering (the search allocates many small objects that form no cycles)
+    and resumed afterwards, unless it was already paused.
 
     Examples
     --------
