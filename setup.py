@@ -35,6 +35,7 @@ COMPILED = [
     "formalgram/transforms/byte_classes.py",
     "formalgram/transforms/specialize.py",
     "formalgram/pda.py",
+    "formalgram/adjacency.py",
     "formalgram/recognize/earley.py",
     "formalgram_cfgzip/search/displacement.py",
     "formalgram_cfgzip/search/driver.py",

@@ -28,6 +28,7 @@ second walk over the same tables = the driver's own numpy work, numbering).
 Prints one line per grammar, then medians and totals.  Run from the repository root::
 
     python bench/request_bench.py [--vocab llama3] [--limit 80] [--repeats 3] [--walk 20] [--stages]
+        [--grammars DIR]
 """
 
 from __future__ import annotations
@@ -171,13 +172,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="runs per measurement, the fastest kept")
     ap.add_argument("--walk", type=int, default=0, help="also time whole requests on the first N grammars")
     ap.add_argument("--stages", action="store_true", help="also break the compression down per stage")
+    ap.add_argument(
+        "--grammars",
+        type=Path,
+        default=GRAMMARS,
+        help="the shared grammar corpus (default: ../shared/grammars beside the repository)",
+    )
     args = ap.parse_args(argv)
 
     import xgrammar
 
     from formalgram_cfgzip.engines.xgrammar import full_tokenizer_info
 
-    files = sorted((GRAMMARS / CORPUS).glob("*.gbnf"), key=lambda p: int(p.stem.split("_")[1]))
+    files = sorted((args.grammars / CORPUS).glob("*.gbnf"), key=lambda p: int(p.stem.split("_")[1]))
     files = files[: args.limit]
     vocab = Vocabulary.builtin(args.vocab)
     t = time.perf_counter()
@@ -186,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     plain = Compressor(cold.prepared, cache_size=0, specialize=False)
     warm = Compressor(vocab)
     info = full_tokenizer_info(vocab)
+    import formalgram_cfgzip.search.displacement as displacement_module
+
+    build = "compiled (mypyc)" if displacement_module.__file__.endswith(".so") else "pure Python"
+    print(f"build: {build}, from {Path(displacement_module.__file__).parents[2]}")
     print(f"vocabulary {args.vocab}: {vocab.size} tokens, prepared once in {prepare_s * 1e3:.0f} ms")
     print(f"{len(files)} grammars of {CORPUS}, best of {args.repeats} runs each, times in ms")
     rows: list[dict[str, float]] = []

@@ -29,9 +29,18 @@ least one containing the *seeds* ``(B_i, B_{i+1})`` of every usable rule and clo
 ``A``).  With ``H`` the "rightmost nonterminal" graph (edge ``A -> B`` per rule
 ``A -> a β B``), that is: ``(W, Z)`` for every seed ``(X, Z)`` and every ``W`` reachable from ``X``
 in ``H`` (``X`` itself included).
+
+So the set of symbols below ``W`` is the union of the seed sets of every ``X`` that reaches
+``W``: one propagation along the edges of ``H``.  The strongly connected components of ``H``
+(every member reaches every other, so they share one set) are visited in topological order,
+each passing its set on to the components its edges enter; the sets are bit sets held in
+Python ints (:func:`below_bits`).  Every function of this module reads the relation from
+that one computation.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import networkx as nx
 
@@ -39,18 +48,23 @@ from formalgram.analysis import generating_rules, reachable
 from formalgram.grammar import Grammar
 from formalgram.transforms.gnf_check import require_gnf
 
-__all__ = ["backtrack_pairs", "can_be_below", "rightmost_graph", "stack_adjacency"]
+__all__ = ["backtrack_pairs", "below_bits", "can_be_below", "rightmost_graph", "stack_adjacency"]
 
 
 def _usable_rules(gnf: Grammar, reachable_only: bool, trim: bool) -> list[tuple[int, tuple[int, ...]]]:
     """Rules (non-empty, GNF) kept for the relation, as ``(lhs, (B1, ..., Bn))``."""
     require_gnf(gnf, "stack adjacency")
     rules = gnf.rules
-    kept = [rules[ri] for ri in generating_rules(gnf)] if trim else list(rules)
+    kept: Sequence[int] = generating_rules(gnf) if trim else range(len(rules))
     if reachable_only:
-        reach = reachable(Grammar.from_ids(gnf.names, gnf.masks, gnf.start_id, kept))
-        kept = [rule for rule in kept if rule[0] in reach]
-    return [(lhs, rhs[1:]) for lhs, rhs in kept if rhs]
+        reach = reachable(gnf, kept)
+        kept = [ri for ri in kept if rules[ri][0] in reach]
+    out: list[tuple[int, tuple[int, ...]]] = []
+    for ri in kept:
+        lhs, rhs = rules[ri]
+        if rhs:
+            out.append((lhs, rhs[1:]))
+    return out
 
 
 def rightmost_graph(gnf: Grammar, *, reachable_only: bool = True, trim: bool = True) -> nx.DiGraph:
@@ -99,21 +113,150 @@ def _rightmost(n: int, rules: list[tuple[int, tuple[int, ...]]]) -> nx.DiGraph:
     return h
 
 
-def _pairs(gnf: Grammar, reachable_only: bool, trim: bool) -> set[tuple[int, int]]:
-    """The relation as a set of id pairs (the seeds closed along ``H``)."""
-    rules = _usable_rules(gnf, reachable_only, trim)
-    h = _rightmost(len(gnf.names), rules)
-    seeds: dict[int, set[int]] = {}  # upper symbol X -> set of Z with seed (X, Z)
-    for _, push in rules:
-        for i in range(len(push) - 1):
-            seeds.setdefault(push[i], set()).add(push[i + 1])
-    out: set[tuple[int, int]] = set()
-    for x, zs in seeds.items():
-        # BFS from x in H; the source itself is included (path of length zero).
-        for w in nx.descendants(h, x) | {x}:
-            for z in zs:
-                out.add((w, z))
+def below_bits(gnf: Grammar, *, reachable_only: bool = True, trim: bool = True) -> list[int]:
+    """Nonterminal id ``X`` -> bit set (a Python int) of the ids that can sit immediately below ``X``.
+
+    The relation of :func:`stack_adjacency` as bit sets: bit ``Y`` of ``below_bits(gnf)[X]``
+    is set iff ``X -> Y`` is an edge there.
+
+    Parameters
+    ----------
+    gnf : Grammar
+        A GNF grammar.
+    reachable_only, trim : bool, keyword-only
+        As in :func:`stack_adjacency`.
+
+    Returns
+    -------
+    list of int
+        Indexed by nonterminal id.
+
+    Raises
+    ------
+    GrammarError
+        If ``gnf`` is not in GNF.
+
+    Notes
+    -----
+    The seed sets are propagated along the rightmost-nonterminal graph ``H`` over its
+    strongly connected components (iterative Tarjan, then one pass in topological order):
+    O(V + E) steps, each a bit-set union of O(V / 30) machine words, plus the total rule
+    length to collect the seeds.
+
+    Examples
+    --------
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> S, A, B = Nonterminal("S"), Nonterminal("A"), Nonterminal("B")
+    >>> x = ByteSet.single(ord("x"))
+    >>> g = Grammar([Production(S, [x, A, B]), Production(A, [x, A]), Production(A, [x]),
+    ...              Production(B, [x])], "S")
+    >>> [bin(b) for b in below_bits(g)]  # A (id 1) can lie above B (id 2), after any number of A -> x A
+    ['0b0', '0b100', '0b0']
+    """
+    return _propagate(len(gnf.names), _usable_rules(gnf, reachable_only, trim))
+
+
+def _propagate(n: int, rules: list[tuple[int, tuple[int, ...]]]) -> list[int]:
+    """The seed sets of ``rules`` closed along their rightmost-nonterminal graph, as bit sets."""
+    succ: list[list[int]] = [[] for _ in range(n)]
+    seeds = [0] * n  # upper symbol X -> bit set of the Z with a seed (X, Z)
+    for lhs, push in rules:
+        m = len(push)
+        if m:
+            succ[lhs].append(push[m - 1])
+            for i in range(m - 1):
+                seeds[push[i]] |= 1 << push[i + 1]
+    comp, order = _components(succ)
+    # Tarjan emits a component after every component it reaches: reversed, a topological order
+    inflow = [0] * len(order)
+    below = [0] * n
+    for ci in range(len(order) - 1, -1, -1):
+        members = order[ci]
+        bits = inflow[ci]
+        for v in members:
+            bits |= seeds[v]
+        for v in members:
+            below[v] = bits
+        if bits:
+            for v in members:
+                for w in succ[v]:
+                    cw = comp[w]
+                    if cw != ci:
+                        inflow[cw] |= bits
+    return below
+
+
+def _components(succ: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Strongly connected components of the graph ``succ`` (Tarjan's algorithm, iterative).
+
+    Returns the component index of each vertex and the components' members, components
+    numbered in the order Tarjan completes them (each after every component it reaches).
+    """
+    n = len(succ)
+    index = [-1] * n
+    low = [0] * n
+    comp = [-1] * n
+    on_stack = [False] * n
+    stack: list[int] = []
+    order: list[list[int]] = []
+    counter = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack[root] = True
+        work: list[tuple[int, int]] = [(root, 0)]  # (vertex, next successor to look at)
+        while work:
+            v, i = work[-1]
+            edges = succ[v]
+            if i < len(edges):
+                work[-1] = (v, i + 1)
+                w = edges[i]
+                if index[w] < 0:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack[w] = True
+                    work.append((w, 0))
+                elif on_stack[w] and index[w] < low[v]:
+                    low[v] = index[w]
+                continue
+            work.pop()
+            if work:
+                u = work[-1][0]
+                if low[v] < low[u]:
+                    low[u] = low[v]
+            if low[v] == index[v]:
+                members: list[int] = []
+                ci = len(order)
+                while True:
+                    w = stack.pop()
+                    on_stack[w] = False
+                    comp[w] = ci
+                    members.append(w)
+                    if w == v:
+                        break
+                order.append(members)
+    return comp, order
+
+
+def _members(bits: int) -> list[int]:
+    """The positions of the set bits of ``bits``, ascending."""
+    out: list[int] = []
+    s = bin(bits)[:1:-1]  # bit 0 first
+    i = s.find("1")
+    while i >= 0:
+        out.append(i)
+        i = s.find("1", i + 1)
     return out
+
+
+def _pairs(gnf: Grammar, reachable_only: bool, trim: bool) -> list[tuple[int, int]]:
+    """The relation as id pairs, sorted."""
+    below = below_bits(gnf, reachable_only=reachable_only, trim=trim)
+    return [(x, y) for x in range(len(below)) for y in _members(below[x])]
 
 
 def stack_adjacency(gnf: Grammar, *, reachable_only: bool = True, trim: bool = True) -> nx.DiGraph:
@@ -147,10 +290,10 @@ def stack_adjacency(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
 
     Notes
     -----
-    O(K * (V + E) + |result|) with K the number of distinct upper symbols of seeds, V the
-    nonterminals and E the edges of the rightmost-nonterminal graph: at most quadratic in
-    the grammar, and the result has at most V^2 pairs.  Polynomial and bounded by the
-    grammar's size, so it takes no budget (a GNF within :func:`~formalgram.to_gnf`'s default
+    One propagation (:func:`below_bits`): O(V + E) bit-set unions of V bits each, with V
+    the nonterminals and E the edges of the rightmost-nonterminal graph, plus
+    O(|result|); at most quadratic in the grammar, and the result has at most V^2 pairs.
+    Polynomial and bounded by the grammar's size, so it takes no budget (a GNF within :func:`~formalgram.to_gnf`'s default
     budget has at most 200,000 rules).
 
     Examples
@@ -168,7 +311,7 @@ def stack_adjacency(gnf: Grammar, *, reachable_only: bool = True, trim: bool = T
     d = nx.DiGraph()
     for i, name in enumerate(gnf.names):
         d.add_node(i, name=name)
-    d.add_edges_from(sorted(_pairs(gnf, reachable_only, trim)))
+    d.add_edges_from(_pairs(gnf, reachable_only, trim))
     return d
 
 
@@ -209,10 +352,15 @@ def can_be_below(
     >>> [sorted(g.names[y] for y in ys) for ys in can_be_below(g)]
     [[], ['B'], []]
     """
-    below: list[set[int]] = [set() for _ in gnf.names]
-    for x, y in _pairs(gnf, reachable_only, trim):
-        below[x].add(y)
-    return tuple(frozenset(s) for s in below)
+    sets: dict[int, frozenset[int]] = {}  # symbols with equal bit sets share one frozenset
+    out: list[frozenset[int]] = []
+    for bits in below_bits(gnf, reachable_only=reachable_only, trim=trim):
+        fs = sets.get(bits)
+        if fs is None:
+            fs = frozenset(_members(bits))
+            sets[bits] = fs
+        out.append(fs)
+    return tuple(out)
 
 
 def backtrack_pairs(
@@ -256,8 +404,10 @@ def backtrack_pairs(
     >>> sorted((g.names[y], g.names[z]) for y, z in backtrack_pairs(g))
     [('C', 'B')]
     """
+    rules = _usable_rules(gnf, reachable_only, trim)
     unary: set[int] = set()
-    for lhs, push in _usable_rules(gnf, reachable_only, trim):
+    for lhs, push in rules:
         if not push:
             unary.add(lhs)
-    return frozenset(p for p in _pairs(gnf, reachable_only, trim) if p[0] in unary)
+    below = _propagate(len(gnf.names), rules)
+    return frozenset((y, z) for y in sorted(unary) for z in _members(below[y]))

@@ -12,6 +12,8 @@ rule that contains one derives no string at all.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from formalgram.grammar import Grammar
 
 __all__ = ["generating", "generating_rules", "nonterminal_counts", "nullable", "reachable", "unreachable"]
@@ -210,13 +212,16 @@ def generating_rules(g: Grammar, gen: frozenset[int] | None = None) -> tuple[int
     return tuple(out)
 
 
-def reachable(g: Grammar) -> frozenset[int]:
+def reachable(g: Grammar, rule_ids: Sequence[int] | None = None) -> frozenset[int]:
     """The ids of the nonterminals reachable from the start symbol (start included).
 
     Parameters
     ----------
     g : Grammar
         Any grammar.
+    rule_ids : sequence of int, optional
+        Only follow these rules (indices into ``g.rules``, e.g. :func:`generating_rules`);
+        all rules when ``None``.
 
     Returns
     -------
@@ -225,8 +230,8 @@ def reachable(g: Grammar) -> frozenset[int]:
 
     Notes
     -----
-    O(|G|) depth-first search over rule right-hand sides (on an explicit stack); no
-    budget, raises nothing.
+    O(|G|) depth-first search over rule right-hand sides (on an explicit stack), plus
+    O(len(rule_ids) + nonterminals) to index ``rule_ids``; no budget, raises nothing.
 
     Examples
     --------
@@ -235,12 +240,20 @@ def reachable(g: Grammar) -> frozenset[int]:
     >>> g = Grammar([Production(S, [ByteSet.single(97)]), Production(X, [ByteSet.single(98)])], "S")
     >>> sorted(g.names[i] for i in reachable(g))
     ['S']
+    >>> g = Grammar([Production(S, [ByteSet.single(97), X]), Production(X, [ByteSet.empty()])], "S")
+    >>> sorted(g.names[i] for i in reachable(g)), sorted(g.names[i] for i in reachable(g, generating_rules(g)))
+    (['S', 'X'], ['S'])
     """
     seen = [False] * len(g.names)
     seen[g.start_id] = True
     stack = [g.start_id]
     rules = g.rules
-    by_lhs = g.rules_by_lhs
+    by_lhs: Sequence[Sequence[int]] = g.rules_by_lhs
+    if rule_ids is not None:
+        kept: list[list[int]] = [[] for _ in g.names]
+        for ri in rule_ids:
+            kept[rules[ri][0]].append(ri)
+        by_lhs = kept
     while stack:
         a = stack.pop()
         for ri in by_lhs[a]:

@@ -111,7 +111,7 @@ class PDA:
     dropped_rules: int
     max_stacks: int
     _n: int
-    _moves: dict[int, tuple[tuple[int, ...], ...]]
+    _moves: dict[int, tuple[tuple[int, ...], ...]] | None
 
     def __init__(
         self,
@@ -142,13 +142,19 @@ class PDA:
         self.generating = generating
         self.dropped_rules = dropped_rules
         self.max_stacks = max_stacks
-        n = len(names)
-        self._n = n
-        # Internal form: key class * n + nonterminal, pushed symbols reversed (top at the end).
-        moves: dict[int, tuple[tuple[int, ...], ...]] = {}
-        for (cls, nt), pushes in table.items():
-            moves[cls * n + nt] = tuple(tuple(reversed(p)) for p in pushes)
-        self._moves = moves
+        self._n = len(names)
+        self._moves = None  # the simulation's form of the table, built on first use (_move_table)
+
+    def _move_table(self) -> dict[int, tuple[tuple[int, ...], ...]]:
+        """The table for simulation: key ``class * n + nonterminal``, pushes reversed (top last)."""
+        moves = self._moves
+        if moves is None:
+            n = self._n
+            moves = {}
+            for (cls, nt), pushes in self.table.items():
+                moves[cls * n + nt] = tuple(tuple(reversed(p)) for p in pushes)
+            self._moves = moves
+        return moves
 
     @staticmethod
     def from_gnf(g: Grammar, *, max_stacks: int = DEFAULT_MAX_STACKS) -> PDA:
@@ -326,7 +332,7 @@ class PDA:
         if byte < 0 or byte > 255:
             raise ValueError(f"byte value out of range: {byte}")
         base = self.byte_class_of[byte] * self._n
-        moves = self._moves
+        moves = self._move_table()
         out: set[Stack] = set()
         limit = self.max_stacks
         for st in stacks:
@@ -395,7 +401,7 @@ class PDA:
         parents: list[set[int]] = [set(), {0}]
         tops: set[int] = {1}
         n = self._n
-        moves = self._moves
+        moves = self._move_table()
         limit = (1 << 62) if budget is None else budget
         work = 0
         for pos, byte in enumerate(data):

@@ -16,6 +16,7 @@ pipeline on the prepared form of the last vocabulary it saw.
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import time
@@ -228,7 +229,9 @@ def compress(
     O(trie nodes) numpy work (the vocabulary's token trie is built once per vocabulary),
     one search step per distinct (automaton state, byte class) pair and token depth, plus
     one expansion per distinct (search state set, byte class) pair; the GNF conversion's
-    cost is bounded by ``gnf_budget``.
+    cost is bounded by ``gnf_budget``.  The cyclic garbage collector is paused from the
+    trimming to the numbering (the search allocates many small objects that form no cycles)
+    and resumed afterwards, unless it was already paused.
 
     Examples
     --------
@@ -278,7 +281,49 @@ def _run(
     specialize: bool | None,
     t0: float,
 ) -> TokenClasses:
-    """The pipeline after parsing (``t0``: when the call started, parsing included)."""
+    """The pipeline after parsing (``t0``: when the call started, parsing included).
+
+    The cyclic garbage collector is paused meanwhile: the GNF and the search allocate
+    hundreds of thousands of small tuples that form no cycles and die together, and the
+    collector would traverse them (and the rest of the heap) again and again.  It is
+    resumed on return, also on error, unless the caller had paused it.
+    """
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return _pipeline(
+            g,
+            fp,
+            text_sha,
+            prepared,
+            workers,
+            progress,
+            gnf_budget,
+            max_states,
+            memory_budget,
+            specialize,
+            t0,
+        )
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _pipeline(
+    g: Grammar,
+    fp: str,
+    text_sha: str,
+    prepared: PreparedVocabulary,
+    workers: int,
+    progress: bool,
+    gnf_budget: int,
+    max_states: int,
+    memory_budget: int | None,
+    specialize: bool | None,
+    t0: float,
+) -> TokenClasses:
+    """:func:`_run` with the collector as it is."""
     t_parse = time.perf_counter() - t0
     live = generating(g)
     dead = [g.names[a] for a in range(len(g.names)) if g.rules_by_lhs[a] and a not in live]

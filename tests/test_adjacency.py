@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Iterable
+from itertools import pairwise
 
 import networkx as nx
 import pytest
@@ -29,7 +30,8 @@ from formalgram import (
     sample,
     to_gnf,
 )
-from formalgram.adjacency import backtrack_pairs, can_be_below, rightmost_graph, stack_adjacency
+from formalgram.adjacency import backtrack_pairs, below_bits, can_be_below, rightmost_graph, stack_adjacency
+from formalgram.analysis import generating_rules, reachable
 from formalgram.pda import PDA
 from formalgram.testing import grammars
 
@@ -194,6 +196,107 @@ def test_bfs_that_skips_its_source_misses_pairs() -> None:
     assert pair in backtrack_pairs(g)
     assert pair in paper_backtrack_pairs(g, include_source=True)
     assert pair not in paper_backtrack_pairs(g, include_source=False)
+
+
+# -- the propagation against a plain breadth-first search ---------------------------------
+
+
+def bfs_relation(g: Grammar, reachable_only: bool, trim: bool) -> set[tuple[int, int]]:
+    """The relation by its definition, written from the rules: one BFS in H per seed symbol.
+
+    Usable rules: with ``trim``, those whose terminal matches a byte and whose nonterminals
+    all generate (a fixpoint written here); with ``reachable_only``, those whose left side is
+    reached from the start through usable rules (a BFS written here).
+    """
+    gen = _generating(g) if trim else [True] * len(g.names)
+    rules = [
+        (lhs, rhs)
+        for lhs, rhs in g.rules
+        if rhs and (not trim or (g.masks[~rhs[0]] != 0 and gen[lhs] and all(gen[s] for s in rhs[1:])))
+    ]
+    if reachable_only:
+        seen_nt = {g.start_id}
+        queue = deque([g.start_id])
+        while queue:
+            a = queue.popleft()
+            for lhs, rhs in rules:
+                if lhs == a:
+                    for s in rhs[1:]:
+                        if s not in seen_nt:
+                            seen_nt.add(s)
+                            queue.append(s)
+        rules = [(lhs, rhs) for lhs, rhs in rules if lhs in seen_nt]
+    h: dict[int, set[int]] = {}
+    seeds: dict[int, set[int]] = {}
+    for lhs, rhs in rules:
+        push = rhs[1:]
+        if push:
+            h.setdefault(lhs, set()).add(push[-1])
+        for x, z in pairwise(push):
+            seeds.setdefault(x, set()).add(z)
+    out: set[tuple[int, int]] = set()
+    for x, zs in seeds.items():
+        reached = {x}
+        queue = deque([x])
+        while queue:
+            v = queue.popleft()
+            for w in h.get(v, ()):
+                if w not in reached:
+                    reached.add(w)
+                    queue.append(w)
+        out.update((w, z) for w in reached for z in zs)
+    return out
+
+
+@given(gnf_grammars(max_nonterminals=12, max_push=4))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_propagation_equals_bfs_per_seed(g: Grammar) -> None:
+    """The propagation over the components of H gives the relation's definition, BFS by BFS."""
+    for reachable_only in (True, False):
+        for trim in (True, False):
+            expected = bfs_relation(g, reachable_only, trim)
+            bits = below_bits(g, reachable_only=reachable_only, trim=trim)
+            assert {
+                (x, y) for x, b in enumerate(bits) for y in range(b.bit_length()) if (b >> y) & 1
+            } == expected
+            below = can_be_below(g, reachable_only=reachable_only, trim=trim)
+            assert {(x, y) for x, ys in enumerate(below) for y in ys} == expected
+            assert set(stack_adjacency(g, reachable_only=reachable_only, trim=trim).edges) == expected
+
+
+def test_propagation_through_a_cycle_and_into_it() -> None:
+    """A seed entering a cycle of H reaches every member; a cycle's own seed flows out of it."""
+    # S -> s A Z ; A -> a B ; B -> b A | b C ; C -> c D Y ; D -> d ; Y -> y ; Z -> z
+    X = {n: Nonterminal(n) for n in "BCDYZ"}
+    g = Grammar(
+        [
+            Production(S, [lit("s"), A, X["Z"]]),
+            Production(A, [lit("a"), X["B"]]),
+            Production(X["B"], [lit("b"), A]),
+            Production(X["B"], [lit("b"), X["C"]]),
+            Production(X["C"], [lit("c"), X["D"], X["Y"]]),
+            Production(X["D"], [lit("d")]),
+            Production(X["Y"], [lit("y")]),
+            Production(X["Z"], [lit("z")]),
+        ],
+        "S",
+    )
+    assert named(g, stack_adjacency(g).edges) == {
+        ("A", "Z"),
+        ("B", "Z"),
+        ("C", "Z"),
+        ("Y", "Z"),
+        ("D", "Y"),
+    }
+    assert set(stack_adjacency(g).edges) == bfs_relation(g, True, True)
+
+
+def test_reachable_through_given_rules() -> None:
+    """``reachable(g, rule_ids)`` follows only the given rules (here: the generating ones)."""
+    g = hand_grammar()
+    assert {g.names[i] for i in reachable(g)} == {"S", "A", "B", "C", "D", "N"}
+    assert {g.names[i] for i in reachable(g, generating_rules(g))} == {"S", "A", "B", "C", "D"}
+    assert {g.names[i] for i in reachable(g, [])} == {"S"}
 
 
 # -- soundness oracle ---------------------------------------------------------------------

@@ -311,3 +311,27 @@ def test_cli_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str
         ["compress", str(tmp_path / "missing.gbnf"), "--tokenizer", "llama3", "-o", str(tmp_path / "o")]
     )
     assert rc == 2
+
+
+def test_collector_paused_only_while_compressing() -> None:
+    """The cyclic collector is back on after a compression, also after one that fails, and a
+    caller's own pause is kept."""
+    import gc
+
+    from formalgram import EmptyLanguageError
+
+    v = Vocabulary([b"(", b")", b"x"])
+    seen: list[bool] = []
+    assert gc.isenabled()
+    compress('root ::= "(" root ")" | "x"', v, progress=False)
+    seen.append(gc.isenabled())
+    with pytest.raises(EmptyLanguageError):
+        compress("root ::= root", v, progress=False)
+    seen.append(gc.isenabled())
+    gc.disable()
+    try:
+        compress('root ::= "x"', v, progress=False)
+        seen.append(gc.isenabled())
+    finally:
+        gc.enable()
+    assert seen == [True, True, False]

@@ -219,7 +219,9 @@ class DisplacementSearch:
         # same set of possible symbols below share one separator label (fewer, smaller sets).
         label_of: dict[frozenset[int], int] = {}
         self._sep_of: list[int] = [_sep(label_of.setdefault(zs, y)) for y, zs in enumerate(self._below)]
-        self._below_c: dict[tuple[int, int], tuple[int, ...]] = {}
+        # memo keys are ints: (node, class) as node * ncls + c, and so on (no tuple per lookup)
+        self._n = n
+        self._below_c: dict[int, tuple[int, ...]] = {}  # y * ncls + c
         self.reset()
 
     def reset(self) -> None:
@@ -251,9 +253,9 @@ class DisplacementSearch:
         self._ids: dict[tuple[bool, tuple[Edge, ...]], int] = {(False, ()): DEAD, (True, ()): _EPS}
         self._chains: dict[tuple[tuple[int, ...], int], int] = {}
         self._unions: dict[tuple[int, ...], int] = {}
-        self._filter: dict[tuple[int, int], int] = {}
-        self._backtracks: dict[tuple[int, int, int], tuple[Edge, ...]] = {}
-        self._memo: dict[tuple[int, int], int] = {}
+        self._filter: dict[int, int] = {}  # rev_in * n + z
+        self._backtracks: dict[int, tuple[Edge, ...]] = {}  # (rev_in * n + last) * ncls + c
+        self._memo: dict[int, int] = {}  # node * ncls + c
         self._keys: dict[int, int] = {}
         self._digest: dict[int, bytes] = {}
         self._checks = 0
@@ -463,7 +465,7 @@ class DisplacementSearch:
 
     def _kept_below(self, rev_in: int, z: int) -> int:
         """The strings of ``rev_in`` whose first symbol ``z`` can lie below (DEAD if none)."""
-        k = (rev_in, z)
+        k = rev_in * self._n + z
         r = self._filter.get(k)
         if r is None:
             edges = self._edges_of(rev_in)
@@ -487,7 +489,7 @@ class DisplacementSearch:
 
     def _below_starting(self, y: int, c: int) -> tuple[int, ...]:
         """Symbols that can lie below ``y`` and have a rule for byte class ``c``, ascending."""
-        k = (y, c)
+        k = y * self.num_byte_classes + c
         r = self._below_c.get(k)
         if r is None:
             below = self._below[y]
@@ -506,7 +508,7 @@ class DisplacementSearch:
         ``rev_in`` is the set of reversed consumed inputs under the separator; memoised, as
         many sets share their separator edges.
         """
-        k = (last, rev_in, c)
+        k = (rev_in * self._n + last) * self.num_byte_classes + c
         r = self._backtracks.get(k)
         if r is None:
             below: list[Edge] = []
@@ -578,7 +580,7 @@ class DisplacementSearch:
         >>> d.step(d.step(START, open_), open_) == d.run(b"((")
         True
         """
-        k = (node, c)
+        k = node * self.num_byte_classes + c
         r = self._memo.get(k)
         if r is not None:
             return r
