@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import formalgram.grammar
 from formalgram import (
     ByteSet,
     Grammar,
@@ -103,12 +104,17 @@ def run_limited(body: str) -> list[str]:
     """Run ``FAMILIES + body`` in a child process under the memory limit and the timeout.
 
     Returns the lines the child printed; fails the test on a timeout, a crash or any error
-    that is not caught by the case itself (MemoryError and RecursionError included).
+    that is not caught by the case itself (MemoryError and RecursionError included), and
+    when the child imported another ``formalgram`` than the test process.
     """
-    code = FAMILIES + textwrap.dedent(body)
+    code = (
+        "import formalgram.grammar\nprint(formalgram.grammar.__file__)\n" + FAMILIES + textwrap.dedent(body)
+    )
     try:
         done = subprocess.run(
-            [sys.executable, "-c", code],
+            # -P: no current directory on sys.path, so that the child imports the build the
+            # test process imports (the installed, compiled one in CI), not the checkout's
+            [sys.executable, "-P", "-c", code],
             capture_output=True,
             text=True,
             timeout=TIMEOUT,
@@ -119,7 +125,9 @@ def run_limited(body: str) -> list[str]:
         pytest.fail(f"no answer within {TIMEOUT} s")
     if done.returncode != 0:
         pytest.fail(f"child exited with {done.returncode}:\n{done.stderr[-2000:]}")
-    return done.stdout.split("\n")
+    lines = done.stdout.split("\n")
+    assert lines[0] == formalgram.grammar.__file__, "the child imported another build"
+    return lines[1:]
 
 
 # -- to_gnf: long chains convert (their GNF is small), blow-ups end in GrammarTooLarge ------

@@ -28,6 +28,7 @@ from _xgrammar_child import (
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+import formalgram.grammar
 from formalgram import ByteSet, Grammar, accepts, nullable
 from formalgram.errors import GrammarSyntaxError, UnsupportedConstruct
 from formalgram.syntax.gbnf import load, parse_gbnf
@@ -377,14 +378,19 @@ def _in_child(code: str, timeout: float = 300.0) -> list[str]:
     """Run ``code`` in a child process; its output lines.  A signal, an error or a hang
     fails the test instead of ending the test run (the timeout is a guard, not a speed
     requirement)."""
+    code = "import formalgram.grammar\nprint(formalgram.grammar.__file__)\n" + textwrap.dedent(code)
     try:
+        # -P: the child imports the build this process imports (the compiled one in CI),
+        # not the checkout in the current directory
         run = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout
+            [sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=timeout
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"no answer within {timeout} s")
     assert run.returncode == 0, f"exit status {run.returncode}:\n{run.stderr[-2000:]}"
-    return run.stdout.split()
+    first, *rest = run.stdout.split("\n", 1)
+    assert first == formalgram.grammar.__file__, "the child imported another build"
+    return "".join(rest).split()
 
 
 def test_any_depth_under_a_raised_limit_parses() -> None:
