@@ -80,7 +80,8 @@ SYNTHETIC = 'root ::= "(" root ")" | "[" list "]" | word\nlist ::= word | word "
 SYNTHETIC_OTHER = (
     'root ::= "(" root ")" | "[" list "]" | word\nlist ::= word | word ";" list\nword ::= [a-c]+'
 )
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "grammars"
+# the real grammars kept in the repository (tests/data/grammars): the full run needs no shared corpus
+GRAMMARS = Path(__file__).resolve().parent / "data" / "grammars"
 
 
 def synthetic_vocab() -> Vocabulary:
@@ -117,8 +118,8 @@ def subjects(short: bool) -> list[Subject]:
     ]
     if not short:
         llama3 = Vocabulary.builtin("llama3")
-        arith = (SHARED / "llama_cpp" / "arithmetic.gbnf").read_text()
-        other = (SHARED / "llama_cpp" / "list.gbnf").read_text()
+        arith = (GRAMMARS / "llama_cpp" / "arithmetic.gbnf").read_text(encoding="utf-8")
+        other = (GRAMMARS / "llama_cpp" / "list.gbnf").read_text(encoding="utf-8")
         out.append(
             Subject(
                 "arithmetic+llama3",

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import formalgram.grammar
 from formalgram import (
     ByteSet,
     Grammar,
@@ -103,12 +104,17 @@ def run_limited(body: str) -> list[str]:
     """Run ``FAMILIES + body`` in a child process under the memory limit and the timeout.
 
     Returns the lines the child printed; fails the test on a timeout, a crash or any error
-    that is not caught by the case itself (MemoryError and RecursionError included).
+    that is not caught by the case itself (MemoryError and RecursionError included), and
+    when the child imported another ``formalgram`` than the test process.
     """
-    code = FAMILIES + textwrap.dedent(body)
+    code = (
+        "import formalgram.grammar\nprint(formalgram.grammar.__file__)\n" + FAMILIES + textwrap.dedent(body)
+    )
     try:
         done = subprocess.run(
-            [sys.executable, "-c", code],
+            # -P: no current directory on sys.path, so that the child imports the build the
+            # test process imports (the installed, compiled one in CI), not the checkout's
+            [sys.executable, "-P", "-c", code],
             capture_output=True,
             text=True,
             timeout=TIMEOUT,
@@ -119,7 +125,9 @@ def run_limited(body: str) -> list[str]:
         pytest.fail(f"no answer within {TIMEOUT} s")
     if done.returncode != 0:
         pytest.fail(f"child exited with {done.returncode}:\n{done.stderr[-2000:]}")
-    return done.stdout.split("\n")
+    lines = done.stdout.split("\n")
+    assert lines[0] == formalgram.grammar.__file__, "the child imported another build"
+    return lines[1:]
 
 
 # -- to_gnf: long chains convert (their GNF is small), blow-ups end in GrammarTooLarge ------
@@ -221,6 +229,53 @@ def test_meter() -> None:
     with pytest.raises(GrammarTooLarge, match="more than 5 steps of work"):
         m.spend(1)
     assert Meter("x", 3 * DEFAULT_BUDGET).allowance == 3 * DEFAULT_BUDGET * WORK_PER_RULE
+
+
+# -- remove_epsilon: linear splitting, a budget of rules and of work ---------------------------
+
+
+def test_remove_epsilon_long_nullable_rule_is_linear() -> None:
+    """A rule of 30,000 nullable items is cut into a chain of fresh ``root__tail`` names
+    (drawn from per-base counters: a suffix search per name was quadratic, 20 s here)."""
+    out = run_limited(
+        """
+        from formalgram import remove_epsilon
+        n = 30_000
+        g = parse_gbnf("root ::= " + "a " * n + '\\na ::= "x" | ""')
+        h = outcome(lambda: remove_epsilon(g))
+        tails = sorted(name for name in h.names if name.startswith("root__tail"))
+        assert tails[:3] == ["root__tail", "root__tail_1", "root__tail_10"], tails[:3]
+        assert len(tails) == len(set(tails)) == (n - 2) // 3, len(tails)
+        assert not any(len(rhs) == 0 for lhs, rhs in h.rules if lhs != h.start_id)
+        for k in (0, 1, 3):  # Earley on the 10,000-deep nullable chain is quadratic: short words
+            assert accepts(h, b"x" * k), k
+        assert not accepts(h, b"y")
+        h = outcome(lambda: remove_epsilon(g, budget=1_000))
+        """
+    )
+    assert out[0].startswith("OK")
+    assert out[1] == "TooLarge epsilon removal 1000"
+
+
+def test_remove_epsilon_budget_bounds_rules_and_work() -> None:
+    """The rule count is checked while the result grows; the work allowance refuses a rule
+    whose 16 variants would write 27 million symbols before any is written."""
+    x, e = ByteSet.single(ord("x")), Nonterminal("e")
+    S = Nonterminal("S")
+    tiny = Grammar([Production(S, [e, e, x]), Production(e, [x]), Production(e, [])], "S")
+    from formalgram import remove_epsilon
+
+    # written: S -> e e x | e x | e x | x and e -> x (5 rules; the repeat is merged at the end)
+    assert len(remove_epsilon(tiny, budget=5).rules) == 4
+    with pytest.raises(
+        GrammarTooLarge, match=r"epsilon removal exceeded its budget of 4 \(more than 4 rules\)"
+    ):
+        remove_epsilon(tiny, budget=4)
+    wide = Grammar(
+        [Production(S, [e, e, e, e, *([x] * 1_700_000)]), Production(e, [x]), Production(e, [])], "S"
+    )
+    with pytest.raises(GrammarTooLarge, match="steps of work"):
+        remove_epsilon(wide, budget=20)
 
 
 # -- the minimisation against a naive refinement ------------------------------------------------

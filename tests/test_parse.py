@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import random
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import _data
@@ -25,6 +28,7 @@ from _xgrammar_child import (
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+import formalgram.grammar
 from formalgram import ByteSet, Grammar, accepts, nullable
 from formalgram.errors import GrammarSyntaxError, UnsupportedConstruct
 from formalgram.syntax.gbnf import load, parse_gbnf
@@ -368,6 +372,83 @@ def test_deep_nesting_is_an_error_not_recursion() -> None:
         return nested(depth - 1) if depth else parse_gbnf(deepest)
 
     assert accepts(nested(400), b"aa")
+
+
+def _in_child(code: str, timeout: float = 300.0) -> list[str]:
+    """Run ``code`` in a child process; its output lines.  A signal, an error or a hang
+    fails the test instead of ending the test run (the timeout is a guard, not a speed
+    requirement)."""
+    code = "import formalgram.grammar\nprint(formalgram.grammar.__file__)\n" + textwrap.dedent(code)
+    try:
+        # -P: the child imports the build this process imports (the compiled one in CI),
+        # not the checkout in the current directory
+        run = subprocess.run(
+            [sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no answer within {timeout} s")
+    assert run.returncode == 0, f"exit status {run.returncode}:\n{run.stderr[-2000:]}"
+    first, *rest = run.stdout.split("\n", 1)
+    assert first == formalgram.grammar.__file__, "the child imported another build"
+    return "".join(rest).split()
+
+
+def test_any_depth_under_a_raised_limit_parses() -> None:
+    """``max_depth=10**6`` and parentheses 35,000 and 100,000 deep: the iterative parser
+    reads them (no signal in the compiled build, no RecursionError in pure Python), and
+    over the limit the answer is a GrammarSyntaxError with a position in the text."""
+    out = _in_child(
+        """
+        from formalgram import accepts, parse_gbnf
+        from formalgram.errors import GrammarSyntaxError
+        for d in (35_000, 100_000):
+            text = "root ::= " + "(" * d + '"a"' + ")" * d
+            g = parse_gbnf(text, max_depth=10**6)
+            assert accepts(g, b"a") and not accepts(g, b"aa") and not accepts(g, b""), d
+            assert parse_gbnf(g.to_gbnf()) == g
+        d = 5_000  # groups with alternatives and stars at every level
+        g = parse_gbnf("root ::= " + '("b" | ' * d + '"a"' + ")*" * d, max_depth=10**6)
+        assert accepts(g, b"ab") and accepts(g, b"") and not accepts(g, b"c")
+        assert parse_gbnf(g.to_gbnf()) == g
+        try:
+            parse_gbnf("root ::= " + "(" * 35_000 + '"a"' + ")" * 35_000, max_depth=34_999)
+        except GrammarSyntaxError as exc:
+            print("refused", exc.line, exc.column)
+        print("ok")
+        """
+    )
+    # the first token inside the group that is one too deep: '"a"' after 35,000 '('
+    assert out == ["refused", "1", str(len("root ::= ") + 35_000 + 1), "ok"]
+
+
+def test_bounded_repetition_expands_linearly() -> None:
+    """``"a"{0,16000}`` is 8 times ``"a"{0,2000}`` (helper names from per-base counters, no
+    quadratic search), and ``max_repeat`` counts the expanded symbols exactly: ``{1,50000}``
+    costs 99,999 of the default 100,000, ``{1,50001}`` is refused at its operator."""
+    out = _in_child(
+        """
+        from formalgram import accepts, parse_gbnf
+        from formalgram.errors import GrammarSyntaxError
+        sizes = {}
+        for n in (2_000, 16_000, 50_000):
+            g = parse_gbnf('root ::= "a"{0,%d}' % n, max_repeat=10**6)
+            sizes[n] = g.stats()["size"]
+            for k in (0, 1, 2, 7):
+                assert accepts(g, b"a" * k), (n, k)
+            assert not accepts(g, b"b")
+        g = parse_gbnf('root ::= "a"{1,50000}')
+        assert accepts(g, b"a") and accepts(g, b"a" * 9) and not accepts(g, b"")
+        print(sizes[2_000], sizes[16_000], sizes[50_000], g.stats()["size"])
+        try:
+            parse_gbnf('root ::= "a"{1,50001}')
+        except GrammarSyntaxError as exc:
+            print("refused", exc.line, exc.column, "max_repeat=100000" in exc.message)
+        """
+    )
+    s2, s16, s50, s1_50 = (int(x) for x in out[:4])
+    assert s16 <= 8 * s2 + 8 and s50 <= 25 * s2 + 25
+    assert s1_50 <= s50
+    assert out[4:] == ["refused", "1", "13", "True"]
 
 
 def test_load_reports_invalid_utf8(tmp_path: Path) -> None:

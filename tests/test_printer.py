@@ -187,6 +187,29 @@ def test_start_symbol_first_and_preserved() -> None:
     assert parse_gbnf(text, "b") == g
 
 
+def test_rule_named_by_a_digit_prints_and_parses_back() -> None:
+    """``0 ::= "a"`` referenced from ``root``: printed as written, parsed back equal."""
+    g = parse_gbnf('root ::= 0\n0 ::= "a"')
+    text = g.to_gbnf()
+    assert text == 'root ::= 0\n0 ::= "a"\n'
+    h = parse_gbnf(text)
+    assert h == g
+    assert accepts(h, b"a") and not accepts(h, b"0") and not accepts(h, b"")
+
+
+@pytest.mark.parametrize("name", ["0", "42", "-", "-1", "_", "0.", ".0", "1e5", "--", ".-", "Regex", "a.b"])
+def test_unusual_valid_names_round_trip(name: str) -> None:
+    """Names made of digits, dashes and dots, and macro names without ``(``: the printed
+    text means the same grammar (structural equality, and Earley on members)."""
+    root, x = Nonterminal("root"), Nonterminal(name)
+    g = Grammar([Production(root, [x, ByteSet.single(98)]), Production(x, [ByteSet.single(97), x]),
+                 Production(x, [])], root)  # fmt: skip
+    h = parse_gbnf(to_gbnf(g))
+    assert h == g
+    for data, want in ((b"b", True), (b"aab", True), (b"a", False), (name.encode() + b"b", False)):
+        assert accepts(h, data) is want, data
+
+
 @pytest.mark.parametrize("name", ["S'", "..", "a b", "é"])
 def test_invalid_names_rejected(name: str) -> None:
     s = Nonterminal(name)

@@ -286,7 +286,8 @@ def test_deep_nesting_has_no_recursion_limit() -> None:
         "assert accepts(g, b'ab') and not accepts(g, b'c')\n"
         "print('ok')\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    # -P: the child imports the build this process imports, not the checkout in the cwd
+    run = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
 
 

@@ -48,7 +48,7 @@ def test_crash_shapes_are_refused_with_an_engine_error() -> None:
         assert crash_cycle(text) == cycle, text
     texts = [text for text, _ in CRASH_SHAPES]
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, *texts], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-P", "-c", _CHILD, *texts], capture_output=True, text=True, timeout=300, check=False
     )
     assert proc.returncode == 0, f"child died with {proc.returncode}: {proc.stderr[-2000:]}"
     lines = proc.stdout.splitlines()

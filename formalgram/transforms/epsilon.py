@@ -9,8 +9,8 @@ otherwise a fresh one).
 from __future__ import annotations
 
 from formalgram.analysis import nullable
-from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar, IdRule, fresh_name
+from formalgram.transforms.budget import Meter
 from formalgram.transforms.useless import compact
 
 __all__ = ["remove_epsilon"]
@@ -21,55 +21,56 @@ _MAX_NULLABLE = 3
 
 
 def _split_rules(
-    g: Grammar, null: frozenset[int], names: list[str], taken: set[str]
+    g: Grammar, null: frozenset[int], names: list[str], taken: set[str], meter: Meter | None
 ) -> tuple[list[IdRule], set[int]]:
     """Cut long rules so that each has at most ``_MAX_NULLABLE + 1`` nullable items.
 
-    Returns the new rule list and the (extended) set of nullable ids.
+    Returns the new rule list and the (extended) set of nullable ids.  Linear in the size
+    of ``g``: each rule is walked once, with the nullable items of every suffix counted
+    beforehand, and the fresh names come from per-base counters.
     """
     out: list[IdRule] = []
     null_ids = set(null)
+    counters: dict[str, int] = {}
     for lhs, rhs in g.rules:
-        count = 0
-        for s in rhs:
-            if s >= 0 and s in null_ids:
-                count += 1
+        if meter is not None:
+            meter.spend(1 + len(rhs))
+        # the bodies of g hold only its own symbols: nullability is that of ``null``
+        flags = [s >= 0 and s in null for s in rhs]
+        count = sum(flags)
         if count <= _MAX_NULLABLE + 1:
             out.append((lhs, rhs))
             continue
+        n = len(rhs)
+        after = [0] * (n + 1)  # after[i]: nullable items in rhs[i:]
+        for i in range(n - 1, -1, -1):
+            after[i] = after[i + 1] + flags[i]
         # walk the rule, emitting chunks that each hold _MAX_NULLABLE nullable items
         # followed by a fresh nonterminal for the rest
         cur = lhs
-        items = list(rhs)
+        begin = 0
         while True:
             seen = 0
-            cut = len(items)
-            for i, s in enumerate(items):
-                if s >= 0 and s in null_ids:
+            cut = n
+            for i in range(begin, n):
+                if flags[i]:
                     seen += 1
                     if seen == _MAX_NULLABLE:
                         cut = i + 1
                         break
-            rest = items[cut:]
-            rest_null = sum(1 for s in rest if s >= 0 and s in null_ids)
-            if cut >= len(items) or rest_null <= 1:
-                out.append((cur, tuple(items)))
+            if cut >= n or after[cut] <= 1:
+                out.append((cur, rhs[begin:]))
                 break
-            name = fresh_name(names[lhs] + "__tail", taken)
+            name = fresh_name(names[lhs] + "__tail", taken, counters)
             taken.add(name)
             rid = len(names)
             names.append(name)
-            if all(s >= 0 and s in null_ids for s in rest):
+            if after[cut] == n - cut:  # the rest is all nullable
                 null_ids.add(rid)
-            out.append((cur, (*items[:cut], rid)))
+            out.append((cur, (*rhs[begin:cut], rid)))
             cur = rid
-            items = rest
+            begin = cut
     return out, null_ids
-
-
-def _check_size(count: int, limit: int) -> None:
-    if 0 <= limit < count:
-        raise GrammarTooLarge("epsilon removal", limit, f"more than {limit} rules")
 
 
 def remove_epsilon(g: Grammar, *, budget: int | None = None) -> Grammar:
@@ -88,8 +89,12 @@ def remove_epsilon(g: Grammar, *, budget: int | None = None) -> Grammar:
     g : Grammar
         Any grammar.
     budget : int or None, keyword-only
-        Most rules the result may have (checked after each rule's variants are written);
-        ``None`` (default): no limit, since the result is at most 16 times the input.
+        Most rules the result may have (checked after each rule's variants are written),
+        and with it a work allowance of
+        :func:`~formalgram.transforms.budget.work_allowance` steps (each symbol read or
+        written one step, charged before the variants of a rule are written), so that
+        time and memory are bounded too; ``None`` (default): no limit, since the result
+        is at most 16 times the input.
 
     Returns
     -------
@@ -101,15 +106,15 @@ def remove_epsilon(g: Grammar, *, budget: int | None = None) -> Grammar:
     Raises
     ------
     GrammarTooLarge
-        When the result would have more than ``budget`` rules.
+        When the result would have more than ``budget`` rules, or the work its allowance.
 
     Notes
     -----
-    O(|G|) nullable analysis; the expansion writes at most 16 variants per rule after
-    splitting, so time and output size are O(|G|): the transform cannot blow up, and its
-    budget only caps the size of the result.  (Naming the fresh ``<lhs>__tail`` symbols
-    tries suffixes one by one, which is quadratic in the number of long rules sharing a
-    left-hand side.)
+    O(|G|) nullable analysis; the splitting walks each rule once (the fresh
+    ``<lhs>__tail`` names come from per-base counters), and the expansion writes at most
+    16 variants per rule after splitting, so time and output size are O(|G|), at most 16
+    times the input: the transform cannot blow up.  A budget bounds the result in rules
+    and the work (hence memory) in steps.
 
     Examples
     --------
@@ -124,15 +129,18 @@ def remove_epsilon(g: Grammar, *, budget: int | None = None) -> Grammar:
     ...
     formalgram.errors.GrammarTooLarge: epsilon removal exceeded its budget of 4 (more than 4 rules)
     """
+    meter = None if budget is None else Meter("epsilon removal", budget)
     null = nullable(g)
     names = list(g.names)
     taken = set(names)
-    rules, null_ids = _split_rules(g, null, names, taken)
-    limit = -1 if budget is None else budget
+    rules, null_ids = _split_rules(g, null, names, taken, meter)
     out: list[IdRule] = []
     for lhs, rhs in rules:
         positions = [i for i, s in enumerate(rhs) if s >= 0 and s in null_ids]
         k = len(positions)
+        if meter is not None:
+            # each of the 2**k variants is at most len(rhs) symbols: charged before writing
+            meter.spend((1 + len(rhs)) << k)
         for choice in range(1 << k):
             # bit j set: drop the j-th nullable occurrence
             if choice == 0:
@@ -145,7 +153,8 @@ def remove_epsilon(g: Grammar, *, budget: int | None = None) -> Grammar:
             if len(body) == 1 and body[0] == lhs:
                 continue
             out.append((lhs, body))
-        _check_size(len(out), limit)
+        if meter is not None and len(out) > meter.budget:
+            meter.too_many_rules("")
     start = g.start_id
     if start in null:
         on_rhs = any(start in rhs for _, rhs in out)
@@ -155,9 +164,13 @@ def remove_epsilon(g: Grammar, *, budget: int | None = None) -> Grammar:
             new_start = len(names)
             names.append(name)
             copies = [(new_start, rhs) for lhs, rhs in out if lhs == start]
+            if meter is not None:
+                meter.spend(len(out) + sum(len(rhs) for _, rhs in copies))
+                if len(out) + len(copies) > meter.budget:
+                    meter.too_many_rules("")
             out.extend(copies)
-            _check_size(len(out), limit)
             start = new_start
+        if meter is not None and len(out) + 1 > meter.budget:
+            meter.too_many_rules("")
         out.append((start, ()))
-        _check_size(len(out), limit)
     return compact(names, g.masks, start, out)
