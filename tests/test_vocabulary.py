@@ -232,7 +232,7 @@ def test_every_module_imports_first() -> None:
         "        del sys.modules[loaded]\n"
         "    importlib.import_module(name)\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    subprocess.run([sys.executable, "-P", "-c", code], check=True, timeout=120)
 
 
 def test_every_module_states_its_job_exports_and_shows_examples() -> None:
