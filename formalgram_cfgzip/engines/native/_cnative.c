@@ -1054,6 +1054,38 @@ State_fill(State *s, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* fill_into(bitmask, index): the class mask into row index of a C-contiguous int32 (rows, words) buffer */
+static PyObject *
+State_fill_into(State *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "fill_into(bitmask, index)");
+        return NULL;
+    }
+    Py_ssize_t index = PyLong_AsSsize_t(args[1]);
+    if (index == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[0], &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    Py_ssize_t row_bytes = (Py_ssize_t)s->t->words * 4;
+    if (row_bytes <= 0 || v.len % row_bytes != 0) {
+        PyErr_Format(PyExc_ValueError, "bitmask rows must have %d int32 words", s->t->words);
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    if (index < 0 || index >= v.len / row_bytes) {
+        PyErr_Format(PyExc_IndexError, "row %zd is outside a bitmask of %zd rows", index, v.len / row_bytes);
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    int r = fill_row(s, (uint32_t *)v.buf + index * s->t->words);
+    PyBuffer_Release(&v);
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 State_stop_allowed(State *s, PyObject *Py_UNUSED(ignored))
 {
@@ -1176,6 +1208,8 @@ static PyMethodDef State_methods[] = {
     {"reset", (PyCFunction)State_reset, METH_NOARGS, "reset()\n\nBack to the empty prefix."},
     {"fill", (PyCFunction)State_fill, METH_O,
      "fill(row)\n\nWrite the class mask into a writable int32 buffer of ceil(num_classes/32) words."},
+    {"fill_into", (PyCFunction)(void (*)(void))State_fill_into, METH_FASTCALL,
+     "fill_into(bitmask, index)\n\nWrite the class mask into row index of a writable C-contiguous int32 bitmask."},
     {"stop_allowed", (PyCFunction)State_stop_allowed, METH_NOARGS, "Whether the prefix is in the language."},
     {"is_terminated", (PyCFunction)State_is_terminated, METH_NOARGS, "Whether a stop token was accepted."},
     {"tops", (PyCFunction)State_tops, METH_NOARGS, "The current top nodes, ascending (0: the bottom)."},

@@ -323,6 +323,10 @@ class PyState:
                 acc[stop >> 5] |= np.uint32(1 << (stop & 31))
         row[:] = acc.view(np.int32)
 
+    def fill_into(self, bitmask: Any, index: int) -> None:
+        """Write the class mask into row ``index`` of the 2-D int32 array ``bitmask``."""
+        self.fill(bitmask[index])
+
 
 def _bits(ids: tuple[int, ...], words: int) -> npt.NDArray[np.uint32]:
     """uint32 words with the bits ``ids`` set."""
