@@ -132,6 +132,32 @@ class NativeMatcher(EngineMatcher):
         self._bytes = compiled.engine_tokens
         self._stop = compiled.stop_class
         self._fill_into = self._state.fill_into
+        self._class_of = compiled.class_list
+        self._never = compiled.never_list
+        self._width = compiled.logit_width
+
+    def accept_token(self, token_id: int) -> bool:
+        """Advance by a real token id; ``False`` (state unchanged) if the grammar forbids it.
+
+        Raises
+        ------
+        TokenIdError
+            If ``token_id`` is not an integer in ``0 .. logit_width - 1``.
+        """
+        if type(token_id) is int and 0 <= token_id < self._width:  # the common case, inline
+            k = self._class_of[token_id]
+        else:  # numpy integers, and the typed errors
+            k = self.compiled.engine_id(token_id)
+        return self._accept_engine_id(k)
+
+    def _accept_engine_id(self, engine_id: int) -> bool:
+        if self._never[engine_id]:
+            return False
+        state = self._state
+        ok = state.accept_stop() if engine_id == self._stop else state.accept_bytes(self._bytes[engine_id])
+        if ok:
+            self._history.append(engine_id)
+        return ok
 
     # -- engine hooks -----------------------------------------------------------------------
     def _engine_accept(self, engine_id: int) -> bool:
@@ -220,6 +246,10 @@ class NativeCompiled(CompiledGrammar):
         self.kernel = "c" if module is not None else "python"
         self.engine_tokens = tokens
         self.stop_class = classes.stop_class
+        #: class of every logit index and the policy's never-allowed classes, as Python lists
+        #: (one list index per accepted token instead of a numpy scalar lookup)
+        self.class_list: list[int] = np.asarray(classes.token_class).tolist()
+        self.never_list: list[bool] = self.never.tolist()
         self._module = module
         self._ctables = _c_tables(module, tables) if module is not None else None
 
