@@ -264,6 +264,7 @@ def cached_walks(
     else:
         walks = record_class_walks(full, classes, n, steps, seed=0)
     if f is not None:
+        f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(json.dumps({"key": key, "walks": walks}))
     return walks, full, time.perf_counter() - t0
 
