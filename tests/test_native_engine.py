@@ -569,3 +569,51 @@ def test_tables_directory_is_built_once_then_loaded_and_checked(
     (where / "meta.json").write_text("{not json")
     with pytest.raises(CacheError):
         engines.compile_grammar(classes, JSON_LIST, engine="native", tables=where)
+
+
+def test_tables_are_kept_in_the_classes_cache_directory(
+    tmp_path: Path, json_list: tuple[TokenClasses, NativeTables, Vocabulary], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Classes from a cache (``TokenClasses.load``, a ``Compressor`` entry) keep their native
+    tables beside them: built on the first compile, loaded on the next; a stale file there
+    (classes recomputed into the same entry) is rebuilt with a warning, never used."""
+    import formalgram_cfgzip.engines.native.matcher as matcher_module
+    from formalgram_cfgzip.compress import Compressor
+
+    classes, _, vocab = json_list
+    assert classes.cache_dir == ""
+    classes.save(tmp_path / "c")
+    loaded = TokenClasses.load(tmp_path / "c", grammar=JSON_LIST, vocab=vocab)
+    assert loaded.cache_dir == str(tmp_path / "c")
+    engines.compile_grammar(loaded, JSON_LIST, engine="native")
+    assert (tmp_path / "c" / "native" / "meta.json").is_file()
+    built: list[object] = []
+    real_build = matcher_module.build_tables
+
+    def counting(*args: object, **kw: object) -> NativeTables:
+        built.append(args)
+        return real_build(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(matcher_module, "build_tables", counting)
+    again = TokenClasses.load(tmp_path / "c", grammar=JSON_LIST, vocab=vocab)
+    engines.compile_grammar(again, JSON_LIST, engine="native")
+    assert built == []  # loaded, not rebuilt
+    # a Compressor's entries: classes computed and saved, then found on disk, tables beside them
+    comp = Compressor(vocab, cache_dir=tmp_path / "entries")
+    fresh = comp.compress(JSON_LIST)
+    assert fresh.cache_dir and Path(fresh.cache_dir).parent == tmp_path / "entries"
+    engines.compile_grammar(fresh, JSON_LIST, engine="native")
+    assert len(built) == 1
+    disk = Compressor(vocab, cache_dir=tmp_path / "entries").compress(JSON_LIST)
+    engines.compile_grammar(disk, JSON_LIST, engine="native")
+    assert len(built) == 1 and disk.cache_dir == fresh.cache_dir
+    # stale tables in the entry (relabelled classes saved over it): rebuilt, with a warning
+    relabelled = _relabelled(loaded)
+    relabelled.save(tmp_path / "c")
+    stale = TokenClasses.load(tmp_path / "c", grammar=JSON_LIST, vocab=vocab)
+    with pytest.warns(UserWarning, match="rebuilding the native tables"):
+        compiled = engines.compile_grammar(stale, JSON_LIST, engine="native")
+    assert len(built) == 2
+    assert (
+        NativeTables.load(tmp_path / "c" / "native", stale).classes_sha256 == compiled.tables.classes_sha256
+    )  # type: ignore[attr-defined]

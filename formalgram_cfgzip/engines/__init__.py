@@ -145,9 +145,10 @@ def compile_grammar(
     limits : llguidance.LLParserLimits or None, keyword-only
         llguidance's parser limits (llguidance only).
     tables : NativeTables, path or None, keyword-only
-        The native engine's tables (native only): ``None`` builds them, a directory is
-        loaded (or built and saved there);
-        see :func:`formalgram_cfgzip.engines.native.matcher.resolve_tables`.
+        The native engine's tables (native only): a directory is loaded (or built and
+        saved there); ``None`` uses the classes' own cache directory when they were loaded
+        from one (``classes.cache_dir``), else builds them; see
+        :func:`formalgram_cfgzip.engines.native.matcher.resolve_tables`.
     kernel : {"auto", "c", "python"} or None, keyword-only
         The native engine's kernel (native only; ``None``: ``"auto"``, the C kernel when built).
 

@@ -22,6 +22,7 @@ refuses).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -30,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from formalgram_cfgzip.engines.native._adapter import (
+    CacheError,
     CompiledGrammar,
     EngineError,
     EngineMatcher,
@@ -43,6 +45,7 @@ from formalgram_cfgzip.engines.native.gss import PyState
 from formalgram_cfgzip.engines.native.tables import NativeTables, build_tables, classes_fingerprint
 
 __all__ = [
+    "TABLES_SUBDIR",
     "Kernel",
     "NativeCompiled",
     "NativeMatcher",
@@ -295,6 +298,10 @@ def _check_tables(tables: object, classes: TokenClasses) -> None:
         raise EngineError(f"the native tables are inconsistent: {why}")
 
 
+#: The subdirectory of a classes' cache directory that holds their native tables.
+TABLES_SUBDIR = "native"
+
+
 def resolve_tables(
     classes: TokenClasses,
     grammar: Grammar | str,
@@ -309,11 +316,15 @@ def resolve_tables(
     grammar : Grammar or str
         Their grammar.
     tables : NativeTables, path or None
-        ``None``: built now (:func:`~formalgram_cfgzip.engines.native.tables.build_tables`).
         A :class:`NativeTables`: used as it is.  A directory: loaded from it when it holds
-        saved tables (:meth:`NativeTables.load`), else built and saved there, e.g.
-        ``Path(classes_dir) / "native"`` next to a :meth:`TokenClasses.save
-        <formalgram_cfgzip.classes.TokenClasses.save>` directory.
+        saved tables (:meth:`NativeTables.load`), else built and saved there.  ``None``:
+        the ``native`` subdirectory of ``classes.cache_dir`` (classes loaded with
+        :meth:`TokenClasses.load <formalgram_cfgzip.classes.TokenClasses.load>` or from a
+        :class:`~formalgram_cfgzip.compress.Compressor` cache), loaded when it holds tables
+        of these classes, else built and saved there (a stale or corrupted file there is
+        rebuilt and replaced, with a warning; one that cannot be written only warns); for
+        classes without a cache directory, built now
+        (:func:`~formalgram_cfgzip.engines.native.tables.build_tables`).
 
     Returns
     -------
@@ -322,9 +333,9 @@ def resolve_tables(
     Raises
     ------
     CacheError
-        If the directory holds tables that are corrupted or belong to other classes, a
-        grammar or a vocabulary other than ``classes``' (never silently rebuilt), or the
-        new tables cannot be written.
+        If the directory given holds tables that are corrupted or belong to other classes,
+        a grammar or a vocabulary other than ``classes``' (refused, never rebuilt), or the
+        new tables cannot be written there.
     EngineError
         If ``tables`` is of another type.
     GrammarTooLarge
@@ -336,15 +347,38 @@ def resolve_tables(
     build costs a GNF conversion and a displacement search over the representatives
     (docs/native-engine.md: 0.1 s to 245 s).
     """
-    if tables is None or isinstance(tables, NativeTables):
-        return build_tables(classes, grammar, check=False) if tables is None else tables
+    if isinstance(tables, NativeTables):
+        return tables
+    if tables is None:
+        if not classes.cache_dir:
+            return build_tables(classes, grammar, check=False)
+        return _beside_classes(classes, grammar, Path(classes.cache_dir) / TABLES_SUBDIR)
     if not isinstance(tables, (str, os.PathLike)):
         raise EngineError(f"tables must be NativeTables, a directory or None, got {type(tables).__name__}")
     where = Path(tables)
-    if (where / "meta.json").exists() or (where / "arrays.npz").exists():
+    if _holds_tables(where):
         return NativeTables.load(where, classes)
     built = build_tables(classes, grammar, check=False)
     built.save(where)
+    return built
+
+
+def _holds_tables(where: Path) -> bool:
+    return (where / "meta.json").exists() or (where / "arrays.npz").exists()
+
+
+def _beside_classes(classes: TokenClasses, grammar: Grammar | str, where: Path) -> NativeTables:
+    """The tables kept in the classes' own cache directory: loaded, else (re)built and kept."""
+    if _holds_tables(where):
+        try:
+            return NativeTables.load(where, classes)
+        except CacheError as exc:
+            warnings.warn(f"rebuilding the native tables: {exc}", stacklevel=4)
+    built = build_tables(classes, grammar, check=False)
+    try:
+        built.save(where)
+    except CacheError as exc:
+        warnings.warn(f"the native tables are not kept: {exc}", stacklevel=4)
     return built
 
 
@@ -378,8 +412,9 @@ def compile_grammar(
         Accepted for the common signature (checked, at least 1); the native engine fills
         batches in the calling thread.
     tables : NativeTables, path or None, keyword-only
-        Where the tables come from (:func:`resolve_tables`): built now, given, or a cache
-        directory (loaded, or built and saved there).
+        Where the tables come from (:func:`resolve_tables`): given, a directory (loaded, or
+        built and saved there), or by default the classes' own cache directory when they
+        have one (``classes.cache_dir``), else built now.
     kernel : {"auto", "c", "python"}, keyword-only
         Which kernel runs the matchers.
 
