@@ -617,3 +617,32 @@ def test_tables_are_kept_in_the_classes_cache_directory(
     assert (
         NativeTables.load(tmp_path / "c" / "native", stale).classes_sha256 == compiled.tables.classes_sha256
     )  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_batch_rows_of_terminated_matchers_are_empty(
+    kernel: Kernel, json_list: tuple[TokenClasses, NativeTables, Vocabulary]
+) -> None:
+    """A matcher that accepted a stop token fills an all-zero row in a batch (any row order),
+    and the live rows beside it are their single fills."""
+    classes, tables, vocab = json_list
+    grammar = NativeCompiled(classes, tables, kernel=kernel)
+    ids = {t: i for i, t in enumerate(vocab.tokens)}
+    done, live = grammar.matcher(), grammar.matcher()
+    stop = vocab.size - 1
+    assert done.accept_token(ids[b"[["]) and done.accept_token(ids[b"]"]) and done.accept_token(ids[b"]"])
+    assert done.accept_token(stop) and done.is_terminated()
+    assert grammar.accept_token_batch([live], [np.int64(ids[b"["])]) == [True]
+    single = grammar.allocate_token_bitmask()
+    live.fill_next_token_bitmask(single)
+    for fill, width in (
+        (grammar.fill_next_token_bitmask_batch, grammar.token_words),
+        (grammar.fill_next_class_bitmask_batch, grammar.engine_words),
+    ):
+        out = np.full((3, width), -1, dtype=np.int32)
+        fill([done, live], out, indices=[2, 0])
+        assert not out[2].any() and out[1].tolist() == [-1] * width
+        if width == grammar.token_words:
+            assert np.array_equal(out[0], single[0])
+        else:
+            assert out[0].any()

@@ -129,6 +129,11 @@ class NativeMatcher(EngineMatcher):
     See :class:`~formalgram_cfgzip.engines.base.EngineMatcher` for the protocol and its errors.
     """
 
+    # The kernels' fills write an all-zero row once a stop token was accepted -- what the
+    # checked path of the batch fills would write -- so batches take the unchecked path
+    # (no per-matcher is_terminated() call).
+    FILL_RAISES_WHEN_TERMINATED = True
+
     def __init__(self, compiled: NativeCompiled) -> None:
         super().__init__(compiled)
         self._state: StateLike = compiled.new_state()
@@ -266,6 +271,27 @@ class NativeCompiled(CompiledGrammar):
     def matcher(self) -> NativeMatcher:
         """A fresh matcher in the initial state."""
         return NativeMatcher(self)
+
+    def accept_token_batch(self, matchers: Sequence[EngineMatcher], token_ids: Sequence[int]) -> list[bool]:
+        """Advance each matcher by its token; the whole batch is checked before any moves
+        (as :meth:`CompiledGrammar.accept_token_batch
+        <formalgram_cfgzip.engines.base.CompiledGrammar.accept_token_batch>`, with the
+        matchers' list lookups for plain int ids).
+
+        Raises
+        ------
+        EngineError
+            On a matcher of another grammar (or ``None``), or as many tokens as matchers
+            not given.
+        TokenIdError
+            On a token id outside the vocabulary; no matcher has moved then.
+        """
+        if len(matchers) != len(token_ids):
+            raise EngineError(f"{len(matchers)} matchers but {len(token_ids)} tokens")
+        self._check_matchers(matchers)
+        cls, width = self.class_list, self.logit_width
+        ids = [cls[t] if type(t) is int and 0 <= t < width else self.engine_id(t) for t in token_ids]
+        return [m._accept_engine_id(e) for m, e in zip(matchers, ids, strict=True)]
 
     def _batch_engine_fill(
         self, matchers: Sequence[EngineMatcher], engine_bitmask: npt.NDArray[np.int32]
