@@ -180,6 +180,8 @@ def test_mask_equals_earley_on_random_grammars(g: Grammar, tokens: list[bytes], 
         return
     tables = build_tables(classes, g)
     grammars_ = [NativeCompiled(classes, tables, kernel=k) for k in KERNELS]
+    # peers that forget all but the last token (compacting every other step): same masks
+    grammars_ += [NativeCompiled(classes, tables, kernel=k, max_rollback_tokens=1) for k in KERNELS]
     check_walk(g, grammars_[0], grammars_[1:], 8, random.Random(seed), VocabTrie(vocab))
 
 
@@ -498,6 +500,12 @@ def test_engine_options_are_typed(json_list: tuple[TokenClasses, NativeTables, V
         engines.compile_grammar(classes, JSON_LIST, engine="native", kernel="gpu")  # type: ignore[arg-type]
     with pytest.raises(EngineError, match="tables must be"):
         engines.compile_grammar(classes, JSON_LIST, engine="native", tables=42)  # type: ignore[arg-type]
+    with pytest.raises(EngineError, match="max_rollback_tokens"):
+        engines.compile_grammar(classes, JSON_LIST, engine="native", max_rollback_tokens=-1)
+    with pytest.raises(EngineError, match="max_rollback_tokens"):
+        engines.compile_grammar(classes, JSON_LIST, engine="native", max_rollback_tokens=2.5)  # type: ignore[arg-type]
+    with pytest.raises(EngineError, match="native engine only"):
+        engines.compile_grammar(classes, JSON_LIST, engine="xgrammar", max_rollback_tokens=4)
     with pytest.raises(EngineError, match="max_threads"):
         engines.compile_grammar(classes, JSON_LIST, engine="native", max_threads=0)
     with pytest.raises(ClassesMismatchError):
@@ -646,3 +654,53 @@ def test_batch_rows_of_terminated_matchers_are_empty(
             assert np.array_equal(out[0], single[0])
         else:
             assert out[0].any()
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("keep", [0, 1, 3])
+def test_bounded_history_keeps_masks_exact_and_memory_bounded(
+    kernel: Kernel, keep: int, json_list: tuple[TokenClasses, NativeTables, Vocabulary]
+) -> None:
+    """``max_rollback_tokens``: compactions never change a mask (every token at every step
+    against Earley, rollbacks within the bound included), rollback past the bound is a typed
+    error, and the stack stays bounded on a long walk while an unbounded matcher's grows."""
+    from formalgram.syntax.gbnf import parse_gbnf
+
+    classes, tables, vocab = json_list
+    grammar = engines.compile_grammar(
+        classes, JSON_LIST, engine="native", tables=tables, kernel=kernel, max_rollback_tokens=keep
+    )
+    unbounded = engines.compile_grammar(classes, JSON_LIST, engine="native", tables=tables, kernel=kernel)
+    assert isinstance(grammar, NativeCompiled) and isinstance(unbounded, NativeCompiled)
+    m, u = grammar.matcher(), unbounded.matcher()
+    assert isinstance(m, NativeMatcher) and isinstance(u, NativeMatcher)
+    trie = VocabTrie(vocab)
+    recs = [EarleyRecognizer(parse_gbnf(JSON_LIST))]  # one per position since the start
+    rng = random.Random(keep)
+    bm = grammar.allocate_token_bitmask()
+    ids = {t: i for i, t in enumerate(vocab.tokens)}
+    largest = 0
+    for step in range(150):
+        m.fill_next_token_bitmask(bm)
+        want = oracle_mask(recs[-1], trie, vocab)
+        assert allowed_tokens(bm[0], vocab.logit_width) == want, step
+        text = sorted(want - set(vocab.stop_ids))
+        undo = min(keep, m.info()["position"])  # never past a forgotten position
+        if rng.random() < 0.2 and undo:
+            n = rng.randint(1, undo)
+            m.rollback(n)
+            u.rollback(n)
+            del recs[-n:]
+            continue
+        # mostly open lists: the stacks grow, and so would the graph without compactions
+        tok = ids[b"[["] if ids[b"[["] in want and rng.random() < 0.5 else rng.choice(text)
+        data = vocab.tokens[tok]
+        assert data is not None and m.accept_token(tok) and u.accept_token(tok)
+        rec = recs[-1].copy()
+        assert rec.feed_bytes(data)
+        recs.append(rec)
+        largest = max(largest, m.info()["nodes"])
+    with pytest.raises(EngineError, match="cannot roll back"):
+        m.rollback(2 * keep + 1)
+    assert m.info()["position"] <= 2 * keep
+    assert largest < u.info()["nodes"] / 2, (largest, u.info())

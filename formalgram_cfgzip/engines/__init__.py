@@ -119,6 +119,7 @@ def compile_grammar(
     limits: LLParserLimits | None = None,
     tables: NativeTables | str | os.PathLike[str] | None = None,
     kernel: Literal["auto", "c", "python"] | None = None,
+    max_rollback_tokens: int | None = None,
 ) -> CompiledGrammar:
     """Compile ``grammar_text`` with ``engine`` over the representatives of ``classes``.
 
@@ -151,6 +152,9 @@ def compile_grammar(
         :func:`formalgram_cfgzip.engines.native.matcher.resolve_tables`.
     kernel : {"auto", "c", "python"} or None, keyword-only
         The native engine's kernel (native only; ``None``: ``"auto"``, the C kernel when built).
+    max_rollback_tokens : int or None, keyword-only
+        Native only: how far back a matcher can roll back; bounds its memory on long texts
+        (``None``: to the start).
 
     Returns
     -------
@@ -184,7 +188,8 @@ def compile_grammar(
     >>> m.accept_token(0), m.accept_token(3), m.accept_token(2), m.accept_token(1), m.accept_token(4)
     (True, True, False, True, True)
     """
-    module, extra = _backend(engine, max_threads, syntax, limits, {"tables": tables, "kernel": kernel})
+    native = {"tables": tables, "kernel": kernel, "max_rollback_tokens": max_rollback_tokens}
+    module, extra = _backend(engine, max_threads, syntax, limits, native)
     result: CompiledGrammar = module.compile_grammar(
         classes, grammar_text, root=root, vocab=vocab, check=check, **extra
     )

@@ -69,6 +69,8 @@ class StateLike(Protocol):
 
     def rollback(self, num_tokens: int, /) -> None: ...
 
+    def compact(self, keep: int, /) -> None: ...
+
     def reset(self) -> None: ...
 
     def fill(self, row: Any, /) -> None: ...
@@ -143,6 +145,10 @@ class NativeMatcher(EngineMatcher):
         self._class_of = compiled.class_list
         self._never = compiled.never_list
         self._width = compiled.logit_width
+        keep = compiled.max_rollback_tokens
+        #: history length that triggers a compaction down to ``keep`` tokens (amortised O(1))
+        self._keep = keep if keep is not None else -1
+        self._compact_at = 2 * keep + 1 if keep is not None else -1
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by a real token id; ``False`` (state unchanged) if the grammar forbids it.
@@ -164,8 +170,20 @@ class NativeMatcher(EngineMatcher):
         state = self._state
         ok = state.accept_stop() if engine_id == self._stop else state.accept_bytes(self._bytes[engine_id])
         if ok:
-            self._history.append(engine_id)
+            history = self._history
+            history.append(engine_id)
+            if len(history) == self._compact_at:
+                self._compact()
         return ok
+
+    def _compact(self) -> None:
+        """Forget all but the last ``max_rollback_tokens`` tokens, freeing their stack nodes."""
+        keep = self._keep
+        self._state.compact(keep)
+        if keep:
+            del self._history[:-keep]
+        else:
+            self._history.clear()
 
     # -- engine hooks -----------------------------------------------------------------------
     def _engine_accept(self, engine_id: int) -> bool:
@@ -214,12 +232,19 @@ class NativeCompiled(CompiledGrammar):
         Tables built for ``classes`` (:func:`~formalgram_cfgzip.engines.native.tables.build_tables`).
     kernel : {"auto", "c", "python"}, keyword-only
         ``"auto"``: the C kernel when built, else pure Python.
+    max_rollback_tokens : int or None, keyword-only
+        Bound on :meth:`~formalgram_cfgzip.engines.base.EngineMatcher.rollback`: once a
+        matcher holds twice this many accepted tokens it forgets all but the last this many
+        (a rollback never reaches past a forgotten position) and frees the stack nodes that
+        only older positions reached, so its memory stays bounded however long the text.  ``None`` (default): everything since the start can be undone,
+        and the stack grows with the text.
 
     Raises
     ------
     EngineError
-        If ``kernel`` is unknown, ``kernel="c"`` and the C kernel is not built, or the
-        tables were built for other classes or are inconsistent.
+        If ``kernel`` is unknown, ``kernel="c"`` and the C kernel is not built,
+        ``max_rollback_tokens`` is not ``None`` or an integer >= 0, or the tables were built
+        for other classes or are inconsistent.
 
     Attributes
     ----------
@@ -231,6 +256,8 @@ class NativeCompiled(CompiledGrammar):
         stop and the invalid class).
     stop_class : int
         ``classes.stop_class``.
+    max_rollback_tokens : int or None
+        As given.
 
     Notes
     -----
@@ -240,9 +267,24 @@ class NativeCompiled(CompiledGrammar):
     once.  Batch fills run in the calling thread (microseconds per row).
     """
 
-    def __init__(self, classes: TokenClasses, tables: NativeTables, *, kernel: Kernel = "auto") -> None:
+    def __init__(
+        self,
+        classes: TokenClasses,
+        tables: NativeTables,
+        *,
+        kernel: Kernel = "auto",
+        max_rollback_tokens: int | None = None,
+    ) -> None:
         if kernel not in ("auto", "c", "python"):
             raise EngineError(f"kernel must be 'auto', 'c' or 'python', got {kernel!r}")
+        if max_rollback_tokens is not None and (
+            isinstance(max_rollback_tokens, bool)
+            or not isinstance(max_rollback_tokens, (int, np.integer))
+            or max_rollback_tokens < 0
+        ):
+            raise EngineError(
+                f"max_rollback_tokens must be None or an integer >= 0, got {max_rollback_tokens!r}"
+            )
         _check_tables(tables, classes)
         module = c_module() if kernel != "python" else None
         if kernel == "c" and module is None:
@@ -254,6 +296,7 @@ class NativeCompiled(CompiledGrammar):
         self.kernel = "c" if module is not None else "python"
         self.engine_tokens = tokens
         self.stop_class = classes.stop_class
+        self.max_rollback_tokens = None if max_rollback_tokens is None else int(max_rollback_tokens)
         #: class of every logit index and the policy's never-allowed classes, as Python lists
         #: (one list index per accepted token instead of a numpy scalar lookup)
         self.class_list: list[int] = np.asarray(classes.token_class).tolist()
@@ -418,6 +461,7 @@ def compile_grammar(
     max_threads: int | None = None,
     tables: NativeTables | str | os.PathLike[str] | None = None,
     kernel: Kernel = "auto",
+    max_rollback_tokens: int | None = None,
 ) -> NativeCompiled:
     """Compile ``grammar_text`` for the native engine over ``classes``.
 
@@ -443,6 +487,8 @@ def compile_grammar(
         have one (``classes.cache_dir``), else built now.
     kernel : {"auto", "c", "python"}, keyword-only
         Which kernel runs the matchers.
+    max_rollback_tokens : int or None, keyword-only
+        Bound on rollback that keeps a matcher's memory bounded (:class:`NativeCompiled`).
 
     Returns
     -------
@@ -484,7 +530,12 @@ def compile_grammar(
         raise EngineError(f"the native engine starts at rule 'root' (as compress does), not {root!r}")
     if kernel not in ("auto", "c", "python"):
         raise EngineError(f"kernel must be 'auto', 'c' or 'python', got {kernel!r}")
-    return NativeCompiled(classes, resolve_tables(classes, grammar_text, tables), kernel=kernel)
+    return NativeCompiled(
+        classes,
+        resolve_tables(classes, grammar_text, tables),
+        kernel=kernel,
+        max_rollback_tokens=max_rollback_tokens,
+    )
 
 
 def compile_full(vocab: Vocabulary, grammar_text: str, **options: Any) -> CompiledGrammar:
