@@ -1,5 +1,10 @@
 """Native mask engine against XGrammar over the class representatives, on the same walks.
 
+The one benchmark of the native engine (``bench/online_bench.py`` covers XGrammar and
+llguidance): the engine is compiled through ``engines.compile_grammar(..., engine="native")``
+with its tables kept under ``--tables-dir``, and batches go through the engines' batch
+protocol.
+
 For each grammar (Llama-3 by default): the classes (``--classes-dir``, as
 ``bench/online_bench.py`` keeps them), the native tables (built once and kept under
 ``--tables-dir``), XGrammar over the full vocabulary and over the classes; walks recorded with
