@@ -503,7 +503,8 @@ def test_engine_options_are_typed(json_list: tuple[TokenClasses, NativeTables, V
     with pytest.raises(EngineError, match="max_rollback_tokens"):
         engines.compile_grammar(classes, JSON_LIST, engine="native", max_rollback_tokens=-1)
     with pytest.raises(EngineError, match="max_rollback_tokens"):
-        engines.compile_grammar(classes, JSON_LIST, engine="native", max_rollback_tokens=2.5)  # type: ignore[arg-type]
+        bad: object = 2.5
+        engines.compile_grammar(classes, JSON_LIST, engine="native", max_rollback_tokens=bad)  # type: ignore[arg-type]
     with pytest.raises(EngineError, match="native engine only"):
         engines.compile_grammar(classes, JSON_LIST, engine="xgrammar", max_rollback_tokens=4)
     with pytest.raises(EngineError, match="max_threads"):
@@ -596,7 +597,7 @@ def test_tables_are_kept_in_the_classes_cache_directory(
     engines.compile_grammar(loaded, JSON_LIST, engine="native")
     assert (tmp_path / "c" / "native" / "meta.json").is_file()
     built: list[object] = []
-    real_build = matcher_module.build_tables
+    real_build = build_tables
 
     def counting(*args: object, **kw: object) -> NativeTables:
         built.append(args)
@@ -622,9 +623,10 @@ def test_tables_are_kept_in_the_classes_cache_directory(
     with pytest.warns(UserWarning, match="rebuilding the native tables"):
         compiled = engines.compile_grammar(stale, JSON_LIST, engine="native")
     assert len(built) == 2
+    assert isinstance(compiled, NativeCompiled)
     assert (
         NativeTables.load(tmp_path / "c" / "native", stale).classes_sha256 == compiled.tables.classes_sha256
-    )  # type: ignore[attr-defined]
+    )
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -640,7 +642,8 @@ def test_batch_rows_of_terminated_matchers_are_empty(
     stop = vocab.size - 1
     assert done.accept_token(ids[b"[["]) and done.accept_token(ids[b"]"]) and done.accept_token(ids[b"]"])
     assert done.accept_token(stop) and done.is_terminated()
-    assert grammar.accept_token_batch([live], [np.int64(ids[b"["])]) == [True]
+    numpy_id: object = np.int64(ids[b"["])  # numpy integers are token ids too
+    assert grammar.accept_token_batch([live], [numpy_id]) == [True]  # type: ignore[list-item]
     single = grammar.allocate_token_bitmask()
     live.fill_next_token_bitmask(single)
     for fill, width in (

@@ -5,9 +5,9 @@ off the classes' displacements (``engine="native"``, classes only), by engine na
 
 No engine is imported until used: ``formalgram_cfgzip.engines.xgrammar``,
 ``formalgram_cfgzip.engines.llguidance`` and ``formalgram_cfgzip.engines.native`` are
-loaded on first attribute access (or an explicit import).  The protocol, errors, threading contract and special-token policy are
-in :mod:`formalgram_cfgzip.engines.base`.  ``compile`` is the former name of
-:func:`compile_grammar`, kept as an alias.
+loaded on first attribute access (or an explicit import).  The protocol, errors, threading
+contract and special-token policy are in :mod:`formalgram_cfgzip.engines.base`.  ``compile``
+is the former name of :func:`compile_grammar`, kept as an alias.
 
 Examples
 --------

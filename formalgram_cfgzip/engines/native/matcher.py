@@ -236,8 +236,9 @@ class NativeCompiled(CompiledGrammar):
         Bound on :meth:`~formalgram_cfgzip.engines.base.EngineMatcher.rollback`: once a
         matcher holds twice this many accepted tokens it forgets all but the last this many
         (a rollback never reaches past a forgotten position) and frees the stack nodes that
-        only older positions reached, so its memory stays bounded however long the text.  ``None`` (default): everything since the start can be undone,
-        and the stack grows with the text.
+        only older positions reached, so its memory stays bounded however long the text.
+        ``None`` (default): everything since the start can be undone, and the stack grows
+        with the text.
 
     Raises
     ------
