@@ -1,6 +1,7 @@
-"""Build script: compiles the core modules with mypyc, and the C mask-expansion kernel
-(formalgram_cfgzip/expand/_cexpand.c), unless FORMALGRAM_NO_MYPYC=1 (the pure-Python build, which
-expands masks with numpy)."""
+"""Build script: compiles the core modules with mypyc, the C mask-expansion kernel
+(formalgram_cfgzip/expand/_cexpand.c) and the native engine's kernel
+(formalgram_cfgzip/engines/native/_cnative.c), unless FORMALGRAM_NO_MYPYC=1 (the pure-Python
+build, which expands masks with numpy and runs the native engine's Python kernel)."""
 
 from __future__ import annotations
 
@@ -44,15 +45,34 @@ COMPILED = [
 ]
 
 
+def _native_extensions(args: list[str]) -> list[Extension]:
+    """The native mask engine's kernel, described by formalgram_cfgzip/engines/native/_build.py
+    (loaded by its path: importing the package here would import numpy and the rest first)."""
+    import importlib.util
+
+    path = os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "formalgram_cfgzip", "engines", "native", "_build.py"
+    )
+    spec = importlib.util.spec_from_file_location("formalgram_native_build", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    extensions: list[Extension] = module.native_extensions(args)
+    return extensions
+
+
 def _c_extensions() -> list[Extension]:
-    """The hand-written C kernels (mask expansion); plain C99 with the CPython API only."""
+    """The hand-written C kernels (mask expansion, the native engine's stack and mask walk);
+    plain C99 with the CPython API only.  Without them (``FORMALGRAM_NO_MYPYC=1``) the
+    package runs its numpy / pure-Python kernels, with identical results."""
     args = [] if sys.platform == "win32" else ["-O3"]
     return [
         Extension(
             "formalgram_cfgzip.expand._cexpand",
             ["formalgram_cfgzip/expand/_cexpand.c"],
             extra_compile_args=args,
-        )
+        ),
+        *_native_extensions(args),
     ]
 
 

@@ -1,5 +1,10 @@
 """Native mask engine against XGrammar over the class representatives, on the same walks.
 
+The one benchmark of the native engine (``bench/online_bench.py`` covers XGrammar and
+llguidance): the engine is compiled through ``engines.compile_grammar(..., engine="native")``
+with its tables kept under ``--tables-dir``, and batches go through the engines' batch
+protocol.
+
 For each grammar (Llama-3 by default): the classes (``--classes-dir``, as
 ``bench/online_bench.py`` keeps them), the native tables (built once and kept under
 ``--tables-dir``), XGrammar over the full vocabulary and over the classes; walks recorded with
@@ -42,8 +47,7 @@ from bench.online_bench import GRAMMARS, load_or_compress, record_walks
 from formalgram_cfgzip.classes import TokenClasses
 from formalgram_cfgzip.engines import compile as compile_compressed
 from formalgram_cfgzip.engines import compile_full
-from formalgram_cfgzip.engines.native.matcher import NativeGrammar
-from formalgram_cfgzip.engines.native.tables import NativeTables, build_tables
+from formalgram_cfgzip.engines.native.matcher import NativeCompiled
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 CASES = [
@@ -58,18 +62,16 @@ COLUMNS = ["xgr-full", "xgr-class", "xgr-comp", "nat-class", "nat-tok", "xgr-acc
 PY_COLUMNS = ["py-class", "py-acc"]
 
 
-def load_tables(
+def load_native(
     classes: TokenClasses, text: str, name: str, tables_dir: str | None
-) -> tuple[NativeTables, float]:
-    """The native tables, loaded from ``tables_dir/name-vocab-native`` or built (and saved there)."""
+) -> tuple[NativeCompiled, float]:
+    """The native engine through ``engines.compile_grammar(..., engine="native")``, its tables
+    loaded from ``tables_dir/name-vocab-native`` or built (and saved there); and the seconds."""
     t0 = time.perf_counter()
     d = Path(tables_dir) / f"{name}-{classes.vocab.name}-native" if tables_dir else None
-    if d is not None and d.exists():
-        return NativeTables.load(d, classes), time.perf_counter() - t0
-    tables = build_tables(classes, text)
-    if d is not None:
-        tables.save(d)
-    return tables, time.perf_counter() - t0
+    compiled = compile_compressed(classes, text, engine="native", tables=d)
+    assert isinstance(compiled, NativeCompiled)
+    return compiled, time.perf_counter() - t0
 
 
 def bits(row: Any) -> set[int]:
@@ -81,10 +83,10 @@ def bits(row: Any) -> set[int]:
 def replay(
     full: Any,
     small: Any,
-    native: NativeGrammar,
+    native: NativeCompiled,
     walks: list[list[int]],
     check: bool,
-    python: NativeGrammar | None = None,
+    python: NativeCompiled | None = None,
 ) -> tuple[dict[str, list[float]], dict[str, Any]]:
     """Per-step times of every variant over every walk (batch 1), plus sizes and mismatches.
 
@@ -99,9 +101,9 @@ def replay(
     cm_n = native.allocate_class_bitmask(1)
     pairs: list[int] = []
     nodes: list[int] = []
-    class_pad = np.zeros(native.class_words, dtype=np.int32)
+    class_pad = np.zeros(native.engine_words, dtype=np.int32)
     class_pad.view(np.uint8)[:] = np.packbits(
-        np.arange(native.class_words * 32) < native.num_classes, bitorder="little"
+        np.arange(native.engine_words * 32) < native.engine_size, bitorder="little"
     )
     mismatches = {"class": 0, "token": 0, "accept": 0, "python": 0}
     examples: list[str] = []
@@ -181,7 +183,7 @@ def replay(
     return times, sizes
 
 
-def replay_batch(small: Any, native: NativeGrammar, walks: list[list[int]], batch: int) -> dict[str, float]:
+def replay_batch(small: Any, native: NativeCompiled, walks: list[list[int]], batch: int) -> dict[str, float]:
     """Median µs per step for the whole batch (``batch`` matchers replaying the walks in lockstep)."""
     cols = ["xgr-class", "xgr-comp", "nat-class", "nat-tok", "nat-acc"]
     times: dict[str, list[float]] = {c: [] for c in cols}
@@ -267,6 +269,7 @@ def cached_walks(
     else:
         walks = record_class_walks(full, classes, n, steps, seed=0)
     if f is not None:
+        f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text(json.dumps({"key": key, "walks": walks}))
     return walks, full, time.perf_counter() - t0
 
@@ -322,9 +325,9 @@ def main() -> None:
             continue
         text = path.read_text(encoding="utf-8")
         classes = load_or_compress(text, vocab, name, args.classes_dir)
-        tables, t_tables = load_tables(classes, text, name, args.tables_dir)
-        native = NativeGrammar(classes, tables)
-        python = NativeGrammar(classes, tables, kernel="python") if args.python else None
+        native, t_tables = load_native(classes, text, name, args.tables_dir)
+        tables = native.tables
+        python = NativeCompiled(classes, tables, kernel="python") if args.python else None
         walks, full, t_rec = cached_walks(
             text, name, classes, args.walks, args.steps, args.walks_dir, args.walk_mode
         )

@@ -17,6 +17,10 @@ at batch 1, 8 and 16.  Prints medians (µs per step for the whole batch), the ca
 rate, the ratio baseline / ``comp`` and the expansion's share of the baseline; rows where
 the compressed path is slower are marked ``SLOWER``.
 
+The native engine (``engine="native"``) is measured by ``bench/native_bench.py`` on these
+same walks (:func:`record_walks`), beside XGrammar over the full vocabulary and over the
+classes, at batch 1, 8 and 64.
+
 Run: ``python bench/online_bench.py [--engine xgrammar|llguidance] [--vocab llama3] [--quick]
 [--only c,json-schema] [--classes-dir DIR]``.
 """

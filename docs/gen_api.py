@@ -15,6 +15,7 @@ MODULES = [
     "formalgram_cfgzip",
     "formalgram_cfgzip.engines.xgrammar",
     "formalgram_cfgzip.engines.llguidance",
+    "formalgram_cfgzip.engines.native",
     "formalgram_cfgzip.expand",
     "formalgram_cfgzip.integrations.transformers",
     "formalgram_cfgzip.integrations.vllm",

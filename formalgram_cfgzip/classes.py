@@ -71,6 +71,11 @@ class TokenClasses:
         :func:`~formalgram_cfgzip.cache.fingerprint_text` of the grammar text they were
         computed from (``""`` when computed from a :class:`~formalgram.grammar.Grammar`):
         an engine given the same text recognises it without parsing it.
+    cache_dir : str
+        The directory the classes were loaded from (:meth:`load`, or a
+        :class:`~formalgram_cfgzip.compress.Compressor`'s cache entry), ``""`` otherwise:
+        where engines keep what they derive from the classes (the native engine's tables,
+        in its ``native`` subdirectory).  Informational: no fingerprint covers it.
 
     Raises
     ------
@@ -99,6 +104,7 @@ class TokenClasses:
     grammar_sha256: str
     stats: dict[str, float] = field(default_factory=dict)
     grammar_text_sha256: str = ""
+    cache_dir: str = ""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -355,7 +361,9 @@ class TokenClasses:
         stats = {str(k): float(v) for k, v in raw_stats.items()}
         assert isinstance(invalid_class, int) and isinstance(stop_class, int)
         try:
-            tc = TokenClasses(token_class, reps, invalid_class, stop_class, vocab, stored, stats, text_sha)
+            tc = TokenClasses(
+                token_class, reps, invalid_class, stop_class, vocab, stored, stats, text_sha, where
+            )
         except ClassesInvariantError as exc:
             raise CacheError(f"cache in {where!r} has inconsistent arrays: {exc}") from None
         if sample:

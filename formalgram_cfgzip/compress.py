@@ -584,7 +584,9 @@ class Compressor:
                 )
                 self.misses += 1
                 if self.cache_dir is not None:
-                    known.save(self._entry(fp))
+                    where = self._entry(fp)
+                    known.save(where)
+                    known = replace(known, cache_dir=str(where))
             self._remember("grammar:" + fp, known)
         if known.grammar_text_sha256 != text_sha:
             known = replace(known, grammar_text_sha256=text_sha)

@@ -54,7 +54,8 @@ def compiled(engine: str, compressed: bool) -> CompiledGrammar:
     return _COMPILED[key]
 
 
-CASES = [(e, c) for e in ("xgrammar", "llguidance") for c in (True, False)]
+# the native engine works over classes only (it has no full-vocabulary form)
+CASES = [(e, c) for e in ("xgrammar", "llguidance") for c in (True, False)] + [("native", True)]
 IDS = [f"{e}-{'compressed' if c else 'full'}" for e, c in CASES]
 
 

@@ -40,3 +40,15 @@ def test_c_expansion_kernel_is_built() -> None:
 
     assert load_c_module() is not None, "formalgram_cfgzip.expand._cexpand was not built"
     assert expand.MaskExpander(np.array([0, 1, 1]), 2).kernel == "c"
+
+
+@needs_compiled_build
+def test_c_native_kernel_is_built() -> None:
+    """The compiled install also builds the native engine's C kernel, and the engine uses it."""
+    from formalgram_cfgzip import Vocabulary, compress, engines
+    from formalgram_cfgzip.engines.native.matcher import c_module
+
+    assert c_module() is not None, "formalgram_cfgzip.engines.native._cnative was not built"
+    text, vocab = 'root ::= "a"+', Vocabulary([b"a", b"aa"])
+    compiled = engines.compile_grammar(compress(text, vocab, progress=False), text, engine="native")
+    assert getattr(compiled, "kernel", None) == "c"

@@ -24,6 +24,7 @@ from _engine_oracle import allowed_after
 import formalgram
 from formalgram_cfgzip.classes import compress
 from formalgram_cfgzip.engines import llguidance as llg_engine
+from formalgram_cfgzip.engines import native as native_backend
 from formalgram_cfgzip.engines import xgrammar as xgr_engine
 from formalgram_cfgzip.engines.base import CompiledGrammar, EngineError
 from formalgram_cfgzip.expand import TorchMaskExpander
@@ -44,6 +45,14 @@ def vocab() -> Vocabulary:
     return Vocabulary(TOKENS, special_ids=SPECIAL, stop_ids=STOP, logit_width=40, name="toy")
 
 
+# the native engine over classes, against XGrammar's full-vocabulary reference (it has none)
+native_engine = types.SimpleNamespace(
+    compile_grammar=native_backend.compile_grammar, compile_full=xgr_engine.compile_full
+)
+ENGINES = [xgr_engine, llg_engine, native_engine]
+ENGINE_IDS = ["xgrammar", "llguidance", "native"]
+
+
 def compiled_pair(engine: Any) -> tuple[CompiledGrammar, CompiledGrammar]:
     v = vocab()
     return engine.compile_grammar(compress(GRAMMAR, v, progress=False), GRAMMAR), engine.compile_full(
@@ -55,7 +64,7 @@ def decode(v: Vocabulary, ids: list[int]) -> bytes:
     return b"".join(v.tokens[i] or b"" for i in ids if i not in v.stop_ids and i not in v.special_ids)
 
 
-@pytest.mark.parametrize("engine", [xgr_engine, llg_engine], ids=["xgrammar", "llguidance"])
+@pytest.mark.parametrize("engine", ENGINES, ids=ENGINE_IDS)
 def test_transformers_generate_identical(engine: Any) -> None:
     transformers = pytest.importorskip("transformers")
     v = vocab()
@@ -92,7 +101,7 @@ def test_transformers_generate_identical(engine: Any) -> None:
     assert stopped > 0  # the stop token was allowed only where the text may end: checked
 
 
-@pytest.mark.parametrize("engine", [xgr_engine, llg_engine], ids=["xgrammar", "llguidance"])
+@pytest.mark.parametrize("engine", ENGINES, ids=ENGINE_IDS)
 def test_request_processor_identical_and_rollback(engine: Any) -> None:
     v = vocab()
     small, full = compiled_pair(engine)
@@ -153,7 +162,7 @@ def generate_steps(processor: GrammarLogitsProcessor, prompt: Any, picks: list[l
     return seen
 
 
-@pytest.mark.parametrize("engine", [xgr_engine, llg_engine], ids=["xgrammar", "llguidance"])
+@pytest.mark.parametrize("engine", ENGINES, ids=ENGINE_IDS)
 def test_logits_processor_reset_and_reuse(engine: Any) -> None:
     """One processor through two generate-style call sequences: after reset(), and also
     without it when the new sequences are not longer than the old ones, every step's
@@ -226,7 +235,7 @@ def _install_standin_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
     sys.modules["vllm.v1.sample.logits_processor"].AdapterLogitsProcessor = _StandInAdapter  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("engine", [xgr_engine, llg_engine], ids=["xgrammar", "llguidance"])
+@pytest.mark.parametrize("engine", ENGINES, ids=ENGINE_IDS)
 def test_vllm_adapter_request_path(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The adapter class over a stand-in for vLLM's interface: requests naming a grammar get
     the full engine's masks at every step, others are untouched; requests come and go; one

@@ -14,11 +14,11 @@
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 from typing import Literal
 
+import _data
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -27,24 +27,21 @@ from hypothesis import strategies as st
 
 from formalgram import PDA, EarleyRecognizer, EmptyLanguageError, Grammar, accepts
 from formalgram.testing import grammars
-from formalgram_cfgzip import TokenClasses, Vocabulary, compress
-from formalgram_cfgzip.displacement import DisplacementSearch
+from formalgram_cfgzip import TokenClasses, Vocabulary, compress, engines
 from formalgram_cfgzip.engines.native import NativeTables, build_tables
 from formalgram_cfgzip.engines.native._adapter import class_gnf
 from formalgram_cfgzip.engines.native.domains import DomainAutomaton
 from formalgram_cfgzip.engines.native.matcher import (
-    NativeGrammar,
+    NativeCompiled,
     NativeMatcher,
     StateLike,
+    _c_tables,
     c_module,
-    compile_native,
 )
 from formalgram_cfgzip.errors import CacheError, ClassesMismatchError, EngineError, TokenIdError
+from formalgram_cfgzip.search.displacement import DisplacementSearch
 
 Kernel = Literal["python", "c"]
-GRAMMARS = Path(
-    os.environ.get("FORMALGRAM_GRAMMARS", Path(__file__).resolve().parents[2] / "shared" / "grammars")
-)
 KERNELS: list[Kernel] = ["python", "c"] if c_module() is not None else ["python"]
 # random grammars often have rules that derive nothing; compress() warns about XGrammar there
 pytestmark = pytest.mark.filterwarnings("ignore:grammar has nonterminals that derive no string")
@@ -106,8 +103,8 @@ def oracle_mask(rec: EarleyRecognizer, trie: VocabTrie, vocab: Vocabulary) -> se
 
 def check_walk(
     g: Grammar,
-    grammar: NativeGrammar,
-    others: list[NativeGrammar],
+    grammar: NativeCompiled,
+    others: list[NativeCompiled],
     steps: int,
     rng: random.Random,
     trie: VocabTrie,
@@ -182,7 +179,9 @@ def test_mask_equals_earley_on_random_grammars(g: Grammar, tokens: list[bytes], 
         assume(False)
         return
     tables = build_tables(classes, g)
-    grammars_ = [NativeGrammar(classes, tables, kernel=k) for k in KERNELS]
+    grammars_ = [NativeCompiled(classes, tables, kernel=k) for k in KERNELS]
+    # peers that forget all but the last token (compacting every other step): same masks
+    grammars_ += [NativeCompiled(classes, tables, kernel=k, max_rollback_tokens=1) for k in KERNELS]
     check_walk(g, grammars_[0], grammars_[1:], 8, random.Random(seed), VocabTrie(vocab))
 
 
@@ -200,7 +199,7 @@ def test_gss_holds_exactly_the_pda_stacks(g: Grammar, letters: list[int]) -> Non
     tables = build_tables(classes, g, gnf=gnf)
     pda = PDA.from_gnf(gnf)
     for kernel in KERNELS:
-        state = NativeGrammar(classes, tables, kernel=kernel).new_state()
+        state = NativeCompiled(classes, tables, kernel=kernel).new_state()
         w = b""
         for b in letters:
             expected = pda.stacks_after(w + bytes([b]))
@@ -278,8 +277,10 @@ def sample_vocab(n: int, seed: int) -> Vocabulary:
     return small_vocab(singles + rng.sample(rest, n))
 
 
-REAL_FAST = ["llama_cpp/c.gbnf", "derived/json_mode_eval_xgrammar/JME_0.gbnf"]
+# in the repository (tests/data/grammars): the default run needs nothing else
+REAL_FAST = ["llama_cpp/c.gbnf", "json_schemas/purchase_order.gbnf"]
 REAL_HEAVY = [
+    "derived/json_mode_eval_xgrammar/JME_0.gbnf",  # the shared corpus only (skipped without it)
     "derived/json_mode_eval_xgrammar/JME_32.gbnf",
     "derived/lark_via_xgrammar/go_syncode.gbnf",
     "derived/lark_via_xgrammar/xml2rfc_v3.gbnf",
@@ -288,14 +289,14 @@ REAL_HEAVY = [
 
 
 def _real_walks(rel: str, n_tokens: int, walks: int, steps: int) -> int:
-    path = GRAMMARS / rel
-    if not path.exists():
-        pytest.skip(f"shared grammar {rel} is absent")
-    text = path.read_text(encoding="utf-8")
+    text = _data.real_grammar(rel).read_text(encoding="utf-8")
     vocab = sample_vocab(n_tokens, seed=3)
     classes = compress(text, vocab, progress=False)
     tables = build_tables(classes, text)
-    grammars_ = [NativeGrammar(classes, tables, kernel=k) for k in KERNELS]
+    # the first through the engines' entry point, the other kernels on the same tables
+    first = engines.compile_grammar(classes, text, engine="native", tables=tables, kernel=KERNELS[0])
+    assert isinstance(first, NativeCompiled)
+    grammars_ = [first] + [NativeCompiled(classes, tables, kernel=k) for k in KERNELS[1:]]
     from formalgram.syntax.gbnf import parse_gbnf
 
     g = parse_gbnf(text)
@@ -336,7 +337,8 @@ def test_rollback_reset_and_termination(
 ) -> None:
     """proofs/native_engine.md, Corollary 2 and Theorem 1: rollback is exact; a stop token terminates."""
     classes, tables, vocab = json_list
-    grammar = compile_native(classes, JSON_LIST, tables=tables, kernel=kernel)
+    grammar = engines.compile_grammar(classes, JSON_LIST, engine="native", tables=tables, kernel=kernel)
+    assert isinstance(grammar, NativeCompiled)
     m = grammar.matcher()
     bm = grammar.allocate_token_bitmask()
     masks = []
@@ -372,7 +374,7 @@ def test_batch_fills_equal_single_fills(
 ) -> None:
     """proofs/native_engine.md, Theorem 1 (batches): batch fills equal one-by-one fills."""
     classes, tables, vocab = json_list
-    grammar = NativeGrammar(classes, tables, kernel=kernel)
+    grammar = NativeCompiled(classes, tables, kernel=kernel)
     rng = random.Random(5)
     ms: list[NativeMatcher] = [grammar.matcher() for _ in range(4)]
     batch = grammar.allocate_token_bitmask(4)
@@ -394,7 +396,7 @@ def test_batch_fills_equal_single_fills(
 def test_bad_input_errors(json_list: tuple[TokenClasses, NativeTables, Vocabulary]) -> None:
     """proofs/native_engine.md (bad input): typed errors, no crash."""
     classes, tables, _ = json_list
-    grammar = NativeGrammar(classes, tables)
+    grammar = NativeCompiled(classes, tables)
     m = grammar.matcher()
     for bad in (-1, 10**9, "3", 1.0, True):
         with pytest.raises(TokenIdError):
@@ -404,11 +406,11 @@ def test_bad_input_errors(json_list: tuple[TokenClasses, NativeTables, Vocabular
     with pytest.raises(EngineError):
         m.fill_next_token_bitmask(grammar.allocate_token_bitmask(), index=1)
     with pytest.raises(EngineError):
-        m.fill_next_class_bitmask(np.zeros((1, grammar.class_words + 1), dtype=np.int32))
+        m.fill_next_class_bitmask(np.zeros((1, grammar.engine_words + 1), dtype=np.int32))
     with pytest.raises(EngineError):
         grammar.fill_next_token_bitmask_batch([m, m], grammar.allocate_token_bitmask(1))
     with pytest.raises(EngineError):
-        NativeGrammar(classes, tables, kernel="gpu")  # type: ignore[arg-type]
+        NativeCompiled(classes, tables, kernel="gpu")  # type: ignore[arg-type]
     with pytest.raises(ClassesMismatchError):
         build_tables(classes, 'root ::= "z"')
 
@@ -447,11 +449,14 @@ def test_inconsistent_tables_are_refused(json_list: tuple[TokenClasses, NativeTa
     to[0] = d.num_states + 3
     bad2 = dataclasses.replace(tables, domains=dataclasses.replace(d, edge_to=to))
     assert "domain" in bad2.inconsistency()
+    for t in (bad, bad2):
+        with pytest.raises(EngineError, match="inconsistent"):
+            NativeCompiled(classes, t)
     module = c_module()
-    if module is not None:
+    if module is not None:  # the C kernel checks every index itself too
         for t in (bad, bad2):
-            with pytest.raises(ValueError):
-                NativeGrammar(classes, t, kernel="c")
+            with pytest.raises(EngineError, match="C kernel refuses"):
+                _c_tables(module, t)
 
 
 def test_masks_are_exact_for_any_gnf_of_the_language(
@@ -461,17 +466,244 @@ def test_masks_are_exact_for_any_gnf_of_the_language(
     classes, tables, vocab = json_list
     plain = class_gnf(JSON_LIST, specialized=False)
     other = build_tables(classes, JSON_LIST, gnf=plain)
-    a, b = NativeGrammar(classes, tables).matcher(), NativeGrammar(classes, other).matcher()
+    a, b = NativeCompiled(classes, tables).matcher(), NativeCompiled(classes, other).matcher()
     ma, mb = np.zeros((1, 1), dtype=np.int32), np.zeros((1, 1), dtype=np.int32)
     rng = random.Random(1)
     for _ in range(30):
         a.fill_next_class_bitmask(ma)
         b.fill_next_class_bitmask(mb)
         assert np.array_equal(ma, mb)
-        bm = NativeGrammar(classes, tables).allocate_token_bitmask()
+        bm = NativeCompiled(classes, tables).allocate_token_bitmask()
         a.fill_next_token_bitmask(bm)
         choices = sorted(allowed_tokens(bm[0], vocab.logit_width) - set(vocab.stop_ids))
         if not choices:
             break
         t = rng.choice(choices)
         assert a.accept_token(t) and b.accept_token(t)
+
+
+# -- the engines' entry point: options, the tables' cache directory --------------------------
+def test_engine_options_are_typed(json_list: tuple[TokenClasses, NativeTables, Vocabulary]) -> None:
+    """Bad options through ``engines.compile_grammar(..., engine="native")``: typed errors."""
+    classes, tables, vocab = json_list
+    with pytest.raises(EngineError, match="token classes only"):
+        engines.compile_full(vocab, JSON_LIST, engine="native")
+    with pytest.raises(EngineError, match="native engine only"):
+        engines.compile_grammar(classes, JSON_LIST, engine="xgrammar", tables=tables)
+    with pytest.raises(EngineError, match="native engine only"):
+        engines.compile_grammar(classes, JSON_LIST, engine="llguidance", kernel="python")
+    with pytest.raises(EngineError, match="GBNF only"):
+        engines.compile_grammar(classes, JSON_LIST, engine="native", syntax="lark")
+    with pytest.raises(EngineError, match="'root'"):
+        engines.compile_grammar(classes, JSON_LIST, engine="native", root="item")
+    with pytest.raises(EngineError, match="kernel"):
+        engines.compile_grammar(classes, JSON_LIST, engine="native", kernel="gpu")  # type: ignore[arg-type]
+    with pytest.raises(EngineError, match="tables must be"):
+        engines.compile_grammar(classes, JSON_LIST, engine="native", tables=42)  # type: ignore[arg-type]
+    with pytest.raises(EngineError, match="max_rollback_tokens"):
+        engines.compile_grammar(classes, JSON_LIST, engine="native", max_rollback_tokens=-1)
+    with pytest.raises(EngineError, match="max_rollback_tokens"):
+        bad: object = 2.5
+        engines.compile_grammar(classes, JSON_LIST, engine="native", max_rollback_tokens=bad)  # type: ignore[arg-type]
+    with pytest.raises(EngineError, match="native engine only"):
+        engines.compile_grammar(classes, JSON_LIST, engine="xgrammar", max_rollback_tokens=4)
+    with pytest.raises(EngineError, match="max_threads"):
+        engines.compile_grammar(classes, JSON_LIST, engine="native", max_threads=0)
+    with pytest.raises(ClassesMismatchError):
+        engines.compile_grammar(classes, 'root ::= "a"', engine="native")
+    other = compress('root ::= "a" | "[" "]"', vocab, progress=False)
+    with pytest.raises(EngineError, match="other classes"):
+        engines.compile_grammar(other, 'root ::= "a" | "[" "]"', engine="native", tables=tables)
+
+
+def _relabelled(classes: TokenClasses) -> TokenClasses:
+    """The same partition with two text classes' ids swapped: valid classes, other ids."""
+    text = [k for k in range(classes.num_classes) if k not in (classes.stop_class, classes.invalid_class)]
+    a, b = text[0], text[1]
+    perm = np.arange(classes.num_classes, dtype=np.int32)
+    perm[a], perm[b] = b, a
+    reps = classes.representatives.copy()
+    reps[a], reps[b] = reps[b], reps[a]
+    return TokenClasses(
+        perm[classes.token_class],
+        reps,
+        classes.invalid_class,
+        classes.stop_class,
+        classes.vocab,
+        classes.grammar_sha256,
+        dict(classes.stats),
+        classes.grammar_text_sha256,
+    )
+
+
+def test_tables_directory_is_built_once_then_loaded_and_checked(
+    tmp_path: Path, json_list: tuple[TokenClasses, NativeTables, Vocabulary], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tables=DIR``: built and saved on the first compile, loaded afterwards (no build), and a
+    corrupted file or tables of other classes are refused with CacheError, never rebuilt."""
+    import formalgram_cfgzip.engines.native.matcher as matcher_module
+
+    classes, _, vocab = json_list
+    where = tmp_path / "classes" / "native"
+    classes.save(tmp_path / "classes")  # the tables live next to the classes
+    first = engines.compile_grammar(classes, JSON_LIST, engine="native", tables=where)
+    assert (where / "meta.json").is_file()
+
+    def no_build(*args: object, **kw: object) -> NativeTables:
+        raise AssertionError("the tables were rebuilt instead of loaded")
+
+    monkeypatch.setattr(matcher_module, "build_tables", no_build)
+    back = TokenClasses.load(tmp_path / "classes", grammar=JSON_LIST, vocab=vocab)
+    second = engines.compile_grammar(back, JSON_LIST, engine="native", tables=where)
+    ids = {t: i for i, t in enumerate(vocab.tokens)}
+    m1, m2 = first.matcher(), second.matcher()
+    b1, b2 = first.allocate_token_bitmask(), second.allocate_token_bitmask()
+    for t in [b"[", b"[[", b"a,", b"bb", b"],", b"a", b"]"]:
+        m1.fill_next_token_bitmask(b1)
+        m2.fill_next_token_bitmask(b2)
+        assert np.array_equal(b1, b2)
+        assert m1.accept_token(ids[t]) and m2.accept_token(ids[t])
+    # the same grammar and vocabulary, other class ids: the classes' own fingerprint refuses it
+    with pytest.raises(CacheError, match="classes_sha256"):
+        engines.compile_grammar(_relabelled(classes), JSON_LIST, engine="native", tables=where)
+    other_vocab = small_vocab([b"[", b"]", b",", b"a", b"bb"])
+    with pytest.raises(CacheError):
+        engines.compile_grammar(
+            compress(JSON_LIST, other_vocab, progress=False), JSON_LIST, engine="native", tables=where
+        )
+    raw = (where / "arrays.npz").read_bytes()
+    (where / "arrays.npz").write_bytes(raw[:100] + bytes([raw[100] ^ 1]) + raw[101:])
+    with pytest.raises(CacheError):
+        engines.compile_grammar(classes, JSON_LIST, engine="native", tables=where)
+    (where / "meta.json").write_text("{not json")
+    with pytest.raises(CacheError):
+        engines.compile_grammar(classes, JSON_LIST, engine="native", tables=where)
+
+
+def test_tables_are_kept_in_the_classes_cache_directory(
+    tmp_path: Path, json_list: tuple[TokenClasses, NativeTables, Vocabulary], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Classes from a cache (``TokenClasses.load``, a ``Compressor`` entry) keep their native
+    tables beside them: built on the first compile, loaded on the next; a stale file there
+    (classes recomputed into the same entry) is rebuilt with a warning, never used."""
+    import formalgram_cfgzip.engines.native.matcher as matcher_module
+    from formalgram_cfgzip.compress import Compressor
+
+    classes, _, vocab = json_list
+    assert classes.cache_dir == ""
+    classes.save(tmp_path / "c")
+    loaded = TokenClasses.load(tmp_path / "c", grammar=JSON_LIST, vocab=vocab)
+    assert loaded.cache_dir == str(tmp_path / "c")
+    engines.compile_grammar(loaded, JSON_LIST, engine="native")
+    assert (tmp_path / "c" / "native" / "meta.json").is_file()
+    built: list[object] = []
+    real_build = build_tables
+
+    def counting(*args: object, **kw: object) -> NativeTables:
+        built.append(args)
+        return real_build(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(matcher_module, "build_tables", counting)
+    again = TokenClasses.load(tmp_path / "c", grammar=JSON_LIST, vocab=vocab)
+    engines.compile_grammar(again, JSON_LIST, engine="native")
+    assert built == []  # loaded, not rebuilt
+    # a Compressor's entries: classes computed and saved, then found on disk, tables beside them
+    comp = Compressor(vocab, cache_dir=tmp_path / "entries")
+    fresh = comp.compress(JSON_LIST)
+    assert fresh.cache_dir and Path(fresh.cache_dir).parent == tmp_path / "entries"
+    engines.compile_grammar(fresh, JSON_LIST, engine="native")
+    assert len(built) == 1
+    disk = Compressor(vocab, cache_dir=tmp_path / "entries").compress(JSON_LIST)
+    engines.compile_grammar(disk, JSON_LIST, engine="native")
+    assert len(built) == 1 and disk.cache_dir == fresh.cache_dir
+    # stale tables in the entry (relabelled classes saved over it): rebuilt, with a warning
+    relabelled = _relabelled(loaded)
+    relabelled.save(tmp_path / "c")
+    stale = TokenClasses.load(tmp_path / "c", grammar=JSON_LIST, vocab=vocab)
+    with pytest.warns(UserWarning, match="rebuilding the native tables"):
+        compiled = engines.compile_grammar(stale, JSON_LIST, engine="native")
+    assert len(built) == 2
+    assert isinstance(compiled, NativeCompiled)
+    assert (
+        NativeTables.load(tmp_path / "c" / "native", stale).classes_sha256 == compiled.tables.classes_sha256
+    )
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_batch_rows_of_terminated_matchers_are_empty(
+    kernel: Kernel, json_list: tuple[TokenClasses, NativeTables, Vocabulary]
+) -> None:
+    """A matcher that accepted a stop token fills an all-zero row in a batch (any row order),
+    and the live rows beside it are their single fills."""
+    classes, tables, vocab = json_list
+    grammar = NativeCompiled(classes, tables, kernel=kernel)
+    ids = {t: i for i, t in enumerate(vocab.tokens)}
+    done, live = grammar.matcher(), grammar.matcher()
+    stop = vocab.size - 1
+    assert done.accept_token(ids[b"[["]) and done.accept_token(ids[b"]"]) and done.accept_token(ids[b"]"])
+    assert done.accept_token(stop) and done.is_terminated()
+    numpy_id: object = np.int64(ids[b"["])  # numpy integers are token ids too
+    assert grammar.accept_token_batch([live], [numpy_id]) == [True]  # type: ignore[list-item]
+    single = grammar.allocate_token_bitmask()
+    live.fill_next_token_bitmask(single)
+    for fill, width in (
+        (grammar.fill_next_token_bitmask_batch, grammar.token_words),
+        (grammar.fill_next_class_bitmask_batch, grammar.engine_words),
+    ):
+        out = np.full((3, width), -1, dtype=np.int32)
+        fill([done, live], out, indices=[2, 0])
+        assert not out[2].any() and out[1].tolist() == [-1] * width
+        if width == grammar.token_words:
+            assert np.array_equal(out[0], single[0])
+        else:
+            assert out[0].any()
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("keep", [0, 1, 3])
+def test_bounded_history_keeps_masks_exact_and_memory_bounded(
+    kernel: Kernel, keep: int, json_list: tuple[TokenClasses, NativeTables, Vocabulary]
+) -> None:
+    """``max_rollback_tokens``: compactions never change a mask (every token at every step
+    against Earley, rollbacks within the bound included), rollback past the bound is a typed
+    error, and the stack stays bounded on a long walk while an unbounded matcher's grows."""
+    from formalgram.syntax.gbnf import parse_gbnf
+
+    classes, tables, vocab = json_list
+    grammar = engines.compile_grammar(
+        classes, JSON_LIST, engine="native", tables=tables, kernel=kernel, max_rollback_tokens=keep
+    )
+    unbounded = engines.compile_grammar(classes, JSON_LIST, engine="native", tables=tables, kernel=kernel)
+    assert isinstance(grammar, NativeCompiled) and isinstance(unbounded, NativeCompiled)
+    m, u = grammar.matcher(), unbounded.matcher()
+    assert isinstance(m, NativeMatcher) and isinstance(u, NativeMatcher)
+    trie = VocabTrie(vocab)
+    recs = [EarleyRecognizer(parse_gbnf(JSON_LIST))]  # one per position since the start
+    rng = random.Random(keep)
+    bm = grammar.allocate_token_bitmask()
+    ids = {t: i for i, t in enumerate(vocab.tokens)}
+    largest = 0
+    for step in range(150):
+        m.fill_next_token_bitmask(bm)
+        want = oracle_mask(recs[-1], trie, vocab)
+        assert allowed_tokens(bm[0], vocab.logit_width) == want, step
+        text = sorted(want - set(vocab.stop_ids))
+        undo = min(keep, m.info()["position"])  # never past a forgotten position
+        if rng.random() < 0.2 and undo:
+            n = rng.randint(1, undo)
+            m.rollback(n)
+            u.rollback(n)
+            del recs[-n:]
+            continue
+        # mostly open lists: the stacks grow, and so would the graph without compactions
+        tok = ids[b"[["] if ids[b"[["] in want and rng.random() < 0.5 else rng.choice(text)
+        data = vocab.tokens[tok]
+        assert data is not None and m.accept_token(tok) and u.accept_token(tok)
+        rec = recs[-1].copy()
+        assert rec.feed_bytes(data)
+        recs.append(rec)
+        largest = max(largest, m.info()["nodes"])
+    with pytest.raises(EngineError, match="cannot roll back"):
+        m.rollback(2 * keep + 1)
+    assert m.info()["position"] <= 2 * keep
+    assert largest < u.info()["nodes"] / 2, (largest, u.info())

@@ -6,7 +6,8 @@ vocabulary's), ``xgrammar.GrammarCompiler(...).compile_grammar(text)``, one
 ``xgrammar.GrammarMatcher`` per walk and ``xgrammar.BatchGrammarMatcher`` for batches.
 Nothing of ``formalgram_cfgzip.engines`` is on that side, so the special-token policy of
 ``formalgram_cfgzip/engines/base.py`` is not either.  The adapter's side is the public path:
-``compress()`` classes and ``engines.compile(classes, text, engine="xgrammar")``.
+``compress()`` classes and ``engines.compile(classes, text, engine="xgrammar")``, and the
+native engine (``engine="native"``, no XGrammar inside) the same way.
 
 At every step of seeded walks (biased to long tokens, sometimes a stop token) the two masks
 are compared at every logit index.  They may differ only where the policy says so, and the
@@ -157,15 +158,23 @@ class Lane:
         self.depth = 0
 
 
-def _walk(rel: str, vocab_name: str, batch: int, seed: int, classes: TokenClasses) -> None:
-    """Walk ``batch`` lanes in lockstep for ``STEPS[batch]`` steps, checking every step."""
+def _walk(
+    rel: str, vocab_name: str, batch: int, seed: int, classes: TokenClasses, engine: str = "xgrammar"
+) -> None:
+    """Walk ``batch`` lanes in lockstep for ``STEPS[batch]`` steps, checking every step.
+
+    ``engine`` runs the adapter's side: ``"xgrammar"`` over the classes, or ``"native"`` (masks
+    read off the displacements, no XGrammar inside), whose acceptance is its mask: where raw
+    XGrammar accepts a token outside its own mask, the native engine refuses it, and the
+    Earley recognizer must refuse it too (the disagreement is XGrammar's).
+    """
     vocab = _vocab(vocab_name)
     width = vocab.logit_width
     text = _data.grammar(rel).read_text(encoding="utf-8")
     raw = xgr.GrammarCompiler(_raw_tokenizer(vocab_name), max_threads=1, cache_enabled=False).compile_grammar(
         text
     )
-    adapter = engines.compile(classes, text, engine="xgrammar")
+    adapter = engines.compile(classes, text, engine=engine)  # type: ignore[arg-type]
     start = EarleyRecognizer(parse_gbnf(text))
     stops = set(vocab.stop_ids)
     labels = sorted(
@@ -214,6 +223,14 @@ def _walk(rel: str, vocab_name: str, batch: int, seed: int, classes: TokenClasse
             other = int(nprng.integers(vocab.size))
             if other not in want and other not in vocab.special_ids:
                 acc = (bool(lane.raw.accept_token(other)), lane.adapter.accept_token(other))
+                if engine == "native" and acc == (True, False):
+                    data = vocab.tokens[other]
+                    assert data is not None and not lane.rec.copy().feed_bytes(data), (
+                        f"{where}: token {other} {data!r} accepted by raw XGrammar outside its mask, "
+                        "refused by the native engine, but Earley accepts it"
+                    )
+                    lane.raw.rollback(1)
+                    acc = (False, False)
                 assert acc[0] == acc[1], f"{where}: token {other} outside the masks accepted {acc}"
                 if acc[0]:
                     lane.raw.rollback(1)
@@ -269,3 +286,34 @@ def test_adapter_matches_raw_xgrammar_heavy(
     rel: str, vocab_name: str, batch: int, classes_for: Callable[[str, str], TokenClasses]
 ) -> None:
     _walk(rel, vocab_name, batch, seed=100 + batch, classes=classes_for(rel, vocab_name))
+
+
+# the native engine against raw XGrammar: a JSON grammar, a C grammar and a JSON-schema grammar
+# with Llama-3 at batch 1 and 8 by default; every shared grammar with three vocabularies heavy
+NATIVE_CASES = [
+    (rel, "llama3", batch)
+    for rel in ("llama_cpp/c.gbnf", "json_schemas/purchase_order.gbnf")
+    for batch in (1, 8)
+]
+NATIVE_CASES.append(("transformers_cfg/json.ebnf", "llama3", 1))
+NATIVE_HEAVY_CASES = [
+    (rel, vocab, batch)
+    for rel in ["derived/lark_via_xgrammar/c_syncode.gbnf", *_HEAVY_GRAMMARS]
+    for vocab in ("llama3", "qwen3", "o200k_harmony")
+    for batch in (1, 8)
+]
+
+
+@pytest.mark.parametrize(("rel", "vocab_name", "batch"), NATIVE_CASES)
+def test_native_matches_raw_xgrammar(
+    rel: str, vocab_name: str, batch: int, classes_for: Callable[[str, str], TokenClasses]
+) -> None:
+    _walk(rel, vocab_name, batch, seed=batch, classes=classes_for(rel, vocab_name), engine="native")
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize(("rel", "vocab_name", "batch"), NATIVE_HEAVY_CASES)
+def test_native_matches_raw_xgrammar_heavy(
+    rel: str, vocab_name: str, batch: int, classes_for: Callable[[str, str], TokenClasses]
+) -> None:
+    _walk(rel, vocab_name, batch, seed=100 + batch, classes=classes_for(rel, vocab_name), engine="native")

@@ -6,20 +6,36 @@ A class is allowed next exactly when some stack starts with one of its popped se
 all classes' popped sequences form one automaton read top of stack first
 (:mod:`~formalgram_cfgzip.engines.native.domains`), so one walk of the stack graph through
 it gives the whole class mask.  The proof is ``proofs/native_engine.md``.
+
+This package is the ``engine="native"`` backend of :func:`formalgram_cfgzip.engines.compile_grammar`
+(:mod:`~formalgram_cfgzip.engines.native.matcher`).
 """
 
 from __future__ import annotations
 
 from formalgram_cfgzip.engines.native.domains import DomainAutomaton, domain_automaton, domain_roots
 from formalgram_cfgzip.engines.native.gss import BOTTOM, PyState
-from formalgram_cfgzip.engines.native.tables import NativeTables, build_tables
+from formalgram_cfgzip.engines.native.matcher import (
+    NativeCompiled,
+    NativeMatcher,
+    compile_full,
+    compile_grammar,
+    resolve_tables,
+)
+from formalgram_cfgzip.engines.native.tables import NativeTables, build_tables, classes_fingerprint
 
 __all__ = [
     "BOTTOM",
     "DomainAutomaton",
+    "NativeCompiled",
+    "NativeMatcher",
     "NativeTables",
     "PyState",
     "build_tables",
+    "classes_fingerprint",
+    "compile_full",
+    "compile_grammar",
     "domain_automaton",
     "domain_roots",
+    "resolve_tables",
 ]

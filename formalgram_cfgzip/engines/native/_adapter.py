@@ -1,13 +1,14 @@
 """The native engine's one door into the rest of the package.
 
 Everything the native engine takes from other modules -- the grammar pipeline of
-:func:`~formalgram_cfgzip.classes.compress`, the displacement search and the internals of its
-tries, the class data, the mask expander, the on-disk cache and the errors -- is imported
+:func:`~formalgram_cfgzip.compress.compress`, the displacement search and the internals of its
+tries, the class data, the engine protocol's base classes, the mask expander, the on-disk
+cache and the errors -- is imported
 here and nowhere else in :mod:`formalgram_cfgzip.engines.native`, so that moving those
 modules changes only the imports of this file.
 
 The three ``trie_*`` accessors read private fields of
-:class:`~formalgram_cfgzip.displacement.DisplacementSearch` (the hash-consed trie of strings
+:class:`~formalgram_cfgzip.search.displacement.DisplacementSearch` (the hash-consed trie of strings
 ``σ_out · # · reverse(σ_in)``): the domain automaton is built from the very nodes the
 search interned, which is what makes equal domains cost nothing to detect.
 """
@@ -20,12 +21,19 @@ from formalgram.grammar import Grammar
 from formalgram.pda import PDA
 from formalgram.syntax.gbnf import parse_gbnf
 from formalgram.transforms.gnf import to_gnf
+from formalgram.transforms.specialize import specialize_terminal_symbols
 from formalgram.transforms.useless import remove_useless
-from formalgram_cfgzip.cache import read_cache, write_cache
-from formalgram_cfgzip.classes import TokenClasses, grammar_fingerprint
-from formalgram_cfgzip.displacement import DEAD, START, DisplacementSearch, specialize_terminal_symbols
+from formalgram_cfgzip.cache import grammar_fingerprint, read_cache, write_cache
+from formalgram_cfgzip.classes import TokenClasses
+from formalgram_cfgzip.engines.base import (
+    CompiledGrammar,
+    EngineMatcher,
+    class_vocabulary,
+    prepare_compressed,
+)
 from formalgram_cfgzip.errors import CacheError, ClassesMismatchError, EngineError, TokenIdError
 from formalgram_cfgzip.expand import MaskExpander
+from formalgram_cfgzip.search.displacement import DEAD, START, DisplacementSearch
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
@@ -34,8 +42,10 @@ __all__ = [
     "START",
     "CacheError",
     "ClassesMismatchError",
+    "CompiledGrammar",
     "DisplacementSearch",
     "EngineError",
+    "EngineMatcher",
     "FormalgramError",
     "Grammar",
     "GrammarError",
@@ -45,8 +55,10 @@ __all__ = [
     "TokenIdError",
     "Vocabulary",
     "class_gnf",
+    "class_vocabulary",
     "grammar_fingerprint",
     "parse_grammar",
+    "prepare_compressed",
     "read_cache",
     "trie_edges",
     "trie_final",

@@ -1054,6 +1054,147 @@ State_fill(State *s, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* compact(keep): forget all but the last `keep` accepted tokens.  The history entries before
+   them are dropped (rollback reaches back `keep` tokens at most), the nodes that no kept entry's
+   tops reach are freed, and the kept nodes are renumbered in their order (so every kept entry's
+   nodes stay below its node count) with their parents copied into a fresh, dense arena. */
+static PyObject *
+State_compact(State *s, PyObject *arg)
+{
+    Py_ssize_t keep = PyLong_AsSsize_t(arg);
+    if (keep == -1 && PyErr_Occurred())
+        return NULL;
+    if (keep < 0) {
+        PyErr_SetString(PyExc_ValueError, "keep must be >= 0");
+        return NULL;
+    }
+    int64_t first = s->hn - 1 - (int64_t)keep; /* first kept history entry */
+    if (first <= 0)
+        Py_RETURN_NONE;
+    int64_t nn = s->nn;
+    int32_t *newid = malloc((size_t)nn * sizeof(int32_t));
+    int32_t *stack = malloc((size_t)nn * sizeof(int32_t));
+    int64_t *below = malloc((size_t)(nn + 1) * sizeof(int64_t)); /* kept nodes with a smaller id */
+    if (newid == NULL || stack == NULL || below == NULL) {
+        free(newid);
+        free(stack);
+        free(below);
+        return PyErr_NoMemory();
+    }
+    for (int64_t i = 0; i < nn; i++)
+        newid[i] = -1;
+    int64_t sp = 0;
+    newid[0] = 0; /* the bottom always stays */
+    for (int64_t j = first; j < s->hn; j++) {
+        const int32_t *tops = s->tarena + s->h_toff[j];
+        for (int32_t i = 0; i < s->h_ntops[j]; i++)
+            if (newid[tops[i]] < 0) {
+                newid[tops[i]] = 0;
+                stack[sp++] = tops[i];
+            }
+    }
+    while (sp > 0) {
+        int32_t v = stack[--sp];
+        const int32_t *par = s->arena + s->nodes[v].poff;
+        for (int32_t i = 0; i < s->nodes[v].plen; i++)
+            if (newid[par[i]] < 0) {
+                newid[par[i]] = 0;
+                stack[sp++] = par[i];
+            }
+    }
+    int64_t kept = 0, an = 0;
+    for (int64_t i = 0; i < nn; i++) {
+        below[i] = kept;
+        if (newid[i] >= 0) {
+            newid[i] = (int32_t)kept++;
+            an += s->nodes[i].plen;
+        }
+    }
+    below[nn] = kept;
+    int32_t *arena = malloc((size_t)(an > 0 ? an : 1) * sizeof(int32_t));
+    if (arena == NULL) {
+        free(newid);
+        free(stack);
+        free(below);
+        return PyErr_NoMemory();
+    }
+    int64_t off = 0;
+    for (int64_t i = 0; i < nn; i++) { /* ascending: node newid[i] <= i is written after it was read */
+        if (newid[i] < 0)
+            continue;
+        Node v = s->nodes[i];
+        const int32_t *par = s->arena + v.poff;
+        for (int32_t k = 0; k < v.plen; k++)
+            arena[off + k] = newid[par[k]];
+        Node *w = &s->nodes[newid[i]];
+        w->sym = v.sym;
+        w->plen = v.plen;
+        w->poff = off;
+        off += v.plen;
+    }
+    free(s->arena);
+    s->arena = arena;
+    s->acap = an > 0 ? an : 1;
+    /* history: entries first .. hn-1 become 0 .. ; their tops renumbered (order kept) */
+    int64_t tn = 0;
+    for (int64_t j = first; j < s->hn; j++) {
+        int64_t d = j - first;
+        const int32_t *tops = s->tarena + s->h_toff[j];
+        int32_t nt = s->h_ntops[j];
+        for (int32_t i = 0; i < nt; i++) /* tn <= h_toff[j]: never overwrites what is still read */
+            s->tarena[tn + i] = newid[tops[i]];
+        int64_t nodes_then = below[s->h_nodes[j] < nn ? s->h_nodes[j] : nn];
+        s->h_toff[d] = tn;
+        s->h_ntops[d] = nt;
+        s->h_term[d] = s->h_term[j];
+        s->h_nodes[d] = nodes_then;
+        s->h_arena[d] = nodes_then < kept ? s->nodes[nodes_then].poff : an;
+        tn += nt;
+    }
+    s->hn -= first;
+    s->tn = tn;
+    s->nn = kept;
+    s->an = an;
+    memset(s->nstamp, 0, (size_t)s->ncap * sizeof(uint32_t));
+    s->mark = 0;
+    free(newid);
+    free(stack);
+    free(below);
+    Py_RETURN_NONE;
+}
+
+/* fill_into(bitmask, index): the class mask into row index of a C-contiguous int32 (rows, words) buffer */
+static PyObject *
+State_fill_into(State *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "fill_into(bitmask, index)");
+        return NULL;
+    }
+    Py_ssize_t index = PyLong_AsSsize_t(args[1]);
+    if (index == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[0], &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    Py_ssize_t row_bytes = (Py_ssize_t)s->t->words * 4;
+    if (row_bytes <= 0 || v.len % row_bytes != 0) {
+        PyErr_Format(PyExc_ValueError, "bitmask rows must have %d int32 words", s->t->words);
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    if (index < 0 || index >= v.len / row_bytes) {
+        PyErr_Format(PyExc_IndexError, "row %zd is outside a bitmask of %zd rows", index, v.len / row_bytes);
+        PyBuffer_Release(&v);
+        return NULL;
+    }
+    int r = fill_row(s, (uint32_t *)v.buf + index * s->t->words);
+    PyBuffer_Release(&v);
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 State_stop_allowed(State *s, PyObject *Py_UNUSED(ignored))
 {
@@ -1176,6 +1317,10 @@ static PyMethodDef State_methods[] = {
     {"reset", (PyCFunction)State_reset, METH_NOARGS, "reset()\n\nBack to the empty prefix."},
     {"fill", (PyCFunction)State_fill, METH_O,
      "fill(row)\n\nWrite the class mask into a writable int32 buffer of ceil(num_classes/32) words."},
+    {"compact", (PyCFunction)State_compact, METH_O,
+     "compact(keep)\n\nForget all but the last keep accepted tokens and free the nodes no kept token reaches."},
+    {"fill_into", (PyCFunction)(void (*)(void))State_fill_into, METH_FASTCALL,
+     "fill_into(bitmask, index)\n\nWrite the class mask into row index of a writable C-contiguous int32 bitmask."},
     {"stop_allowed", (PyCFunction)State_stop_allowed, METH_NOARGS, "Whether the prefix is in the language."},
     {"is_terminated", (PyCFunction)State_is_terminated, METH_NOARGS, "Whether a stop token was accepted."},
     {"tops", (PyCFunction)State_tops, METH_NOARGS, "The current top nodes, ascending (0: the bottom)."},

@@ -189,6 +189,52 @@ class PyState:
             del self._sym[keep:]
             del self._par[keep:]
 
+    def compact(self, keep: int) -> None:
+        """Forget all but the last ``keep`` accepted tokens (rollback reaches back ``keep``
+        tokens at most) and free the nodes that no kept position's tops reach.
+
+        The kept nodes are renumbered in their order, so every kept position's nodes stay
+        below its node count and rollback keeps working on them.
+
+        Raises
+        ------
+        ValueError
+            If ``keep`` is negative.
+
+        Notes
+        -----
+        O(nodes + parents) of the graph; the masks of every kept position are unchanged.
+        """
+        if keep < 0:
+            raise ValueError("keep must be >= 0")
+        first = len(self._hist) - 1 - keep
+        if first <= 0:
+            return
+        sym, par = self._sym, self._par
+        reached = [False] * len(sym)
+        reached[BOTTOM] = True
+        todo = [v for tops, _, _ in self._hist[first:] for v in tops]
+        while todo:
+            v = todo.pop()
+            if not reached[v]:
+                reached[v] = True
+                todo.extend(par[v])
+        newid = [-1] * len(sym)
+        below = [0] * (len(sym) + 1)
+        kept = 0
+        for i, r in enumerate(reached):
+            below[i] = kept
+            if r:
+                newid[i] = kept
+                kept += 1
+        below[len(sym)] = kept
+        self._sym = [sym[i] for i in range(len(sym)) if reached[i]]
+        self._par = [tuple(newid[u] for u in par[i]) for i in range(len(sym)) if reached[i]]
+        self._hist = [
+            (tuple(newid[v] for v in tops), done, below[min(count, len(sym))])
+            for tops, done, count in self._hist[first:]
+        ]
+
     def _new(self, symbol: int) -> int:
         self._sym.append(symbol)
         self._par.append(())
@@ -322,6 +368,10 @@ class PyState:
             if stop >= 0 and self.stop_allowed():
                 acc[stop >> 5] |= np.uint32(1 << (stop & 31))
         row[:] = acc.view(np.int32)
+
+    def fill_into(self, bitmask: Any, index: int) -> None:
+        """Write the class mask into row ``index`` of the 2-D int32 array ``bitmask``."""
+        self.fill(bitmask[index])
 
 
 def _bits(ids: tuple[int, ...], words: int) -> npt.NDArray[np.uint32]:

@@ -1,40 +1,63 @@
-"""Native grammars and matchers over real token ids (the decoding protocol of the other engines).
+"""The native backend of :mod:`formalgram_cfgzip.engines`: compiled grammars and matchers over
+real token ids, behind the protocol of :mod:`formalgram_cfgzip.engines.base`.
 
-:func:`compile_native` prepares a grammar over its :class:`~formalgram_cfgzip.classes.TokenClasses`
-(building or loading the :class:`~formalgram_cfgzip.engines.native.tables.NativeTables`);
-its :class:`NativeMatcher` takes real token ids and fills class masks and full-vocabulary
-token masks (XGrammar's bitmask layout), advancing with each token's own bytes.
-
-Token policy (as for the other engines): a text token is allowed when the grammar allows its
-bytes next; a stop token when the text so far is in the language (accepting it terminates
-the matcher: every later mask is empty and every later token refused); tokens of the invalid
-class (special tokens, holes, padding, text valid nowhere) never.
+:func:`compile_grammar` (``engines.compile_grammar(classes, text, engine="native")``) checks
+the classes as the other backends do, builds or loads the grammar's
+:class:`~formalgram_cfgzip.engines.native.tables.NativeTables` and returns a
+:class:`NativeCompiled`; its :class:`NativeMatcher` advances a graph-structured stack by the
+bytes of each accepted token's class representative (tokens of one class have one
+displacement, so they leave the same stacks) and fills class masks with one walk of that
+stack through the domain automaton.  Token masks, batches, rollback, the special-token
+policy, the expanders (one per torch device) and every argument check are the shared ones
+of :class:`~formalgram_cfgzip.engines.base.CompiledGrammar` and
+:class:`~formalgram_cfgzip.engines.base.EngineMatcher`.
 
 Kernels: the C kernel ``_cnative`` when it is built (``kernel="auto"``; not with
-``FORMALGRAM_NO_CNATIVE=1``), else the pure-Python :class:`~formalgram_cfgzip.engines.native.gss.PyState`;
-both give identical masks.
+``FORMALGRAM_NO_CNATIVE=1``), else the pure-Python
+:class:`~formalgram_cfgzip.engines.native.gss.PyState`; both give identical masks.  The
+native engine needs classes: there is no full-vocabulary variant (:func:`compile_full`
+refuses).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from formalgram_cfgzip.engines.native._adapter import (
+    CacheError,
+    CompiledGrammar,
     EngineError,
+    EngineMatcher,
     Grammar,
-    MaskExpander,
     TokenClasses,
-    TokenIdError,
+    Vocabulary,
+    class_vocabulary,
+    prepare_compressed,
 )
 from formalgram_cfgzip.engines.native.gss import PyState
-from formalgram_cfgzip.engines.native.tables import NativeTables, build_tables
+from formalgram_cfgzip.engines.native.tables import NativeTables, build_tables, classes_fingerprint
 
-__all__ = ["NativeGrammar", "NativeMatcher", "c_module", "compile_native"]
+__all__ = [
+    "TABLES_SUBDIR",
+    "Kernel",
+    "NativeCompiled",
+    "NativeMatcher",
+    "StateLike",
+    "c_module",
+    "compile_full",
+    "compile_grammar",
+    "resolve_tables",
+]
+
+#: Which kernel runs the matchers: the C kernel when built (``"auto"``), or one of them.
+Kernel = Literal["auto", "c", "python"]
 
 
 class StateLike(Protocol):
@@ -46,9 +69,13 @@ class StateLike(Protocol):
 
     def rollback(self, num_tokens: int, /) -> None: ...
 
+    def compact(self, keep: int, /) -> None: ...
+
     def reset(self) -> None: ...
 
     def fill(self, row: Any, /) -> None: ...
+
+    def fill_into(self, bitmask: Any, index: int, /) -> None: ...
 
     def stop_allowed(self) -> bool: ...
 
@@ -74,29 +101,129 @@ def c_module() -> Any:
 
 def _c_tables(module: Any, t: NativeTables) -> Any:
     d = t.domains
-    return module.Tables(
-        t.num_symbols,
-        t.start_symbol,
-        t.accepts_empty,
-        t.num_classes,
-        t.stop_class,
-        t.byte_class,
-        t.trie_sym,
-        t.trie_up,
-        t.trans_key,
-        t.trans_start,
-        t.trans_push,
-        d.edge_start,
-        d.edge_sym,
-        d.edge_to,
-        d.out,
-        d.set_start,
-        d.set_class,
-    )
+    try:
+        return module.Tables(
+            t.num_symbols,
+            t.start_symbol,
+            t.accepts_empty,
+            t.num_classes,
+            t.stop_class,
+            t.byte_class,
+            t.trie_sym,
+            t.trie_up,
+            t.trans_key,
+            t.trans_start,
+            t.trans_push,
+            d.edge_start,
+            d.edge_sym,
+            d.edge_to,
+            d.out,
+            d.set_start,
+            d.set_class,
+        )
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise EngineError(f"the native C kernel refuses the tables: {exc}") from None
 
 
-class NativeGrammar:
+class NativeMatcher(EngineMatcher):
+    """Matcher over real token ids backed by a native kernel state (one sequence).
+
+    See :class:`~formalgram_cfgzip.engines.base.EngineMatcher` for the protocol and its errors.
+    """
+
+    # The kernels' fills write an all-zero row once a stop token was accepted -- what the
+    # checked path of the batch fills would write -- so batches take the unchecked path
+    # (no per-matcher is_terminated() call).
+    FILL_RAISES_WHEN_TERMINATED = True
+
+    def __init__(self, compiled: NativeCompiled) -> None:
+        super().__init__(compiled)
+        self._state: StateLike = compiled.new_state()
+        self._bytes = compiled.engine_tokens
+        self._stop = compiled.stop_class
+        self._fill_into = self._state.fill_into
+        self._class_of = compiled.class_list
+        self._never = compiled.never_list
+        self._width = compiled.logit_width
+        keep = compiled.max_rollback_tokens
+        #: history length that triggers a compaction down to ``keep`` tokens (amortised O(1))
+        self._keep = keep if keep is not None else -1
+        self._compact_at = 2 * keep + 1 if keep is not None else -1
+
+    def accept_token(self, token_id: int) -> bool:
+        """Advance by a real token id; ``False`` (state unchanged) if the grammar forbids it.
+
+        Raises
+        ------
+        TokenIdError
+            If ``token_id`` is not an integer in ``0 .. logit_width - 1``.
+        """
+        if type(token_id) is int and 0 <= token_id < self._width:  # the common case, inline
+            k = self._class_of[token_id]
+        else:  # numpy integers, and the typed errors
+            k = self.compiled.engine_id(token_id)
+        return self._accept_engine_id(k)
+
+    def _accept_engine_id(self, engine_id: int) -> bool:
+        if self._never[engine_id]:
+            return False
+        state = self._state
+        ok = state.accept_stop() if engine_id == self._stop else state.accept_bytes(self._bytes[engine_id])
+        if ok:
+            history = self._history
+            history.append(engine_id)
+            if len(history) == self._compact_at:
+                self._compact()
+        return ok
+
+    def _compact(self) -> None:
+        """Forget all but the last ``max_rollback_tokens`` tokens, freeing their stack nodes."""
+        keep = self._keep
+        self._state.compact(keep)
+        if keep:
+            del self._history[:-keep]
+        else:
+            self._history.clear()
+
+    # -- engine hooks -----------------------------------------------------------------------
+    def _engine_accept(self, engine_id: int) -> bool:
+        if engine_id == self._stop:
+            return self._state.accept_stop()
+        return self._state.accept_bytes(self._bytes[engine_id])
+
+    def _engine_fill(self, bitmask: npt.NDArray[np.int32], index: int) -> None:
+        self._fill_into(bitmask, index)
+
+    def _fill_live(self, bitmask: npt.NDArray[np.int32], index: int) -> bool:
+        # the kernel writes an all-zero row once a stop token was accepted: no separate check
+        self._fill_into(bitmask, index)
+        return True
+
+    def _engine_rollback(self, num_tokens: int) -> None:
+        self._state.rollback(num_tokens)
+
+    def _engine_reset(self) -> None:
+        self._state.reset()
+
+    def is_terminated(self) -> bool:
+        """Whether a stop token was accepted."""
+        return self._state.is_terminated()
+
+    # -- extras -----------------------------------------------------------------------------
+    def stop_allowed(self) -> bool:
+        """Whether the text so far is in the language (a stop token may come next)."""
+        return self._state.stop_allowed()
+
+    def info(self) -> dict[str, int]:
+        """Sizes of the graph-structured stack and of the last walk (benchmarks)."""
+        return self._state.info()
+
+
+class NativeCompiled(CompiledGrammar):
     """A grammar compiled for the native engine over token classes.
+
+    Made by :func:`compile_grammar`; see
+    :class:`~formalgram_cfgzip.engines.base.CompiledGrammar` for the shared attributes.
 
     Parameters
     ----------
@@ -105,46 +232,78 @@ class NativeGrammar:
         Tables built for ``classes`` (:func:`~formalgram_cfgzip.engines.native.tables.build_tables`).
     kernel : {"auto", "c", "python"}, keyword-only
         ``"auto"``: the C kernel when built, else pure Python.
+    max_rollback_tokens : int or None, keyword-only
+        Bound on :meth:`~formalgram_cfgzip.engines.base.EngineMatcher.rollback`: once a
+        matcher holds twice this many accepted tokens it forgets all but the last this many
+        (a rollback never reaches past a forgotten position) and frees the stack nodes that
+        only older positions reached, so its memory stays bounded however long the text.
+        ``None`` (default): everything since the start can be undone, and the stack grows
+        with the text.
 
     Raises
     ------
     EngineError
-        If ``kernel="c"`` and the C kernel is not built, or the tables do not fit the classes.
+        If ``kernel`` is unknown, ``kernel="c"`` and the C kernel is not built,
+        ``max_rollback_tokens`` is not ``None`` or an integer >= 0, or the tables were built
+        for other classes or are inconsistent.
 
     Attributes
     ----------
     kernel : str
         ``"c"`` or ``"python"``: the kernel in use.
-    logit_width, token_words, num_classes, class_words : int
-        Widths of the masks.
-    expander : MaskExpander
-        Class mask -> token mask.
+    tables : NativeTables
+    engine_tokens : list of bytes
+        Per class, the bytes a matcher advances by (the representative's; ``b""`` for the
+        stop and the invalid class).
+    stop_class : int
+        ``classes.stop_class``.
+    max_rollback_tokens : int or None
+        As given.
+
+    Notes
+    -----
+    Construction copies the tables into the C kernel once (O(size of the tables)) and builds
+    the expander (O(logit_width)).  All matchers share the kernel's tables and scratch;
+    every kernel call holds the GIL, so the shared scratch is never used by two threads at
+    once.  Batch fills run in the calling thread (microseconds per row).
     """
 
     def __init__(
-        self, classes: TokenClasses, tables: NativeTables, *, kernel: Literal["auto", "c", "python"] = "auto"
+        self,
+        classes: TokenClasses,
+        tables: NativeTables,
+        *,
+        kernel: Kernel = "auto",
+        max_rollback_tokens: int | None = None,
     ) -> None:
-        if tables.num_classes != classes.num_classes or tables.stop_class != classes.stop_class:
-            raise EngineError("the native tables were built for other classes")
         if kernel not in ("auto", "c", "python"):
             raise EngineError(f"kernel must be 'auto', 'c' or 'python', got {kernel!r}")
+        if max_rollback_tokens is not None and (
+            isinstance(max_rollback_tokens, bool)
+            or not isinstance(max_rollback_tokens, (int, np.integer))
+            or max_rollback_tokens < 0
+        ):
+            raise EngineError(
+                f"max_rollback_tokens must be None or an integer >= 0, got {max_rollback_tokens!r}"
+            )
+        _check_tables(tables, classes)
         module = c_module() if kernel != "python" else None
         if kernel == "c" and module is None:
             raise EngineError("the native C kernel (formalgram_cfgzip.engines.native._cnative) is not built")
-        self.classes = classes
+        tokens = class_vocabulary(classes)
+        stops = [classes.stop_class] if classes.stop_class >= 0 else []
+        super().__init__(classes.vocab, classes, tokens, stops)
         self.tables = tables
-        self.vocab = classes.vocab
         self.kernel = "c" if module is not None else "python"
+        self.engine_tokens = tokens
+        self.stop_class = classes.stop_class
+        self.max_rollback_tokens = None if max_rollback_tokens is None else int(max_rollback_tokens)
+        #: class of every logit index and the policy's never-allowed classes, as Python lists
+        #: (one list index per accepted token instead of a numpy scalar lookup)
+        self.class_list: list[int] = np.asarray(classes.token_class).tolist()
+        self.never_list: list[bool] = self.never.tolist()
         self._module = module
         self._ctables = _c_tables(module, tables) if module is not None else None
-        self.logit_width = self.vocab.logit_width
-        self.token_words = (self.logit_width + 31) // 32
-        self.num_classes = classes.num_classes
-        self.class_words = (self.num_classes + 31) // 32
-        self.token_class = np.asarray(classes.token_class, dtype=np.int32)
-        self._class_list: list[int] = self.token_class.tolist()
-        self.expander = MaskExpander(self.token_class, self.num_classes)
-        self._batch_scratch = np.zeros((0, self.class_words), dtype=np.int32)
 
     def new_state(self) -> StateLike:
         """A fresh kernel state (empty prefix)."""
@@ -157,184 +316,223 @@ class NativeGrammar:
         """A fresh matcher in the initial state."""
         return NativeMatcher(self)
 
-    def allocate_token_bitmask(self, batch: int = 1) -> npt.NDArray[np.int32]:
-        """Zeroed int32 token bitmask ``(batch, ceil(logit_width / 32))``."""
-        return np.zeros((batch, self.token_words), dtype=np.int32)
-
-    def allocate_class_bitmask(self, batch: int = 1) -> npt.NDArray[np.int32]:
-        """Zeroed int32 class bitmask ``(batch, ceil(num_classes / 32))``."""
-        return np.zeros((batch, self.class_words), dtype=np.int32)
-
-    def fill_next_class_bitmask_batch(self, matchers: Sequence[NativeMatcher], class_bitmask: Any) -> None:
-        """Row ``i`` of ``class_bitmask`` := class mask of ``matchers[i]``.
+    def accept_token_batch(self, matchers: Sequence[EngineMatcher], token_ids: Sequence[int]) -> list[bool]:
+        """Advance each matcher by its token; the whole batch is checked before any moves
+        (as :meth:`CompiledGrammar.accept_token_batch
+        <formalgram_cfgzip.engines.base.CompiledGrammar.accept_token_batch>`, with the
+        matchers' list lookups for plain int ids).
 
         Raises
         ------
         EngineError
-            If the bitmask is not a C-contiguous int32 array with enough rows of the class
-            width, or a matcher belongs to another grammar.
+            On a matcher of another grammar (or ``None``), or as many tokens as matchers
+            not given.
+        TokenIdError
+            On a token id outside the vocabulary; no matcher has moved then.
         """
-        arr = _rows(class_bitmask, self.class_words, len(matchers), "class bitmask")
-        for m in matchers:
-            if m.grammar is not self:
-                raise EngineError("a matcher of another grammar was passed")
-        if self._module is not None:
-            self._module.fill_batch([m._state for m in matchers], arr)
-            return
-        for i, m in enumerate(matchers):
-            m._state.fill(arr[i])
-
-    def fill_next_token_bitmask_batch(self, matchers: Sequence[NativeMatcher], bitmask: Any) -> None:
-        """Row ``i`` of ``bitmask`` := token mask of ``matchers[i]`` (class masks, then one expansion)."""
-        arr = _rows(bitmask, self.token_words, len(matchers), "token bitmask")
-        n = len(matchers)
-        if self._batch_scratch.shape[0] < n:
-            self._batch_scratch = np.zeros((n, self.class_words), dtype=np.int32)
-        scratch = self._batch_scratch[:n]
-        self.fill_next_class_bitmask_batch(matchers, scratch)
-        self.expander.expand(scratch, arr[:n])
-
-    def accept_token_batch(self, matchers: Sequence[NativeMatcher], token_ids: Sequence[int]) -> list[bool]:
-        """Advance each matcher by its token."""
         if len(matchers) != len(token_ids):
             raise EngineError(f"{len(matchers)} matchers but {len(token_ids)} tokens")
-        return [m.accept_token(t) for m, t in zip(matchers, token_ids, strict=True)]
+        self._check_matchers(matchers)
+        cls, width = self.class_list, self.logit_width
+        ids = [cls[t] if type(t) is int and 0 <= t < width else self.engine_id(t) for t in token_ids]
+        return [m._accept_engine_id(e) for m, e in zip(matchers, ids, strict=True)]
+
+    def _batch_engine_fill(
+        self, matchers: Sequence[EngineMatcher], engine_bitmask: npt.NDArray[np.int32]
+    ) -> None:
+        states = [m._state for m in matchers if isinstance(m, NativeMatcher)]
+        if len(states) != len(matchers):
+            raise EngineError("matchers of another engine were passed to a native batch")
+        if self._module is not None:
+            self._module.fill_batch(states, engine_bitmask)
+            return
+        for i, s in enumerate(states):
+            s.fill(engine_bitmask[i])
 
 
-def _rows(bitmask: Any, words: int, rows: int, what: str) -> npt.NDArray[np.int32]:
-    if not (
-        isinstance(bitmask, np.ndarray)
-        and bitmask.dtype == np.int32
-        and bitmask.ndim == 2
-        and bitmask.flags.c_contiguous
+def _check_tables(tables: object, classes: TokenClasses) -> None:
+    """The typed error when ``tables`` were not built for ``classes`` or cannot be used."""
+    if not isinstance(tables, NativeTables):
+        raise EngineError(f"tables must be NativeTables, got {type(tables).__name__}")
+    if (
+        tables.num_classes != classes.num_classes
+        or tables.stop_class != classes.stop_class
+        or tables.invalid_class != classes.invalid_class
+        or tables.grammar_sha256 != classes.grammar_sha256
+        or tables.vocab_sha256 != classes.vocab.fingerprint()
+        or tables.classes_sha256 != classes_fingerprint(classes)
     ):
-        raise EngineError(f"{what} must be a C-contiguous 2-D int32 numpy array")
-    if bitmask.shape[1] != words or bitmask.shape[0] < rows:
-        raise EngineError(
-            f"{what} must have at least {rows} rows of {words} int32 words, got {bitmask.shape}"
-        )
-    return bitmask
+        raise EngineError("the native tables were built for other classes (or another grammar or vocabulary)")
+    why = tables.inconsistency()
+    if why:
+        raise EngineError(f"the native tables are inconsistent: {why}")
 
 
-class NativeMatcher:
-    """Matcher over real token ids on the native engine (same protocol as the other engines)."""
-
-    def __init__(self, grammar: NativeGrammar) -> None:
-        self.grammar = grammar
-        self._state = grammar.new_state()
-        self._scratch = np.zeros((1, grammar.class_words), dtype=np.int32)
-        self._write_row = grammar.expander.row_writer()
-        self._tokens = grammar.vocab.tokens
-        self._class_of = grammar._class_list
-        self._stop = grammar.classes.stop_class
-        self._invalid = grammar.classes.invalid_class
-
-    def accept_token(self, token_id: int) -> bool:
-        """Advance by a real token id; ``False`` (state unchanged) if the grammar forbids it.
-
-        Raises
-        ------
-        TokenIdError
-            If ``token_id`` is not an integer in ``0 .. logit_width - 1``.
-        """
-        if isinstance(token_id, bool) or not isinstance(token_id, (int, np.integer)):
-            raise TokenIdError(f"token id must be an integer, got {token_id!r}")
-        t = int(token_id)
-        if not 0 <= t < len(self._class_of):
-            raise TokenIdError(f"token id {t} is outside the vocabulary (0..{len(self._class_of) - 1})")
-        k = self._class_of[t]
-        if k == self._stop:
-            return self._state.accept_stop()
-        if k == self._invalid:
-            return False
-        data = self._tokens[t]
-        return bool(data) and self._state.accept_bytes(data)  # type: ignore[arg-type]
-
-    def fill_next_class_bitmask(self, class_bitmask: Any, index: int = 0) -> None:
-        """Write the class mask into row ``index`` of an int32 ``(batch, ceil(num_classes / 32))`` array."""
-        arr = _rows(class_bitmask, self.grammar.class_words, 1, "class bitmask")
-        if not 0 <= index < arr.shape[0]:
-            raise EngineError(f"batch index {index} out of range for a bitmask with {arr.shape[0]} rows")
-        self._state.fill(arr[index])
-
-    def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
-        """Write the full-vocabulary token mask into row ``index`` of an int32 ``(batch, ceil(logit_width / 32))`` array."""
-        arr = _rows(bitmask, self.grammar.token_words, 1, "token bitmask")
-        if not 0 <= index < arr.shape[0]:
-            raise EngineError(f"batch index {index} out of range for a bitmask with {arr.shape[0]} rows")
-        self._state.fill(self._scratch[0])
-        self._write_row(self._scratch, arr, index)
-
-    def rollback(self, num_tokens: int = 1) -> None:
-        """Undo the last ``num_tokens`` accepted tokens.
-
-        Raises
-        ------
-        EngineError
-            If more tokens are rolled back than were accepted since the last reset.
-        """
-        try:
-            self._state.rollback(num_tokens)
-        except ValueError as exc:
-            raise EngineError(str(exc)) from None
-
-    def reset(self) -> None:
-        """Back to the initial state."""
-        self._state.reset()
-
-    def is_terminated(self) -> bool:
-        """Whether a stop token was accepted."""
-        return self._state.is_terminated()
-
-    def stop_allowed(self) -> bool:
-        """Whether the text so far is in the language (a stop token may come next)."""
-        return self._state.stop_allowed()
-
-    def info(self) -> dict[str, int]:
-        """Sizes of the graph-structured stack and of the last walk (benchmarks)."""
-        return self._state.info()
+#: The subdirectory of a classes' cache directory that holds their native tables.
+TABLES_SUBDIR = "native"
 
 
-def compile_native(
+def resolve_tables(
     classes: TokenClasses,
     grammar: Grammar | str,
-    *,
-    tables: NativeTables | None = None,
-    kernel: Literal["auto", "c", "python"] = "auto",
-) -> NativeGrammar:
-    """Compile ``grammar`` for the native engine over ``classes``.
+    tables: NativeTables | str | os.PathLike[str] | None,
+) -> NativeTables:
+    """The tables to compile with: given, loaded from a directory, or built (and saved there).
 
     Parameters
     ----------
     classes : TokenClasses
-        Classes computed by ``compress`` for ``grammar``.
+        The classes (already checked against ``grammar``).
     grammar : Grammar or str
-        The grammar (or its GBNF text).
-    tables : NativeTables or None, keyword-only
-        Tables built earlier for these classes (``None``: built now, see
-        :func:`~formalgram_cfgzip.engines.native.tables.build_tables`).
-    kernel : {"auto", "c", "python"}, keyword-only
-        Which kernel runs the matchers.
+        Their grammar.
+    tables : NativeTables, path or None
+        A :class:`NativeTables`: used as it is.  A directory: loaded from it when it holds
+        saved tables (:meth:`NativeTables.load`), else built and saved there.  ``None``:
+        the ``native`` subdirectory of ``classes.cache_dir`` (classes loaded with
+        :meth:`TokenClasses.load <formalgram_cfgzip.classes.TokenClasses.load>` or from a
+        :class:`~formalgram_cfgzip.compress.Compressor` cache), loaded when it holds tables
+        of these classes, else built and saved there (a stale or corrupted file there is
+        rebuilt and replaced, with a warning; one that cannot be written only warns); for
+        classes without a cache directory, built now
+        (:func:`~formalgram_cfgzip.engines.native.tables.build_tables`).
 
     Returns
     -------
-    NativeGrammar
+    NativeTables
+
+    Raises
+    ------
+    CacheError
+        If the directory given holds tables that are corrupted or belong to other classes,
+        a grammar or a vocabulary other than ``classes``' (refused, never rebuilt), or the
+        new tables cannot be written there.
+    EngineError
+        If ``tables`` is of another type.
+    GrammarTooLarge
+        If building the tables exceeds a budget.
+
+    Notes
+    -----
+    Loading costs O(size of the tables) (0.1-0.4 s for the largest shared grammar); a
+    build costs a GNF conversion and a displacement search over the representatives
+    (docs/native-engine.md: 0.1 s to 245 s).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from formalgram_cfgzip import TokenClasses, Vocabulary, compress
+    >>> text, v = 'root ::= "(" root ")" | "x"', Vocabulary([b"(", b")", b"x"])
+    >>> d = Path(tempfile.mkdtemp())
+    >>> compress(text, v, progress=False).save(d)
+    >>> classes = TokenClasses.load(d, grammar=text, vocab=v)
+    >>> built = resolve_tables(classes, text, None)  # built, and kept in d / "native"
+    >>> (d / TABLES_SUBDIR / "meta.json").is_file()
+    True
+    >>> resolve_tables(classes, text, None).classes_sha256 == built.classes_sha256  # loaded
+    True
+    """
+    if isinstance(tables, NativeTables):
+        return tables
+    if tables is None:
+        if not classes.cache_dir:
+            return build_tables(classes, grammar, check=False)
+        return _beside_classes(classes, grammar, Path(classes.cache_dir) / TABLES_SUBDIR)
+    if not isinstance(tables, (str, os.PathLike)):
+        raise EngineError(f"tables must be NativeTables, a directory or None, got {type(tables).__name__}")
+    where = Path(tables)
+    if _holds_tables(where):
+        return NativeTables.load(where, classes)
+    built = build_tables(classes, grammar, check=False)
+    built.save(where)
+    return built
+
+
+def _holds_tables(where: Path) -> bool:
+    return (where / "meta.json").exists() or (where / "arrays.npz").exists()
+
+
+def _beside_classes(classes: TokenClasses, grammar: Grammar | str, where: Path) -> NativeTables:
+    """The tables kept in the classes' own cache directory: loaded, else (re)built and kept."""
+    if _holds_tables(where):
+        try:
+            return NativeTables.load(where, classes)
+        except CacheError as exc:
+            warnings.warn(f"rebuilding the native tables: {exc}", stacklevel=4)
+    built = build_tables(classes, grammar, check=False)
+    try:
+        built.save(where)
+    except CacheError as exc:
+        warnings.warn(f"the native tables are not kept: {exc}", stacklevel=4)
+    return built
+
+
+def compile_grammar(
+    classes: TokenClasses,
+    grammar_text: str,
+    *,
+    root: str = "root",
+    vocab: Vocabulary | None = None,
+    check: bool = True,
+    max_threads: int | None = None,
+    tables: NativeTables | str | os.PathLike[str] | None = None,
+    kernel: Kernel = "auto",
+    max_rollback_tokens: int | None = None,
+) -> NativeCompiled:
+    """Compile ``grammar_text`` for the native engine over ``classes``.
+
+    Parameters
+    ----------
+    classes : TokenClasses
+        Classes computed by :func:`formalgram_cfgzip.compress` for this grammar.
+    grammar_text : str
+        The GBNF text the classes were computed from.
+    root : str, keyword-only
+        Start rule; the native engine reads ``root`` only (the start rule of ``compress``).
+    vocab : Vocabulary or None, keyword-only
+        The vocabulary the caller decodes with; checked against ``classes.vocab``.
+    check : bool, keyword-only
+        Validate fingerprints and the special-token policy
+        (:func:`~formalgram_cfgzip.engines.base.check_classes`).
+    max_threads : int or None, keyword-only
+        Accepted for the common signature (checked, at least 1); the native engine fills
+        batches in the calling thread.
+    tables : NativeTables, path or None, keyword-only
+        Where the tables come from (:func:`resolve_tables`): given, a directory (loaded, or
+        built and saved there), or by default the classes' own cache directory when they
+        have one (``classes.cache_dir``), else built now.
+    kernel : {"auto", "c", "python"}, keyword-only
+        Which kernel runs the matchers.
+    max_rollback_tokens : int or None, keyword-only
+        Bound on rollback that keeps a matcher's memory bounded (:class:`NativeCompiled`).
+
+    Returns
+    -------
+    NativeCompiled
 
     Raises
     ------
     ClassesMismatchError
-        If the classes belong to another grammar.
+        With ``check``: classes of another vocabulary or grammar, or breaking the policy.
+    CacheError
+        A tables directory that is corrupted or for other classes.
     EngineError
-        If the tables do not fit the classes, or ``kernel="c"`` is not built.
-    GrammarTooLarge
-        If building the tables exceeds a budget.
+        On an option of the wrong type or value, a ``root`` other than ``"root"``, tables
+        for other classes, or ``kernel="c"`` without the C kernel.
+    GrammarTooLarge, GrammarError
+        If building the tables exceeds a budget or the grammar cannot be converted.
+
+    Notes
+    -----
+    With saved tables: a load (O(size of the tables)) and the expander (O(logit_width)),
+    milliseconds to a fraction of a second; without, the build of :func:`resolve_tables`.
 
     Examples
     --------
     >>> from formalgram_cfgzip import Vocabulary, compress
     >>> text = 'root ::= "[" ("a" ("," "a")*)? "]"'
     >>> v = Vocabulary([b"[", b"a", b",", b"]", b"a,", b"<eos>"], stop_ids=[5], special_ids=[5])
-    >>> g = compile_native(compress(text, v, progress=False), text)
+    >>> g = compile_grammar(compress(text, v, progress=False), text)
     >>> m = g.matcher()
     >>> mask = g.allocate_token_bitmask()
     >>> m.accept_token(0), m.accept_token(4), m.accept_token(3)
@@ -343,8 +541,29 @@ def compile_native(
     >>> [i for i in range(6) if mask[0, 0] >> i & 1]  # "a" or "a," may follow "[a,"
     [1, 4]
     """
-    if tables is None:
-        tables = build_tables(classes, grammar)
-    elif tables.grammar_sha256 != classes.grammar_sha256:
-        raise EngineError("the native tables were built for another grammar")
-    return NativeGrammar(classes, tables, kernel=kernel)
+    prepare_compressed(classes, grammar_text, root=root, vocab=vocab, check=check, max_threads=max_threads)
+    if root != "root":
+        raise EngineError(f"the native engine starts at rule 'root' (as compress does), not {root!r}")
+    if kernel not in ("auto", "c", "python"):
+        raise EngineError(f"kernel must be 'auto', 'c' or 'python', got {kernel!r}")
+    return NativeCompiled(
+        classes,
+        resolve_tables(classes, grammar_text, tables),
+        kernel=kernel,
+        max_rollback_tokens=max_rollback_tokens,
+    )
+
+
+def compile_full(vocab: Vocabulary, grammar_text: str, **options: Any) -> CompiledGrammar:
+    """Refused: the native engine reads masks off token classes, so it has no full-vocabulary form.
+
+    Raises
+    ------
+    EngineError
+        Always; compress the vocabulary (:func:`formalgram_cfgzip.compress`) and use
+        :func:`compile_grammar`, or use another engine for the reference.
+    """
+    raise EngineError(
+        "the native engine works over token classes only: use compile_grammar(compress(...), text, "
+        "engine='native'), or engine='xgrammar' / 'llguidance' for a full-vocabulary reference"
+    )
