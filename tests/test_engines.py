@@ -440,7 +440,9 @@ def test_torch_cpu_bitmask_and_lazy_engines() -> None:
     assert np.array_equal(t3.numpy(), a3) and (a3[:2] == -1).all()
     assert set(allowed_ids(a3[2], vocab.logit_width).tolist()) == {11, 18}
     code = "import sys, formalgram_cfgzip, formalgram_cfgzip.engines; print('xgrammar' in sys.modules, 'llguidance' in sys.modules)"
-    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.split() == ["False", "False"]
 
 
