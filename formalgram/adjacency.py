@@ -47,6 +47,7 @@ import networkx as nx
 from formalgram.analysis import generating_rules, reachable
 from formalgram.grammar import Grammar
 from formalgram.transforms.gnf_check import require_gnf
+from formalgram.transforms.unit import sccs
 
 __all__ = ["backtrack_pairs", "below_bits", "can_be_below", "rightmost_graph", "stack_adjacency"]
 
@@ -187,58 +188,16 @@ def _propagate(n: int, rules: list[tuple[int, tuple[int, ...]]]) -> list[int]:
 
 
 def _components(succ: list[list[int]]) -> tuple[list[int], list[list[int]]]:
-    """Strongly connected components of the graph ``succ`` (Tarjan's algorithm, iterative).
+    """Strongly connected components of the graph ``succ`` (:func:`~formalgram.transforms.unit.sccs`).
 
     Returns the component index of each vertex and the components' members, components
     numbered in the order Tarjan completes them (each after every component it reaches).
     """
-    n = len(succ)
-    index = [-1] * n
-    low = [0] * n
-    comp = [-1] * n
-    on_stack = [False] * n
-    stack: list[int] = []
-    order: list[list[int]] = []
-    counter = 0
-    for root in range(n):
-        if index[root] >= 0:
-            continue
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack[root] = True
-        work: list[tuple[int, int]] = [(root, 0)]  # (vertex, next successor to look at)
-        while work:
-            v, i = work[-1]
-            edges = succ[v]
-            if i < len(edges):
-                work[-1] = (v, i + 1)
-                w = edges[i]
-                if index[w] < 0:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on_stack[w] = True
-                    work.append((w, 0))
-                elif on_stack[w] and index[w] < low[v]:
-                    low[v] = index[w]
-                continue
-            work.pop()
-            if work:
-                u = work[-1][0]
-                if low[v] < low[u]:
-                    low[u] = low[v]
-            if low[v] == index[v]:
-                members: list[int] = []
-                ci = len(order)
-                while True:
-                    w = stack.pop()
-                    on_stack[w] = False
-                    comp[w] = ci
-                    members.append(w)
-                    if w == v:
-                        break
-                order.append(members)
+    order = sccs(len(succ), succ)
+    comp = [-1] * len(succ)
+    for ci, members in enumerate(order):
+        for v in members:
+            comp[v] = ci
     return comp, order
 
 
