@@ -244,19 +244,20 @@ def compress(
     """
     t0 = time.perf_counter()
     g, text_sha = _read(grammar)
-    return _run(
-        g,
-        grammar_fingerprint(g),
-        text_sha,
-        prepare_vocabulary(vocab),
-        workers,
-        progress,
-        gnf_budget,
-        max_states,
-        memory_budget,
-        specialize,
-        t0,
-    )
+    with _CollectorPaused():
+        return _run(
+            g,
+            grammar_fingerprint(g),
+            text_sha,
+            prepare_vocabulary(vocab),
+            workers,
+            progress,
+            gnf_budget,
+            max_states,
+            memory_budget,
+            specialize,
+            t0,
+        )
 
 
 def _read(grammar: Grammar | str) -> tuple[Grammar, str]:
@@ -266,6 +267,28 @@ def _read(grammar: Grammar | str) -> tuple[Grammar, str]:
 
         return parse_gbnf(grammar), fingerprint_text(grammar)
     return grammar, ""
+
+
+class _CollectorPaused:
+    """Pause the cyclic garbage collector for the pipeline.
+
+    The GNF and the search allocate hundreds of thousands of small tuples that form no
+    cycles and die together, and the collector would traverse them (and the rest of the
+    heap) again and again.  It is resumed on exit, also on error, unless the caller had
+    paused it.
+    """
+
+    def __init__(self) -> None:
+        self.paused = False
+
+    def __enter__(self) -> None:
+        self.paused = gc.isenabled()
+        if self.paused:
+            gc.disable()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.paused:
+            gc.enable()
 
 
 def _run(
@@ -281,49 +304,8 @@ def _run(
     specialize: bool | None,
     t0: float,
 ) -> TokenClasses:
-    """The pipeline after parsing (``t0``: when the call started, parsing included).
-
-    The cyclic garbage collector is paused meanwhile: the GNF and the search allocate
-    hundreds of thousands of small tuples that form no cycles and die together, and the
-    collector would traverse them (and the rest of the heap) again and again.  It is
-    resumed on return, also on error, unless the caller had paused it.
-    """
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        return _pipeline(
-            g,
-            fp,
-            text_sha,
-            prepared,
-            workers,
-            progress,
-            gnf_budget,
-            max_states,
-            memory_budget,
-            specialize,
-            t0,
-        )
-    finally:
-        if paused:
-            gc.enable()
-
-
-def _pipeline(
-    g: Grammar,
-    fp: str,
-    text_sha: str,
-    prepared: PreparedVocabulary,
-    workers: int,
-    progress: bool,
-    gnf_budget: int,
-    max_states: int,
-    memory_budget: int | None,
-    specialize: bool | None,
-    t0: float,
-) -> TokenClasses:
-    """:func:`_run` with the collector as it is."""
+    """The pipeline after parsing (``t0``: when the call started, parsing included); the
+    callers run it under :class:`_CollectorPaused`."""
     t_parse = time.perf_counter() - t0
     live = generating(g)
     dead = [g.names[a] for a in range(len(g.names)) if g.rules_by_lhs[a] and a not in live]
@@ -569,19 +551,20 @@ class Compressor:
             if known is not None:
                 self.disk_hits += 1
             else:
-                known = _run(
-                    g,
-                    fp,
-                    text_sha,
-                    self.prepared,
-                    self.workers,
-                    progress,
-                    self.gnf_budget,
-                    self.max_states,
-                    self.memory_budget,
-                    self.specialize,
-                    t0,
-                )
+                with _CollectorPaused():
+                    known = _run(
+                        g,
+                        fp,
+                        text_sha,
+                        self.prepared,
+                        self.workers,
+                        progress,
+                        self.gnf_budget,
+                        self.max_states,
+                        self.memory_budget,
+                        self.specialize,
+                        t0,
+                    )
                 self.misses += 1
                 if self.cache_dir is not None:
                     where = self._entry(fp)
