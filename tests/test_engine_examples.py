@@ -11,7 +11,7 @@ import pytest
 MODULES = [
     "formalgram_cfgzip.cli",
     "formalgram_cfgzip.engines._xgrammar_guard",
-    "formalgram_cfgzip.engines.base",
+    "formalgram_cfgzip.engines.tokens",
 ]
 ENGINE_MODULES = [
     "formalgram_cfgzip.engines",
