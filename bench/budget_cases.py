@@ -18,42 +18,15 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-# grammar builders shared by the cases (run in the child)
-PRELUDE = r"""
+# the grammar families of the budget tests (tests/_blowup_grammars.py), then the report (run in the child)
+PRELUDE = (
+    (Path(__file__).resolve().parents[1] / "tests" / "_blowup_grammars.py").read_text(encoding="utf-8")
+    + r"""
 import json, resource, sys, time
-from formalgram import (ByteSet, FormalgramError, Grammar, GrammarTooLarge, Nonterminal, Production, accepts, parse_gbnf,
-                        remove_epsilon, remove_left_recursion, remove_unit, to_gnf)
-
-def chain(kind, n):
-    rule = {"unit": "a{i} ::= a{j}", "right": 'a{i} ::= "x" a{j}', "left": 'a{i} ::= a{j} "x"',
-            "unitloop": 'a{i} ::= a{j} | "y" a{i}', "optional": 'a{i} ::= "x"? a{j} "x"?'}[kind]
-    lines = [rule.format(i=i, j=i + 1) for i in range(1, n)] + [f'a{n} ::= "x"']
-    return parse_gbnf("\n".join(lines), start="a1")
-
-def doubling(levels):
-    lines = [f'a{i} ::= a{i + 1} a{i + 1} | "x" | ""' for i in range(levels)]
-    return parse_gbnf("\n".join(lines + [f'a{levels} ::= "x"']), start="a0")
-
-def doubling_left(n):
-    a, b, plus = ByteSet.single(97), ByteSet.single(98), ByteSet.single(43)
-    names = [Nonterminal(f"A{i}") for i in range(n + 1)]
-    prods = [Production(names[n], [plus])]
-    for i in range(n):
-        prods += [Production(names[i], [names[i + 1], a]), Production(names[i], [names[i + 1], b, b])]
-    return Grammar(prods, "A0")
-
-def left_cycle(n):
-    a, b, plus = ByteSet.single(97), ByteSet.single(98), ByteSet.single(43)
-    names = [Nonterminal(f"A{i}") for i in range(n)]
-    prods = []
-    for i in range(n):
-        nxt = names[(i + 1) % n]
-        prods += [Production(names[i], [nxt, a]), Production(names[i], [nxt, b]), Production(names[i], [plus])]
-    return Grammar(prods, "A0")
-
-def nullables(n):
-    return parse_gbnf("root ::= " + "a " * n + '\na ::= "x" | ""')
+from formalgram import (FormalgramError, GrammarTooLarge, accepts, remove_epsilon, remove_left_recursion,
+                        remove_unit, to_gnf)
 
 def report(setup, op):
     g = setup()
@@ -72,6 +45,7 @@ def report(setup, op):
     import formalgram.grammar
     print(json.dumps({"outcome": out, "seconds": seconds, "peak_mib": peak, "module": formalgram.grammar.__file__}))
 """
+)
 
 # name -> (grammar, operation on g); the operation is what the table names
 CASES: dict[str, tuple[str, str]] = {

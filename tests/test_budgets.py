@@ -16,6 +16,7 @@ import resource
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -42,47 +43,13 @@ from formalgram.transforms.gnf import Body, _minimise
 MEMORY_LIMIT = 3 << 29  # 1.5 GiB of address space for a child
 TIMEOUT = 120.0  # seconds; a guard against hangs, not a speed requirement
 
-# grammar families shared by the child processes
-FAMILIES = """
+# grammar families shared by the child processes (tests/_blowup_grammars.py), then their helpers
+FAMILIES = (
+    (Path(__file__).resolve().parent / "_blowup_grammars.py").read_text(encoding="utf-8")
+    + """
 import time
-from formalgram import (ByteSet, Grammar, GrammarTooLarge, Nonterminal, Production, is_gnf,
-                        parse_gbnf, remove_left_recursion, remove_unit, to_gnf)
+from formalgram import GrammarTooLarge, is_gnf, remove_left_recursion, remove_unit, to_gnf
 from formalgram.recognize import accepts
-
-def chain(kind, n):
-    rule = {
-        "unit": "a{i} ::= a{j}",
-        "right": 'a{i} ::= "x" a{j}',
-        "left": 'a{i} ::= a{j} "x"',
-        "unitalt": 'a{i} ::= a{j} | "y"',
-        "unitloop": 'a{i} ::= a{j} | "y" a{i}',
-        "optional": 'a{i} ::= "x"? a{j} "x"?',
-    }[kind]
-    lines = [rule.format(i=i, j=i + 1) for i in range(1, n)] + [f'a{n} ::= "x"']
-    return parse_gbnf("\\n".join(lines), start="a1")
-
-def doubling(levels):
-    lines = [f'a{i} ::= a{i + 1} a{i + 1} | "x" | ""' for i in range(levels)]
-    return parse_gbnf("\\n".join(lines + [f'a{levels} ::= "x"']), start="a0")
-
-def left_cycle(n):
-    # A0 -> A1 a | A1 b | +, ..., A_{n-1} -> A0 a | A0 b | +: Paull's substitution doubles
-    a, b, plus = ByteSet.single(97), ByteSet.single(98), ByteSet.single(43)
-    names = [Nonterminal(f"A{i}") for i in range(n)]
-    prods = []
-    for i in range(n):
-        nxt = names[(i + 1) % n]
-        prods += [Production(names[i], [nxt, a]), Production(names[i], [nxt, b]), Production(names[i], [plus])]
-    return Grammar(prods, "A0")
-
-def doubling_left(n):
-    # A_i -> A_{i+1} a | A_{i+1} b b, A_n -> +: leftmost substitution doubles at every level
-    a, b, plus = ByteSet.single(97), ByteSet.single(98), ByteSet.single(43)
-    names = [Nonterminal(f"A{i}") for i in range(n + 1)]
-    prods = [Production(names[n], [plus])]
-    for i in range(n):
-        prods += [Production(names[i], [names[i + 1], a]), Production(names[i], [names[i + 1], b, b])]
-    return Grammar(prods, "A0")
 
 def outcome(f):
     t = time.perf_counter()
@@ -94,6 +61,7 @@ def outcome(f):
     print("OK", round(time.perf_counter() - t, 2))
     return value
 """
+)
 
 
 def _limit_memory() -> None:
