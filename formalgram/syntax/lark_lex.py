@@ -297,20 +297,27 @@ def tokenize(source: Source) -> list[Tok]:
     return toks
 
 
-def _string_token(text: str, i: int, toks: list[Tok], fail: Fail) -> int:
+def _closing(text: str, i: int, close: str, single_line: bool, fail: Fail, unterminated: str) -> int:
+    """The index of the ``close`` that ends the literal opened at ``i`` (a backslash escapes
+    ``close`` and itself); ``fail(unterminated)`` at the end of the text, or of the line when
+    ``single_line``."""
     n = len(text)
     j = i + 1
     while True:
-        if j >= n or text[j] == "\n":
-            raise fail("unterminated string (strings cannot contain a newline)", i)
+        if j >= n or (single_line and text[j] == "\n"):
+            raise fail(unterminated, i)
         ch = text[j]
-        if ch == "\\" and j + 1 < n and text[j + 1] in '"\\':
+        if ch == "\\" and j + 1 < n and text[j + 1] in (close, "\\"):
             j += 2
-        elif ch == '"':
-            break
+        elif ch == close:
+            return j
         else:
             j += 1
-    end = j + 1
+
+
+def _string_token(text: str, i: int, toks: list[Tok], fail: Fail) -> int:
+    n = len(text)
+    end = _closing(text, i, '"', True, fail, "unterminated string (strings cannot contain a newline)") + 1
     tok = Tok(K_STR, i, end, text[i:end])
     if end < n and text[end] == "i":
         tok.flags = "i"
@@ -322,18 +329,7 @@ def _string_token(text: str, i: int, toks: list[Tok], fail: Fail) -> int:
 
 def _regexp_token(text: str, i: int, toks: list[Tok], fail: Fail) -> int:
     n = len(text)
-    j = i + 1
-    while True:
-        if j >= n:
-            raise fail("unterminated regular expression", i)
-        ch = text[j]
-        if ch == "\\" and j + 1 < n and text[j + 1] in "/\\":
-            j += 2
-        elif ch == "/":
-            break
-        else:
-            j += 1
-    end = j + 1
+    end = _closing(text, i, "/", False, fail, "unterminated regular expression") + 1
     tok = Tok(K_REGEXP, i, end, text[i:end])
     k = end
     while k < n and text[k] in "imslux":
