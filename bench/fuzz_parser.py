@@ -468,12 +468,16 @@ class Worker:
         self.buffer = b""
         self.starts = 0
 
+    def command(self) -> list[str]:
+        """The child's command line: this file as a script, serving checks.  Run as a
+        script, sys.path[0] is bench/, so the installed (compiled) formalgram is the one
+        imported when there is one, as in the test process."""
+        return [sys.executable, os.path.abspath(__file__), "--serve"]
+
     def start(self) -> subprocess.Popen[bytes]:
         self.close()
-        # run as a script: sys.path[0] is bench/, so the installed (compiled) formalgram is the
-        # one imported when there is one, as in the test process
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--serve"],
+            self.command(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

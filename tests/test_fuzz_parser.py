@@ -17,7 +17,6 @@ recognizer.  The default run draws a few hundred inputs; ``-m heavy`` draws thou
 from __future__ import annotations
 
 import random
-import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -124,17 +123,8 @@ class _FakeWorker(Worker):
         super().__init__(timeout)
         self.code = code
 
-    def start(self) -> subprocess.Popen[bytes]:
-        self.close()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", self.code],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        self.buffer = b""
-        self.starts += 1
-        return self.proc
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", self.code]
 
 
 @pytest.mark.parametrize(
