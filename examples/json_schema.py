@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from formalgram_cfgzip import Compressor, Vocabulary, engines, from_json_schema
+from formalgram_cfgzip.demo import greedy_tokenize
 
 SCHEMA = {
     "type": "object",
@@ -50,7 +51,7 @@ def main() -> None:
     if len(sys.argv) > 1:
         return  # no known document for a user's schema: compression only
     document = json.dumps(DOCUMENT, separators=(", ", ": ")).encode()
-    tokens = _longest_match(vocab, document)
+    tokens = greedy_tokenize(vocab, document)  # longest match: drives the walk, not the model's tokenizer
     mc, mf = compressed.matcher(), full.matcher()
     bc, bf = compressed.allocate_token_bitmask(1), full.allocate_token_bitmask(1)
     for tok in tokens:
@@ -60,23 +61,6 @@ def main() -> None:
         assert (bf[0, tok >> 5] >> (tok & 31)) & 1, f"token {tok} of the document is not allowed"
         assert mc.accept_token(tok) and mf.accept_token(tok)
     print(f"{document.decode()!r}: {len(tokens)} tokens, masks identical at every step")
-
-
-def _longest_match(vocab: Vocabulary, data: bytes) -> list[int]:
-    """Greedy longest-match tokenization (enough to drive a walk; not the model's tokenizer)."""
-    by_bytes = {tok: i for i, tok in enumerate(vocab.tokens) if tok and i not in vocab.special_ids}
-    longest = max(len(t) for t in by_bytes)
-    out, i = [], 0
-    while i < len(data):
-        for n in range(min(longest, len(data) - i), 0, -1):
-            tok = by_bytes.get(data[i : i + n])
-            if tok is not None:
-                out.append(tok)
-                i += n
-                break
-        else:
-            raise ValueError(f"no token for byte {data[i]:#x}")
-    return out
 
 
 if __name__ == "__main__":
