@@ -396,12 +396,13 @@ def compress(
     max_states: int = _MAX_STATES,
     memory_budget: int | None = _MEMORY_BUDGET,
     specialize: bool | None = None,
+    domains: bool = False,
 ) -> TokenClasses:
     """The same as :func:`formalgram_cfgzip.compress.compress`, importable from here too.
 
     Parameters
     ----------
-    grammar, vocab, workers, progress, gnf_budget, max_states, memory_budget, specialize
+    grammar, vocab, workers, progress, gnf_budget, max_states, memory_budget, specialize, domains
         See :func:`formalgram_cfgzip.compress.compress`.
 
     Returns
@@ -428,6 +429,7 @@ def compress(
         max_states=max_states,
         memory_budget=memory_budget,
         specialize=specialize,
+        domains=domains,
     )
 
 

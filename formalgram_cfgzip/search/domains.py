@@ -398,12 +398,16 @@ class ClassDomains:
     gnf_sha256 : str
         :func:`gnf_digest` of that GNF: whoever uses the automaton with a GNF checks that it is
         the same one, numbered the same way.
+    gnf : Grammar or None
+        That GNF itself (so that a consumer need not convert the grammar again); ``None`` when
+        not kept.
     """
 
     automaton: DomainAutomaton
     group: npt.NDArray[np.int32]
     num_symbols: int
     gnf_sha256: str
+    gnf: Grammar | None = None
 
     def inconsistency(self, num_classes: int) -> str:
         """Why the domains cannot be used for ``num_classes`` classes, or ``""`` (see
@@ -431,6 +435,7 @@ def class_domains(
     Returns
     -------
     ClassDomains
+        With ``search.gnf`` kept.
 
     Raises
     ------
@@ -454,4 +459,5 @@ def class_domains(
         domain_groups(roots),
         len(search.gnf.names),
         gnf_digest(search.gnf),
+        search.gnf,
     )

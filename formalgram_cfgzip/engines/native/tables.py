@@ -383,8 +383,8 @@ def build_tables(
     grammar : Grammar or str
         The grammar (or its GBNF text) of the classes.
     gnf : Grammar or None, keyword-only
-        The GNF grammar to use (``None``: recomputed as ``compress`` did, specialised when the
-        classes say so).  The mask is exact for any GNF grammar of the language; the tables
+        The GNF grammar to use (``None``: the one recorded with the classes' domains, else
+        recomputed as ``compress`` did, specialised when the classes say so).  The mask is exact for any GNF grammar of the language; the tables
         are smallest on the GNF the classes were computed on.
     check : bool, keyword-only
         Check the grammar's fingerprint against the classes (``False``: the caller did).
@@ -406,8 +406,8 @@ def build_tables(
 
     Notes
     -----
-    Cost: the GNF conversion (seconds for the largest shared grammars) and the push trie;
-    without domains in the classes, also a displacement search over the representatives
+    Cost: the push trie, and the GNF conversion (seconds for the largest shared grammars)
+    unless the classes' domains carry their GNF; without domains in the classes, also a displacement search over the representatives
     (SynCode Go: 15 s, SQL: 210 s, pure Python) and the subset construction of
     :func:`~formalgram_cfgzip.search.domains.domain_automaton`.
 
@@ -429,12 +429,15 @@ def build_tables(
             "these TokenClasses were computed for another grammar "
             f"(classes: {classes.grammar_sha256[:12]}..., grammar: {fp[:12]}...)"
         )
+    found = classes.domains
     if gnf is None:
-        gnf = class_gnf(grammar, specialized=bool(classes.stats.get("specialized", 0.0)))
+        if found is not None and found.gnf is not None:
+            gnf = found.gnf  # the search's own GNF: no second conversion
+        else:
+            gnf = class_gnf(grammar, specialized=bool(classes.stats.get("specialized", 0.0)))
     t_gnf = time.perf_counter() - t0
     pda = PDA.from_gnf(gnf)
     trie = _push_trie(pda)
-    found = classes.domains
     if found is None or found.gnf_sha256 != gnf_digest(gnf):
         found = _search_domains(classes, gnf, max_states)
         from_classes = 0.0
