@@ -452,7 +452,7 @@ def test_demo_allowed_counts_against_earley(tmp_path: Path, capsys: pytest.Captu
         assert int(row[1]) == sum(1 for t in TINY_TOKENS if fg.is_prefix(g, done + t)), (row, done)
         done += piece
     assert "accepted (Earley" in demo_summary(out)["whole text"]
-    for engine in ("xgrammar", "llguidance"):  # the same run under llguidance, when installed
+    for engine in ("xgrammar", "llguidance", "native"):  # the same run under llguidance, when installed
         if engine == "llguidance" and importlib.util.find_spec("llguidance") is None:
             continue
         rc, out, err = run_cli(
