@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar
+from formalgram.pda import PDA
 from formalgram_cfgzip.search.displacement import DEAD, DisplacementSearch
 
 __all__ = [
@@ -401,6 +402,8 @@ class ClassDomains:
     gnf : Grammar or None
         That GNF itself (so that a consumer need not convert the grammar again); ``None`` when
         not kept.
+    pda : PDA or None
+        Its PDA (``PDA.from_gnf(gnf)``, the search's own), when kept.
     """
 
     automaton: DomainAutomaton
@@ -408,6 +411,7 @@ class ClassDomains:
     num_symbols: int
     gnf_sha256: str
     gnf: Grammar | None = None
+    pda: PDA | None = None
 
     def inconsistency(self, num_classes: int) -> str:
         """Why the domains cannot be used for ``num_classes`` classes, or ``""`` (see
@@ -435,7 +439,7 @@ def class_domains(
     Returns
     -------
     ClassDomains
-        With ``search.gnf`` kept.
+        With ``search.gnf`` and ``search.pda`` kept.
 
     Raises
     ------
@@ -460,4 +464,5 @@ def class_domains(
         len(search.gnf.names),
         gnf_digest(search.gnf),
         search.gnf,
+        search.pda,
     )

@@ -406,9 +406,10 @@ def build_tables(
 
     Notes
     -----
-    Cost: the push trie, and the GNF conversion (seconds for the largest shared grammars)
-    unless the classes' domains carry their GNF; without domains in the classes, also a displacement search over the representatives
-    (SynCode Go: 15 s, SQL: 210 s, pure Python) and the subset construction of
+    Cost: the push trie, and the GNF conversion and its PDA (seconds for the largest shared
+    grammars) unless the classes' domains carry them; without domains in the classes, also a
+    displacement search over the representatives (SynCode Go: 15 s, SQL: 210 s, pure
+    Python) and the subset construction of
     :func:`~formalgram_cfgzip.search.domains.domain_automaton`.
 
     Examples
@@ -430,15 +431,18 @@ def build_tables(
             f"(classes: {classes.grammar_sha256[:12]}..., grammar: {fp[:12]}...)"
         )
     found = classes.domains
+    kept = found.gnf if found is not None else None  # the search's own GNF, when carried
     if gnf is None:
-        if found is not None and found.gnf is not None:
-            gnf = found.gnf  # the search's own GNF: no second conversion
-        else:
-            gnf = class_gnf(grammar, specialized=bool(classes.stats.get("specialized", 0.0)))
+        gnf = (
+            kept
+            if kept is not None
+            else class_gnf(grammar, specialized=bool(classes.stats.get("specialized", 0.0)))
+        )
     t_gnf = time.perf_counter() - t0
-    pda = PDA.from_gnf(gnf)
+    own_pda = found.pda if found is not None and gnf is kept else None
+    pda = own_pda if own_pda is not None else PDA.from_gnf(gnf)
     trie = _push_trie(pda)
-    if found is None or found.gnf_sha256 != gnf_digest(gnf):
+    if found is None or not (gnf is kept or found.gnf_sha256 == gnf_digest(gnf)):
         found = _search_domains(classes, gnf, max_states)
         from_classes = 0.0
     else:
