@@ -39,6 +39,7 @@ COMPILED = [
     "formalgram/adjacency.py",
     "formalgram/recognize/earley.py",
     "formalgram_cfgzip/search/displacement.py",
+    "formalgram_cfgzip/search/domains.py",
     "formalgram_cfgzip/search/driver.py",
     "formalgram_cfgzip/classes.py",
     "formalgram_cfgzip/compress.py",

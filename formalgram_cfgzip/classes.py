@@ -26,6 +26,7 @@ from formalgram.errors import GrammarError, GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint, read_cache, write_cache
 from formalgram_cfgzip.errors import CacheError, ClassesInvariantError
+from formalgram_cfgzip.search.domains import ClassDomains
 from formalgram_cfgzip.search.driver import TokenTable, search_vocabulary, token_table
 from formalgram_cfgzip.vocabulary import Vocabulary
 
@@ -76,6 +77,11 @@ class TokenClasses:
         :class:`~formalgram_cfgzip.compress.Compressor`'s cache entry), ``""`` otherwise:
         where engines keep what they derive from the classes (the native engine's tables,
         in its ``native`` subdirectory).  Informational: no fingerprint covers it.
+    domains : ClassDomains or None
+        The popped sequences of every class, recorded by the search that computed them
+        (``compress(..., domains=True)``), for the native engine; ``None`` otherwise.  Held in
+        memory only: :meth:`save` does not write it, :meth:`load` gives ``None``.  Checked
+        with the rest (:meth:`validate`).
 
     Raises
     ------
@@ -105,6 +111,7 @@ class TokenClasses:
     stats: dict[str, float] = field(default_factory=dict)
     grammar_text_sha256: str = ""
     cache_dir: str = ""
+    domains: ClassDomains | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -389,12 +396,13 @@ def compress(
     max_states: int = _MAX_STATES,
     memory_budget: int | None = _MEMORY_BUDGET,
     specialize: bool | None = None,
+    domains: bool = False,
 ) -> TokenClasses:
     """The same as :func:`formalgram_cfgzip.compress.compress`, importable from here too.
 
     Parameters
     ----------
-    grammar, vocab, workers, progress, gnf_budget, max_states, memory_budget, specialize
+    grammar, vocab, workers, progress, gnf_budget, max_states, memory_budget, specialize, domains
         See :func:`formalgram_cfgzip.compress.compress`.
 
     Returns
@@ -421,6 +429,7 @@ def compress(
         max_states=max_states,
         memory_budget=memory_budget,
         specialize=specialize,
+        domains=domains,
     )
 
 
@@ -501,6 +510,14 @@ def _violation(tc: TokenClasses) -> str:
             return "the stop class is not exactly the vocabulary's stop tokens"
     elif stop >= 0:
         return "a stop class is given but the vocabulary has no stop token"
+    if tc.domains is not None:
+        if not isinstance(tc.domains, ClassDomains):
+            return f"domains must be ClassDomains or None, got {type(tc.domains).__name__}"
+        why = tc.domains.inconsistency(n)
+        if why:
+            return f"the class domains are inconsistent: {why}"
+        if bool(np.any((tc.domains.group >= 0) == np.isin(ids, (inv, stop)))):
+            return "the class domains give a domain to the stop or invalid class, or none to a text class"
     return ""
 
 

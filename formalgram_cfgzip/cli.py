@@ -159,10 +159,21 @@ def cmd_compress(args: argparse.Namespace) -> int:
     grammar = parse_gbnf(text, start=start)
     vocab = Vocabulary.load(args.tokenizer)
     t0 = time.perf_counter()
-    classes = compress(grammar, vocab, **compress_options(args))
+    classes = compress(grammar, vocab, domains=args.native, **compress_options(args))
     seconds = time.perf_counter() - t0
     classes.save(args.output)
     print(f"compressed {args.grammar} for {args.tokenizer} -> {args.output}")
+    if args.native:  # the native engine's tables, from this very search, beside the classes
+        from formalgram_cfgzip.engines.native import build_tables
+        from formalgram_cfgzip.engines.native.matcher import TABLES_SUBDIR
+
+        t1 = time.perf_counter()
+        tables = build_tables(classes, grammar, check=False)
+        tables.save(Path(args.output) / TABLES_SUBDIR)
+        print(
+            f"native tables: {Path(args.output) / TABLES_SUBDIR} "
+            f"({tables.stats['domain_states']:.0f} domain states, {time.perf_counter() - t1:.2f} s)"
+        )
     if converted:  # the engine must compile exactly this text
         (Path(args.output) / "grammar.gbnf").write_text(text, encoding="utf-8")
         root = "" if start == "root" else f", root={start!r}"
@@ -336,6 +347,11 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="copy single-byte symbols per occurrence: fewer classes, slower search (default: auto)",
+    )
+    c.add_argument(
+        "--native",
+        action="store_true",
+        help="also write the native engine's tables (OUTPUT/native), from the same search",
     )
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     c.set_defaults(func=cmd_compress)

@@ -36,7 +36,8 @@ from formalgram.transforms.useless import remove_useless
 from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint
 from formalgram_cfgzip.classes import TokenClasses
 from formalgram_cfgzip.errors import CacheError
-from formalgram_cfgzip.search.displacement import DisplacementSearch
+from formalgram_cfgzip.search.displacement import DEAD, DisplacementSearch
+from formalgram_cfgzip.search.domains import ClassDomains, class_domains, domain_roots
 from formalgram_cfgzip.search.driver import (
     SequenceTrie,
     TokenTable,
@@ -163,6 +164,7 @@ def compress(
     max_states: int = 200_000,
     memory_budget: int | None = 4 << 30,
     specialize: bool | None = None,
+    domains: bool = False,
 ) -> TokenClasses:
     """Compute classes of interchangeable tokens for ``grammar`` over ``vocab`` (CFGzip).
 
@@ -204,6 +206,15 @@ def compress(
         choice does not depend on the machine; the trial's tables are reused).
         ``stats["specialized"]`` tells which was used, ``stats["specialize_trial"]`` the
         trial's outcome (-1: no trial, 0: plain kept, 1: specialised kept).
+    domains : bool
+        Also record, from this very search, the popped sequences of every class
+        (:class:`~formalgram_cfgzip.search.domains.ClassDomains`, in ``classes.domains``):
+        what the native engine (``engines.compile_grammar(..., engine="native")``) builds
+        its tables from, so that its first compile needs no second search.  Costs the
+        domain automaton's construction (``stats["domain_seconds"]``); kept in memory only
+        (the native engine keeps the tables it builds from it beside a cached result).
+        With ``workers > 1`` the roots are taken by a search of the representatives in
+        this process (the workers' tables stay in the workers).
 
     Returns
     -------
@@ -257,6 +268,7 @@ def compress(
             memory_budget,
             specialize,
             t0,
+            domains,
         )
 
 
@@ -303,6 +315,7 @@ def _run(
     memory_budget: int | None,
     specialize: bool | None,
     t0: float,
+    domains: bool = False,
 ) -> TokenClasses:
     """The pipeline after parsing (``t0``: when the call started, parsing included); the
     callers run it under :class:`_CollectorPaused`."""
@@ -356,13 +369,19 @@ def _run(
         trial_outcome = float(specialized)
         t_pick = time.perf_counter() - t4
     t5 = time.perf_counter()
+    code_roots: list[int] | None = [] if domains else None
     codes, expansions, work = search_vocabulary(
-        gnf, search, toks, workers, progress, max_states, memory_budget, prepared.trie
+        gnf, search, toks, workers, progress, max_states, memory_budget, prepared.trie, code_roots
     )
     t6 = time.perf_counter()
     vocab = prepared.vocab
     token_class, reps_arr, stop_class, invalid_class = number_classes(vocab, toks, codes)
     t7 = time.perf_counter()
+    found: ClassDomains | None = None
+    if code_roots is not None:
+        roots = _class_roots(vocab, toks, codes, reps_arr, (stop_class, invalid_class), code_roots, search)
+        found = class_domains(search, roots)
+    t8 = time.perf_counter()
     stats: dict[str, float] = {
         "tokens": float(vocab.size),
         "classes": float(reps_arr.shape[0]),
@@ -386,7 +405,44 @@ def _run(
         "seconds": time.perf_counter() - t0,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
     }
-    return TokenClasses(token_class, reps_arr, invalid_class, stop_class, vocab, fp, stats, text_sha)
+    if found is not None:
+        stats["domain_seconds"] = t8 - t7
+        stats["domain_states"] = float(found.automaton.num_states)
+        stats["domain_edges"] = float(found.automaton.num_edges)
+    return TokenClasses(
+        token_class, reps_arr, invalid_class, stop_class, vocab, fp, stats, text_sha, domains=found
+    )
+
+
+def _class_roots(
+    vocab: Vocabulary,
+    toks: TokenTable,
+    codes: npt.NDArray[np.int64],
+    reps: npt.NDArray[np.int32],
+    textless: tuple[int, int],
+    code_roots: list[int],
+    search: DisplacementSearch,
+) -> list[int]:
+    """Class id -> domain root in ``search`` (``-1`` for the stop and invalid classes).
+
+    From the roots the search recorded per displacement code (``code_roots``), through each
+    class's representative; when the codes were computed by worker processes (no roots
+    recorded), by :func:`~formalgram_cfgzip.search.domains.domain_roots` over the
+    representatives.  O(classes) plus, in that case, their search.
+    """
+    searched = np.full(vocab.logit_width, -1, dtype=np.int64)
+    searched[toks.ids] = np.arange(toks.ids.size, dtype=np.int64)
+    rep_list = reps.tolist()
+    if not code_roots and bool(np.any(codes >= 0)):
+        texts = [None if k in textless or r < 0 else vocab.tokens[r] for k, r in enumerate(rep_list)]
+        return domain_roots(search, texts)
+    roots: list[int] = []
+    for k, r in enumerate(rep_list):
+        at = int(searched[r]) if k not in textless and r >= 0 else -1
+        code = int(codes[at]) if at >= 0 else -1
+        root = code_roots[code] if code >= 0 else DEAD
+        roots.append(root if root != DEAD else -1)
+    return roots
 
 
 def cache_entry_name(grammar_sha256: str, vocab_sha256: str, specialize: bool | None = None) -> str:
@@ -443,8 +499,10 @@ class Compressor:
         and its canonical fingerprint); 0 for none.
     cache_dir : path or None
         Directory of saved results (created when needed); ``None`` for none.
-    workers, gnf_budget, max_states, memory_budget, specialize
-        As in :func:`compress`.
+    workers, gnf_budget, max_states, memory_budget, specialize, domains
+        As in :func:`compress`.  With ``domains``, results found in the cache directory
+        have none (the domains are not saved); the native engine's tables are kept in the
+        entry's ``native`` subdirectory when first built.
 
     Attributes
     ----------
@@ -484,6 +542,7 @@ class Compressor:
         max_states: int = 200_000,
         memory_budget: int | None = 4 << 30,
         specialize: bool | None = None,
+        domains: bool = False,
     ) -> None:
         if cache_size < 0:
             raise CacheError(f"cache_size must be at least 0, got {cache_size}")
@@ -495,6 +554,7 @@ class Compressor:
         self.max_states = max_states
         self.memory_budget = memory_budget
         self.specialize = specialize
+        self.domains = domains
         self.hits = 0
         self.disk_hits = 0
         self.misses = 0
@@ -564,6 +624,7 @@ class Compressor:
                         self.memory_budget,
                         self.specialize,
                         t0,
+                        self.domains,
                     )
                 self.misses += 1
                 if self.cache_dir is not None:

@@ -327,8 +327,10 @@ def run_demo(
         A built-in vocabulary name or a tokenizer file (see ``Vocabulary.load``).
     steps : int or None, keyword-only
         Decode at most this many tokens of the text (then the end is not checked).
-    engine : {"xgrammar", "llguidance"}, keyword-only
-        The engine run over the full vocabulary and over the classes.
+    engine : {"xgrammar", "llguidance", "native"}, keyword-only
+        The engine run over the full vocabulary and over the classes.  ``"native"`` runs
+        over the classes only (its tables built from the compression's own search,
+        ``compress(..., domains=True)``), against XGrammar over the full vocabulary.
 
     Returns
     -------
@@ -374,16 +376,26 @@ def run_demo(
     tokens, how = _tokenize(tokenizer, vocab, data)
     print(f"tokens     {len(tokens)} ({how})")
     t0 = time.perf_counter()
-    classes = compress(g, vocab, progress=sys.stderr.isatty())
+    native = engine == "native"
+    classes = compress(g, vocab, progress=sys.stderr.isatty(), domains=native)
     offline = time.perf_counter() - t0
     print("\ncompression (offline, once per grammar and tokenizer):")
     print(_summary(classes, offline))
 
-    full = compile_full(vocab, grammar_text, engine=engine)
+    reference: EngineName = "xgrammar" if native else engine  # the native engine has no full form
+    full = compile_full(vocab, grammar_text, engine=reference)
+    t0 = time.perf_counter()
     comp = compile_grammar(classes, grammar_text, engine=engine)
+    if native:
+        print(f"native tables: built in {time.perf_counter() - t0:.2f} s from the compression's own search")
     capped = steps is not None and steps < len(tokens)
     stop = min(vocab.stop_ids) if vocab.stop_ids and not capped else None
-    print(f"\ndecoding the text under {engine}, over the full vocabulary and over the classes:")
+    under = (
+        f"{reference} over the full vocabulary, the native engine over the classes"
+        if native
+        else (f"{engine}, over the full vocabulary and over the classes")
+    )
+    print(f"\ndecoding the text under {under}:")
     print(
         "  (allowed: tokens the mask allows; full, classes: mask times in microseconds, the second\n"
         "  with the expansion to the vocabulary; same: bit-identical; next: the text's next token allowed)"

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from _class_oracle import check_classes_with_earley
 
@@ -246,6 +247,44 @@ def test_compress_lark_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         compile_grammar(classes, text)
 
 
+def test_compress_native_writes_tables_from_the_same_search(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--native`` writes the native engine's tables beside the classes, built from the
+    domains the compression recorded; the engine loads them, and its masks are Earley's."""
+    from formalgram_cfgzip import engines
+    from formalgram_cfgzip.engines.native import NativeCompiled
+
+    tok = tiny_tokenizer(tmp_path)
+    grammar = tmp_path / "g.gbnf"
+    text = 'root ::= "(" [ab]* ")" root?\n'
+    grammar.write_text(text)
+    out_dir = tmp_path / "classes"
+    rc, out, _ = run_cli(
+        ["compress", str(grammar), "--tokenizer", str(tok), "-o", str(out_dir), "--native", "-q"], capsys
+    )
+    assert rc == 0 and "native tables:" in out, out
+    assert (out_dir / "native" / "meta.json").is_file()
+    vocab = Vocabulary.load(str(tok))
+    classes = TokenClasses.load(out_dir, grammar=text, vocab=vocab)
+    compiled = engines.compile_grammar(classes, text, engine="native")
+    assert isinstance(compiled, NativeCompiled)
+    assert compiled.tables.stats["domains_from_classes"] == 1.0  # as saved by the command
+    g = fg.parse_gbnf(text)
+    m = compiled.matcher()
+    bm = compiled.allocate_token_bitmask()
+    prefix = b""
+    for piece in (b"(", b"ab", b")"):
+        m.fill_next_token_bitmask(bm)
+        bits = np.unpackbits(bm[0].view(np.uint8), bitorder="little")[: vocab.logit_width]
+        for i, t in enumerate(TINY_TOKENS):
+            if t and i not in vocab.special_ids:
+                assert bool(bits[i]) == fg.is_prefix(g, prefix + t), (prefix, t)
+        tid = TINY_TOKENS.index(piece)
+        assert m.accept_token(tid)
+        prefix += piece
+
+
 JSON_CONTEXTS = [b"", b"{", b'{"', b'{"a', b'{"a":', b'{"a": ', b"[", b"[1", b"[true,", b'"x']
 
 
@@ -413,7 +452,7 @@ def test_demo_allowed_counts_against_earley(tmp_path: Path, capsys: pytest.Captu
         assert int(row[1]) == sum(1 for t in TINY_TOKENS if fg.is_prefix(g, done + t)), (row, done)
         done += piece
     assert "accepted (Earley" in demo_summary(out)["whole text"]
-    for engine in ("xgrammar", "llguidance"):  # the same run under llguidance, when installed
+    for engine in ("xgrammar", "llguidance", "native"):  # the same run under llguidance, when installed
         if engine == "llguidance" and importlib.util.find_spec("llguidance") is None:
             continue
         rc, out, err = run_cli(

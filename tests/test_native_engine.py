@@ -30,7 +30,6 @@ from formalgram.testing import grammars
 from formalgram_cfgzip import TokenClasses, Vocabulary, compress, engines
 from formalgram_cfgzip.engines.native import NativeTables, build_tables
 from formalgram_cfgzip.engines.native._adapter import class_gnf
-from formalgram_cfgzip.engines.native.domains import DomainAutomaton
 from formalgram_cfgzip.engines.native.matcher import (
     NativeCompiled,
     NativeMatcher,
@@ -40,6 +39,7 @@ from formalgram_cfgzip.engines.native.matcher import (
 )
 from formalgram_cfgzip.errors import CacheError, ClassesMismatchError, EngineError, TokenIdError
 from formalgram_cfgzip.search.displacement import DisplacementSearch
+from formalgram_cfgzip.search.domains import DomainAutomaton
 
 Kernel = Literal["python", "c"]
 KERNELS: list[Kernel] = ["python", "c"] if c_module() is not None else ["python"]

@@ -257,6 +257,7 @@ class DisplacementSearch:
         self._backtracks: dict[int, tuple[Edge, ...]] = {}  # (rev_in * n + last) * ncls + c
         self._memo: dict[int, int] = {}  # node * ncls + c
         self._keys: dict[int, int] = {}
+        self._popped: dict[int, int] = {}
         self._digest: dict[int, bytes] = {}
         self._checks = 0
 
@@ -747,6 +748,88 @@ class DisplacementSearch:
                 r = self._node(self._final[node], tuple(plain))
             self._keys[node] = r
         return r
+
+    def popped(self, node: int) -> int:
+        """The popped sequences of a set's displacement, reversed: ``{reverse(σ_in)}`` as a trie node.
+
+        Parameters
+        ----------
+        node : int
+            A node id from this search (since the last reset).
+
+        Returns
+        -------
+        int
+            The canonical node of the set of strings ``reverse(σ_in)`` over the pairs
+            ``(σ_in, σ_out)`` of the displacement (the subtries below the separator edges
+            reachable by ``σ_out`` symbols, united); equal sets give equal ids.  DEAD for
+            DEAD and START.  Valid until the next :meth:`reset` or :meth:`compact`.
+
+        Notes
+        -----
+        Memoised per node; an iterative post-order over the ``σ_out`` part of the trie (a
+        DAG), one :meth:`union` per node of it.
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
+        >>> sorted(d.strings(d.popped(d.run(b"))"))))  # σ_in = (root, root), reversed
+        [(0, 0)]
+        >>> d.popped(d.run(b"(")) == d.popped(d.run(b"((")), d.popped(d.run(b"x"))
+        (True, 0)
+        """
+        memo = self._popped
+        if node in (DEAD, START):
+            return DEAD
+        todo = [node]
+        while todo:
+            n = todo[-1]
+            if n in memo:
+                todo.pop()
+                continue
+            parts: list[int] = []
+            pending = False
+            for sym, child in self._edges_of(n):
+                if sym < 0:
+                    parts.append(child)
+                else:
+                    c = memo.get(child)
+                    if c is None:
+                        todo.append(child)
+                        pending = True
+                    elif c != DEAD:
+                        parts.append(c)
+            if pending:
+                continue
+            todo.pop()
+            memo[n] = self._union(parts) if parts else DEAD
+        return memo[node]
+
+    def edges(self, node: int) -> tuple[Edge, ...]:
+        """The ``(symbol, child)`` root edges of a set, ascending (a chain: its first symbol).
+
+        Separator symbols are negative.  O(1) (a chain's edge is built once).
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf
+        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))
+        >>> [sym for sym, _ in d.edges(d.popped(d.run(b")")))]
+        [0]
+        """
+        return self._edges_of(node)
+
+    def is_final(self, node: int) -> bool:
+        """Whether the empty string belongs to the set ``node``; O(1)."""
+        return self._final[node]
+
+    def union(self, nodes: list[int]) -> int:
+        """The canonical node of the union of the sets ``nodes`` (DEAD for none).
+
+        Memoised; see the module docstring for the merge.  Examples: :meth:`popped`.
+        """
+        return self._union(nodes) if nodes else DEAD
 
     def strings(self, node: int) -> frozenset[tuple[int, ...]]:
         """All strings of a set (for tests and debugging).

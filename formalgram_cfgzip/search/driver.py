@@ -381,6 +381,7 @@ def search_vocabulary(
     max_states: int,
     memory_budget: int | None,
     trie: SequenceTrie | None = None,
+    domains: list[int] | None = None,
 ) -> tuple[npt.NDArray[np.int64], int, int]:
     """Search every token of ``toks`` over ``gnf`` (with ``search`` when in this process).
 
@@ -402,6 +403,10 @@ def search_vocabulary(
     trie : SequenceTrie or None
         The trie of the tokens' bytes (``token_trie(toks)``, taken from its cache or built
         when ``None``).
+    domains : list of int or None
+        Filled as by :func:`walk_trie` (one domain root of ``search`` per code) when the
+        tokens are searched in this process; left empty when worker processes search them
+        (their tables are theirs).
 
     Returns
     -------
@@ -435,7 +440,7 @@ def search_vocabulary(
     count = int(toks.ids.size)
     if trie is None:
         trie = token_trie(toks)
-    codes, _ = walk_trie(search, trie, class_of, count, progress, cells, False)
+    codes, _ = walk_trie(search, trie, class_of, count, progress, cells, False, domains)
     return codes, search.expansions, search.work
 
 
@@ -505,6 +510,7 @@ def walk_trie(
     progress: bool,
     reset_cells: int,
     want_digests: bool,
+    domains: list[int] | None = None,
 ) -> tuple[npt.NDArray[np.int64], list[CanonicalKey]]:
     """Displacement codes of the sequences of a trie, every node advanced once, depth by depth.
 
@@ -532,6 +538,11 @@ def walk_trie(
         compacted to the states of the nodes that have children.
     want_digests : bool
         Return the digest of every code (for merging the codes of several processes).
+    domains : list of int or None
+        If a list (empty), it receives, for each code in order, the domain root of its
+        displacement: :meth:`DisplacementSearch.popped` of the set, a node of ``search``'s
+        tables as they are when the walk returns (the roots are kept through every
+        compaction).  What :func:`~formalgram_cfgzip.search.domains.class_domains` reads.
 
     Returns
     -------
@@ -568,7 +579,7 @@ def walk_trie(
     comp_list: list[int] = [0]
     small = False
     nodes: list[int] = [START]  # compact state index -> automaton node
-    coder = _Coder(search, want_digests)
+    coder = _Coder(search, want_digests, domains)
     step = search.step
     bar = _progress_bar(trie.size, progress, "node")
     try:
@@ -641,7 +652,12 @@ def walk_trie(
                 # the states of the nodes that have children
                 used[np.asarray(comp_list, dtype=np.int64)[children] if small else comp[children]] = True
                 kept = [node if keep else DEAD for node, keep in zip(nodes, used.tolist(), strict=True)]
-                nodes = search.compact(kept)
+                if domains is None:
+                    nodes = search.compact(kept)
+                else:  # the domain roots found so far survive the compaction too
+                    moved = search.compact(kept + domains)
+                    nodes = moved[: len(kept)]
+                    domains[:] = moved[len(kept) :]
     finally:
         if bar is not None:
             bar.close()
@@ -660,9 +676,10 @@ def _codes_of(coder: _Coder, nodes: list[int], ending_comp: npt.NDArray[np.int64
 class _Coder:
     """Dense displacement codes of automaton nodes, by key node or, once asked to, by digest."""
 
-    def __init__(self, search: DisplacementSearch, digests: bool) -> None:
+    def __init__(self, search: DisplacementSearch, digests: bool, domains: list[int] | None = None) -> None:
         self.search = search
         self.by_digest = digests
+        self.domains = domains  # code -> DisplacementSearch.popped of its set, when asked for
         self.of_key: dict[int, int] = {}
         self.of_digest: dict[CanonicalKey, int] = {}
         self.digests: list[CanonicalKey] = []
@@ -680,12 +697,16 @@ class _Coder:
                 code = len(self.digests)
                 self.of_digest[d] = code
                 self.digests.append(d)
+                if self.domains is not None:
+                    self.domains.append(self.search.popped(node))
             return code
         code = self.of_key.get(key, -1)
         if code < 0:
             code = len(self.keys)
             self.of_key[key] = code
             self.keys.append(key)
+            if self.domains is not None:
+                self.domains.append(self.search.popped(node))
         return code
 
     def use_digests(self) -> None:

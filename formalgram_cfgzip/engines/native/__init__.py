@@ -4,7 +4,7 @@ After a prefix ``w`` the state is the set of stacks the one-state PDA of the gra
 may hold, kept as a graph-structured stack (:mod:`~formalgram_cfgzip.engines.native.gss`).
 A class is allowed next exactly when some stack starts with one of its popped sequences;
 all classes' popped sequences form one automaton read top of stack first
-(:mod:`~formalgram_cfgzip.engines.native.domains`), so one walk of the stack graph through
+(:mod:`~formalgram_cfgzip.search.domains`), so one walk of the stack graph through
 it gives the whole class mask.  The proof is ``proofs/native_engine.md``.
 
 This package is the ``engine="native"`` backend of :func:`formalgram_cfgzip.engines.compile_grammar`
@@ -13,7 +13,7 @@ This package is the ``engine="native"`` backend of :func:`formalgram_cfgzip.engi
 
 from __future__ import annotations
 
-from formalgram_cfgzip.engines.native.domains import DomainAutomaton, domain_automaton, domain_roots
+from formalgram_cfgzip.engines.native._adapter import DomainAutomaton, domain_automaton, domain_roots
 from formalgram_cfgzip.engines.native.gss import BOTTOM, PyState
 from formalgram_cfgzip.engines.native.matcher import (
     NativeCompiled,

@@ -7,10 +7,9 @@ cache and the errors -- is imported
 here and nowhere else in :mod:`formalgram_cfgzip.engines.native`, so that moving those
 modules changes only the imports of this file.
 
-The three ``trie_*`` accessors read private fields of
-:class:`~formalgram_cfgzip.search.displacement.DisplacementSearch` (the hash-consed trie of strings
-``σ_out · # · reverse(σ_in)``): the domain automaton is built from the very nodes the
-search interned, which is what makes equal domains cost nothing to detect.
+The domain automaton (:mod:`formalgram_cfgzip.search.domains`) is built from the very trie
+nodes the displacement search interned, which is what makes equal domains cost nothing to
+detect; ``compress(..., domains=True)`` records it from its own search.
 """
 
 from __future__ import annotations
@@ -33,17 +32,25 @@ from formalgram_cfgzip.engines.base import (
 )
 from formalgram_cfgzip.errors import CacheError, ClassesMismatchError, EngineError, TokenIdError
 from formalgram_cfgzip.expand import MaskExpander
-from formalgram_cfgzip.search.displacement import DEAD, START, DisplacementSearch
+from formalgram_cfgzip.search.displacement import DisplacementSearch
+from formalgram_cfgzip.search.domains import (
+    ClassDomains,
+    DomainAutomaton,
+    class_domains,
+    domain_automaton,
+    domain_roots,
+    gnf_digest,
+)
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
-    "DEAD",
     "PDA",
-    "START",
     "CacheError",
+    "ClassDomains",
     "ClassesMismatchError",
     "CompiledGrammar",
     "DisplacementSearch",
+    "DomainAutomaton",
     "EngineError",
     "EngineMatcher",
     "FormalgramError",
@@ -54,15 +61,16 @@ __all__ = [
     "TokenClasses",
     "TokenIdError",
     "Vocabulary",
+    "class_domains",
     "class_gnf",
     "class_vocabulary",
+    "domain_automaton",
+    "domain_roots",
+    "gnf_digest",
     "grammar_fingerprint",
     "parse_grammar",
     "prepare_compressed",
     "read_cache",
-    "trie_edges",
-    "trie_final",
-    "trie_union",
     "write_cache",
 ]
 
@@ -103,18 +111,3 @@ def class_gnf(grammar: Grammar | str, *, specialized: bool, gnf_budget: int = 2_
         if a not in live:
             raise GrammarError(f"GNF symbol {gnf.names[a]!r} is reachable but derives nothing")
     return gnf
-
-
-def trie_edges(search: DisplacementSearch, node: int) -> tuple[tuple[int, int], ...]:
-    """The ``(symbol, child)`` edges of a trie node of ``search`` (chains unrolled one step)."""
-    return search._edges_of(node)
-
-
-def trie_final(search: DisplacementSearch, node: int) -> bool:
-    """Whether the empty string belongs to the set of trie node ``node``."""
-    return search._final[node]
-
-
-def trie_union(search: DisplacementSearch, nodes: list[int]) -> int:
-    """The canonical node of the union of the sets of ``nodes`` (equal sets, equal ids)."""
-    return search._union(nodes)

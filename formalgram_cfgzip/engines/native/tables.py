@@ -29,16 +29,20 @@ import numpy.typing as npt
 from formalgram_cfgzip.engines.native._adapter import (
     PDA,
     CacheError,
+    ClassDomains,
     ClassesMismatchError,
     DisplacementSearch,
+    DomainAutomaton,
     Grammar,
     TokenClasses,
+    class_domains,
     class_gnf,
+    domain_roots,
+    gnf_digest,
     grammar_fingerprint,
     read_cache,
     write_cache,
 )
-from formalgram_cfgzip.engines.native.domains import DomainAutomaton, domain_automaton, domain_roots
 
 __all__ = ["TABLES_VERSION", "NativeTables", "build_tables", "classes_fingerprint"]
 
@@ -277,22 +281,9 @@ class NativeTables:
         """
         n, t = self.num_symbols, int(self.trie_sym.shape[0])
         d = self.domains
-        ns, ne = int(d.out.shape[0]), int(d.edge_sym.shape[0])
-        nsets = int(d.set_start.shape[0]) - 1
-        i32 = [
-            self.trie_sym,
-            self.trie_up,
-            self.trie_depth,
-            self.trans_start,
-            self.trans_push,
-            d.edge_start,
-            d.edge_sym,
-            d.edge_to,
-            d.out,
-            d.set_start,
-            d.set_class,
-            self.domain_group,
-        ]
+        if not isinstance(d, DomainAutomaton):
+            return "domains is not a DomainAutomaton"
+        i32 = [self.trie_sym, self.trie_up, self.trie_depth, self.trans_start, self.trans_push]
         if any(a.dtype != np.int32 or a.ndim != 1 for a in i32):
             return "an array is not 1-D int32"
         if self.byte_class.dtype != np.uint8 or self.byte_class.shape != (256,):
@@ -326,30 +317,9 @@ class NativeTables:
             return "trans_key out of range"
         if self.trans_push.size and (int(self.trans_push.min()) < -1 or int(self.trans_push.max()) >= t):
             return "trans_push out of range"
-        if d.edge_start.shape != (ns + 1,) or int(d.edge_start[0]) != 0 or int(d.edge_start[-1]) != ne:
-            return "edge_start has the wrong shape"
-        if bool(np.any(np.diff(d.edge_start) < 0)) or d.edge_to.shape != (ne,):
-            return "domain edges are inconsistent"
-        if ne and (int(d.edge_to.min()) < 0 or int(d.edge_to.max()) >= ns):
-            return "domain edge target out of range"
-        if ne > 1:
-            inside = np.ones(ne - 1, dtype=bool)  # consecutive edges of one state
-            firsts = d.edge_start[1:-1]
-            inside[firsts[(firsts > 0) & (firsts < ne)] - 1] = False
-            if bool(np.any(np.diff(d.edge_sym)[inside] <= 0)):
-                return "domain edges are not sorted by symbol"
-        if ne and (int(d.edge_sym.min()) < 0 or int(d.edge_sym.max()) >= n):
-            return "domain edge symbol out of range"
-        if ns and (int(d.out.min()) < -1 or int(d.out.max()) >= nsets):
-            return "domain output out of range"
-        if nsets < 0 or int(d.set_start[0]) != 0 or int(d.set_start[-1]) != d.set_class.shape[0]:
-            return "set_start has the wrong shape"
-        if bool(np.any(np.diff(d.set_start) < 0)):
-            return "set_start is not increasing"
-        if d.set_class.size and (int(d.set_class.min()) < 0 or int(d.set_class.max()) >= self.num_classes):
-            return "set class out of range"
-        if self.domain_group.shape != (self.num_classes,):
-            return "domain_group has the wrong shape"
+        why = ClassDomains(d, self.domain_group, n, "").inconsistency(self.num_classes)
+        if why:
+            return why
         return ""
 
 
@@ -407,12 +377,14 @@ def build_tables(
     Parameters
     ----------
     classes : TokenClasses
-        Classes computed by ``compress`` for ``grammar``.
+        Classes computed by ``compress`` for ``grammar``.  When they carry the domains their
+        own search recorded (``compress(..., domains=True)``: ``classes.domains``) and
+        ``gnf`` is that search's GNF, no search is run.
     grammar : Grammar or str
         The grammar (or its GBNF text) of the classes.
     gnf : Grammar or None, keyword-only
-        The GNF grammar to use (``None``: recomputed as ``compress`` did, specialised when the
-        classes say so).  The mask is exact for any GNF grammar of the language; the tables
+        The GNF grammar to use (``None``: the one recorded with the classes' domains, else
+        recomputed as ``compress`` did, specialised when the classes say so).  The mask is exact for any GNF grammar of the language; the tables
         are smallest on the GNF the classes were computed on.
     check : bool, keyword-only
         Check the grammar's fingerprint against the classes (``False``: the caller did).
@@ -422,6 +394,8 @@ def build_tables(
     Returns
     -------
     NativeTables
+        ``stats["domains_from_classes"]`` is 1.0 when the domains came from the classes, 0.0
+        when a displacement search over the representatives computed them.
 
     Raises
     ------
@@ -432,9 +406,22 @@ def build_tables(
 
     Notes
     -----
-    Cost: the GNF conversion (seconds for the largest shared grammars), one displacement
-    search over the representatives only (SynCode Go: 6 s, xml2rfc: 13 s, pure Python), and
-    the subset construction of :func:`~formalgram_cfgzip.engines.native.domains.domain_automaton`.
+    Cost: the push trie, and the GNF conversion and its PDA (seconds for the largest shared
+    grammars) unless the classes' domains carry them; without domains in the classes, also a
+    displacement search over the representatives (SynCode Go: 15 s, SQL: 210 s, pure
+    Python) and the subset construction of
+    :func:`~formalgram_cfgzip.search.domains.domain_automaton`.
+
+    Examples
+    --------
+    >>> from formalgram_cfgzip import Vocabulary, compress
+    >>> text, v = 'root ::= "(" root ")" | "x"', Vocabulary([b"(", b")", b"x", b"(("])
+    >>> a = build_tables(compress(text, v, progress=False), text)
+    >>> b = build_tables(compress(text, v, progress=False, domains=True), text)
+    >>> a.stats["domains_from_classes"], b.stats["domains_from_classes"]
+    (0.0, 1.0)
+    >>> np.array_equal(a.domains.set_class, b.domains.set_class), a.domain_group.tolist()  # "(", "x", "((" pop root
+    (True, [0, 1, 0, 0])
     """
     t0 = time.perf_counter()
     fp = grammar_fingerprint(grammar) if check else classes.grammar_sha256
@@ -443,24 +430,25 @@ def build_tables(
             "these TokenClasses were computed for another grammar "
             f"(classes: {classes.grammar_sha256[:12]}..., grammar: {fp[:12]}...)"
         )
+    found = classes.domains
+    kept = found.gnf if found is not None else None  # the search's own GNF, when carried
     if gnf is None:
-        gnf = class_gnf(grammar, specialized=bool(classes.stats.get("specialized", 0.0)))
+        gnf = (
+            kept
+            if kept is not None
+            else class_gnf(grammar, specialized=bool(classes.stats.get("specialized", 0.0)))
+        )
     t_gnf = time.perf_counter() - t0
-    pda = PDA.from_gnf(gnf)
+    own_pda = found.pda if found is not None and gnf is kept else None
+    pda = own_pda if own_pda is not None else PDA.from_gnf(gnf)
     trie = _push_trie(pda)
-    search = DisplacementSearch(gnf)
-    tokens = classes.vocab.tokens
-    texts: list[bytes | None] = []
-    for k, rep in enumerate(classes.representatives.tolist()):
-        if k in (classes.invalid_class, classes.stop_class) or rep < 0 or rep >= len(tokens):
-            texts.append(None)
-        else:
-            texts.append(tokens[rep])
-    roots = domain_roots(search, texts)
-    t_search = time.perf_counter() - t0 - t_gnf
-    auto = domain_automaton(search, roots, max_states=max_states)
-    group_of: dict[int, int] = {}
-    groups = [-1 if r < 0 else group_of.setdefault(r, len(group_of)) for r in roots]
+    if found is None or not (gnf is kept or found.gnf_sha256 == gnf_digest(gnf)):
+        found = _search_domains(classes, gnf, max_states)
+        from_classes = 0.0
+    else:
+        from_classes = 1.0
+    t_domains = time.perf_counter() - t0 - t_gnf
+    auto = found.automaton
     stats = {
         "gnf_symbols": float(len(gnf.names)),
         "gnf_rules": float(len(gnf.rules)),
@@ -471,9 +459,10 @@ def build_tables(
         "domain_edges": float(auto.num_edges),
         "domain_sets": float(auto.num_sets),
         "domain_outputs": float(auto.set_class.shape[0]),
-        "domain_groups": float(len(group_of)),
+        "domain_groups": float(int(found.group.max(initial=-1)) + 1),
+        "domains_from_classes": from_classes,
         "gnf_seconds": t_gnf,
-        "search_seconds": t_search,
+        "search_seconds": t_domains,
         "seconds": time.perf_counter() - t0,
     }
     return NativeTables(
@@ -486,9 +475,22 @@ def build_tables(
         np.frombuffer(pda.byte_class_of, dtype=np.uint8).copy(),
         *trie,
         auto,
-        np.asarray(groups, dtype=np.int32),
+        found.group,
         fp,
         classes.vocab.fingerprint(),
         classes_fingerprint(classes),
         stats,
     )
+
+
+def _search_domains(classes: TokenClasses, gnf: Grammar, max_states: int) -> ClassDomains:
+    """The classes' domains by a displacement search of their representatives over ``gnf``."""
+    search = DisplacementSearch(gnf)
+    tokens = classes.vocab.tokens
+    texts: list[bytes | None] = []
+    for k, rep in enumerate(classes.representatives.tolist()):
+        if k in (classes.invalid_class, classes.stop_class) or rep < 0 or rep >= len(tokens):
+            texts.append(None)
+        else:
+            texts.append(tokens[rep])
+    return class_domains(search, domain_roots(search, texts), max_states=max_states)

@@ -1,0 +1,245 @@
+"""The classes' domains recorded by ``compress(..., domains=True)`` from its own search.
+
+The oracle is the displacement enumerated explicitly (``DisplacementSearch.displacement`` on
+a fresh search, one token at a time: no trie walk, no compaction, no union of subtries): the
+recorded automaton must read, for each class, exactly the popped sequences of its
+representative, and the roots must survive the search's compactions.  The native tables
+built from recorded domains must equal, array for array, those built by a search of the
+representatives, and the native engine must use them (no second search).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import _data
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from formalgram import EmptyLanguageError, Grammar
+from formalgram.testing import grammars
+from formalgram_cfgzip import Compressor, TokenClasses, Vocabulary, compress, engines
+from formalgram_cfgzip.engines.native import NativeCompiled, NativeTables, build_tables
+from formalgram_cfgzip.engines.native._adapter import class_gnf
+from formalgram_cfgzip.errors import ClassesInvariantError
+from formalgram_cfgzip.search.displacement import DisplacementSearch
+from formalgram_cfgzip.search.domains import ClassDomains, DomainAutomaton
+from formalgram_cfgzip.search.driver import token_table, token_trie, walk_trie
+
+pytestmark = pytest.mark.filterwarnings("ignore:grammar has nonterminals that derive no string")
+ALPHABET = b"abc"
+token_lists = st.lists(
+    st.lists(st.sampled_from(ALPHABET), min_size=1, max_size=4).map(bytes),
+    min_size=1,
+    max_size=10,
+    unique=True,
+)
+
+
+def small_vocab(tokens: list[bytes]) -> Vocabulary:
+    n = len(tokens)
+    return Vocabulary([*tokens, b"<s>", b"</s>"], special_ids=[n, n + 1], stop_ids=[n + 1])
+
+
+def words_of(d: DomainAutomaton, k: int) -> set[tuple[int, ...]]:
+    """Every word the automaton reads into a state whose output holds class ``k``."""
+    out: set[tuple[int, ...]] = set()
+    todo: list[tuple[int, tuple[int, ...]]] = [(0, ())]
+    while todo:
+        s, word = todo.pop()
+        o = int(d.out[s])
+        if o >= 0 and k in d.set_class[d.set_start[o] : d.set_start[o + 1]].tolist():
+            out.add(word)
+        for e in range(int(d.edge_start[s]), int(d.edge_start[s + 1])):
+            todo.append((int(d.edge_to[e]), (*word, int(d.edge_sym[e]))))
+    return out
+
+
+def explicit_domain(gnf: Grammar, data: bytes) -> set[tuple[int, ...]]:
+    """The popped sequences of ``data``'s displacement, enumerated on a fresh search."""
+    search = DisplacementSearch(gnf)
+    return {s_in for s_in, _ in search.displacement(search.run(data))}
+
+
+def tables_equal(a: NativeTables, b: NativeTables) -> bool:
+    fields = ("edge_start", "edge_sym", "edge_to", "out", "set_start", "set_class")
+    return (
+        all(np.array_equal(getattr(a.domains, f), getattr(b.domains, f)) for f in fields)
+        and np.array_equal(a.domain_group, b.domain_group)
+        and np.array_equal(a.trans_push, b.trans_push)
+        and a.num_symbols == b.num_symbols
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grammars(max_nonterminals=4, alphabet=ALPHABET), token_lists)
+def test_recorded_domains_are_the_popped_sequences(g: Grammar, tokens: list[bytes]) -> None:
+    vocab = small_vocab(tokens)
+    try:
+        plain = compress(g, vocab, progress=False)
+    except EmptyLanguageError:
+        assume(False)
+        return
+    classes = compress(g, vocab, progress=False, domains=True)
+    # recording the domains changes nothing about the classes
+    assert np.array_equal(classes.token_class, plain.token_class)
+    assert np.array_equal(classes.representatives, plain.representatives)
+    assert plain.domains is None and classes.domains is not None
+    gnf = class_gnf(g, specialized=bool(classes.stats["specialized"]))
+    auto = classes.domains.automaton
+    for k, rep in enumerate(classes.representatives.tolist()):
+        if k in (classes.stop_class, classes.invalid_class):
+            assert words_of(auto, k) == set() and int(classes.domains.group[k]) == -1
+            continue
+        data = vocab.tokens[rep]
+        assert data is not None
+        assert words_of(auto, k) == explicit_domain(gnf, data)
+    # classes with equal groups have equal domains, and conversely
+    for j in range(classes.num_classes):
+        for k in range(classes.num_classes):
+            gj, gk = int(classes.domains.group[j]), int(classes.domains.group[k])
+            if gj >= 0 and gk >= 0:
+                assert (gj == gk) == (words_of(auto, j) == words_of(auto, k))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grammars(max_nonterminals=4, alphabet=ALPHABET), token_lists, st.sampled_from([0, 3, 50]))
+def test_domain_roots_survive_compaction(g: Grammar, tokens: list[bytes], reset_cells: int) -> None:
+    """Compacting the search tables after every token depth keeps each code's root exact."""
+    vocab = small_vocab(tokens)
+    try:
+        gnf = class_gnf(g, specialized=False)
+    except EmptyLanguageError:
+        assume(False)
+        return
+    toks = token_table(vocab)
+    search = DisplacementSearch(gnf)
+    class_of = np.frombuffer(bytes(search.byte_class), dtype=np.uint8)
+    roots: list[int] = []
+    codes, _ = walk_trie(
+        search, token_trie(toks), class_of, int(toks.ids.size), False, reset_cells, False, roots
+    )
+    assert len(roots) == (int(codes.max()) + 1 if codes.size and int(codes.max()) >= 0 else 0)
+    for i, tid in enumerate(toks.ids.tolist()):
+        data = vocab.tokens[tid]
+        assert data is not None
+        want = explicit_domain(gnf, data)
+        code = int(codes[i])
+        if code < 0:
+            assert want == set()
+            continue
+        # the root's strings are the reversed popped sequences
+        got = {tuple(reversed(s)) for s in search.strings(roots[code])}
+        assert got == want
+
+
+def sample_vocab(n: int, seed: int) -> Vocabulary:
+    """``n`` Llama-3 tokens at random (single bytes always included), a special and a stop token."""
+    full = Vocabulary.builtin("llama3")
+    rng = random.Random(seed)
+    text = [t for i, t in enumerate(full.tokens) if t and i not in full.special_ids]
+    singles = [t for t in text if len(t) == 1]
+    rest = [t for t in text if len(t) > 1]
+    return small_vocab(singles + rng.sample(rest, n))
+
+
+@pytest.mark.parametrize("rel", ["llama_cpp/c.gbnf", "json_schemas/purchase_order.gbnf"])
+def test_native_tables_from_recorded_domains_equal_searched_ones(rel: str) -> None:
+    text = _data.grammar(rel).read_text(encoding="utf-8")
+    vocab = sample_vocab(2500, seed=5)
+    searched = build_tables(compress(text, vocab, progress=False), text)
+    classes = compress(text, vocab, progress=False, domains=True)
+    recorded = build_tables(classes, text)
+    assert searched.stats["domains_from_classes"] == 0.0
+    assert recorded.stats["domains_from_classes"] == 1.0
+    assert tables_equal(searched, recorded)
+    # the engine's entry point takes them too (no tables given, no cache directory)
+    compiled = engines.compile_grammar(classes, text, engine="native")
+    assert isinstance(compiled, NativeCompiled)
+    assert compiled.tables.stats["domains_from_classes"] == 1.0
+
+
+def test_worker_processes_give_the_same_domains() -> None:
+    """With workers the roots come from a search of the representatives: same automaton."""
+    text = _data.grammar("llama_cpp/c.gbnf").read_text(encoding="utf-8")
+    vocab = sample_vocab(3000, seed=7)
+    one = compress(text, vocab, progress=False, domains=True)
+    two = compress(text, vocab, progress=False, domains=True, workers=2)
+    assert one.domains is not None and two.domains is not None
+    assert np.array_equal(one.token_class, two.token_class)
+    assert tables_equal(build_tables(one, text), build_tables(two, text))
+
+
+def test_domains_of_another_gnf_are_not_used() -> None:
+    text = 'root ::= "(" root ")" | "x" | "[" root "]"'
+    vocab = small_vocab([b"(", b")", b"x", b"[", b"]", b"((", b"x)"])
+    classes = compress(text, vocab, progress=False, domains=True, specialize=True)
+    other = class_gnf(text, specialized=False)
+    tables = build_tables(classes, text, gnf=other)
+    assert tables.stats["domains_from_classes"] == 0.0
+    assert build_tables(classes, text).stats["domains_from_classes"] == 1.0
+
+
+def _broken(d: ClassDomains, **change: object) -> ClassDomains:
+    auto = dataclasses.replace(d.automaton, **{k: v for k, v in change.items() if k != "group"})
+    group = change.get("group", d.group)
+    assert isinstance(group, np.ndarray)
+    return ClassDomains(auto, group, d.num_symbols, d.gnf_sha256)
+
+
+def test_inconsistent_domains_are_refused() -> None:
+    text = 'root ::= "(" root ")" | "x"'
+    vocab = small_vocab([b"(", b")", b"x", b"(("])
+    classes = compress(text, vocab, progress=False, domains=True)
+    d = classes.domains
+    assert d is not None
+    n = classes.num_classes
+    bad_class = d.automaton.set_class.copy()
+    bad_class[0] = n
+    bad_sym = d.automaton.edge_sym.copy()
+    bad_sym[-1] = d.num_symbols  # the last edge of its state: still sorted
+    group_stop = d.group.copy()
+    group_stop[classes.stop_class] = 0
+    cases: list[tuple[ClassDomains, str]] = [
+        (_broken(d, set_class=bad_class), "set class out of range"),
+        (_broken(d, edge_sym=bad_sym), "domain edge symbol out of range"),
+        (_broken(d, group=d.group[:-1]), "domain_group has the wrong shape"),
+        (_broken(d, group=group_stop), "to the stop or invalid class"),
+        (_broken(d, out=d.automaton.out.astype(np.int64)), "not 1-D int32"),
+    ]
+    for broken, why in cases:
+        with pytest.raises(ClassesInvariantError, match=why):
+            dataclasses.replace(classes, domains=broken)
+    with pytest.raises(ClassesInvariantError, match="domains must be ClassDomains"):
+        TokenClasses(
+            classes.token_class,
+            classes.representatives,
+            classes.invalid_class,
+            classes.stop_class,
+            vocab,
+            classes.grammar_sha256,
+            domains="nope",  # type: ignore[arg-type]
+        )
+
+
+def test_compressor_records_domains_and_the_engine_keeps_its_tables(tmp_path: object) -> None:
+    from pathlib import Path
+
+    assert isinstance(tmp_path, Path)
+    text = 'root ::= "(" root ")" | "x"'
+    vocab = small_vocab([b"(", b")", b"x", b"(("])
+    first = Compressor(vocab, cache_dir=tmp_path, domains=True)
+    classes = first.compress(text)
+    assert classes.domains is not None and classes.cache_dir
+    compiled = engines.compile_grammar(classes, text, engine="native")
+    assert isinstance(compiled, NativeCompiled)
+    assert compiled.tables.stats["domains_from_classes"] == 1.0
+    # a later process finds the classes (without domains) and the tables beside them
+    again = Compressor(vocab, cache_dir=tmp_path, domains=True).compress(text)
+    assert again.domains is None
+    loaded = engines.compile_grammar(again, text, engine="native")
+    assert isinstance(loaded, NativeCompiled)
+    assert tables_equal(loaded.tables, compiled.tables)
