@@ -18,7 +18,9 @@ grammars, a whole request at batch 8: ``comp-req`` = compress (cache off) + comp
 classes (``engines.compile``) + a 200-step walk of 8 sequences through the compressed adapter
 (``plain-req``: the same with the plain GNF),
 against ``full-req`` = XGrammar's own full-vocabulary compile (as ``xgr``) + the same walk with
-its own matchers and ``BatchGrammarMatcher`` (one thread), no adapter (the walks are recorded once beforehand with the full engine, restarting a
+its own matchers and ``BatchGrammarMatcher`` (one thread), no adapter; with ``--native`` also
+``nat-req`` / ``nat-plain-req``: the same request with ``Compressor(..., domains=True)`` and the
+native engine (its tables from the compression's own search), default and plain GNF (the walks are recorded once beforehand with the full engine, restarting a
 sequence when its document is complete, and replayed identically by both); the summary also
 gives each request's compile and walk apart (from the fastest of the ``--repeats`` requests).  With ``--stages``
 it breaks the compression down per stage (parse, trim, GNF, specialisation, PDA, adjacency, the
@@ -27,7 +29,7 @@ second walk over the same tables = the driver's own numpy work, numbering).
 
 Prints one line per grammar, then medians and totals.  Run from the repository root::
 
-    python bench/request_bench.py [--vocab llama3] [--limit 80] [--repeats 3] [--walk 20] [--stages]
+    python bench/request_bench.py [--vocab llama3] [--limit 80] [--repeats 3] [--walk 20] [--native] [--stages]
         [--grammars DIR]
 """
 
@@ -43,8 +45,8 @@ from typing import Any
 import numpy as np
 
 from formalgram_cfgzip.compress import Compressor
+from formalgram_cfgzip.engines import EngineName, compile_full
 from formalgram_cfgzip.engines import compile as compile_compressed
-from formalgram_cfgzip.engines import compile_full
 from formalgram_cfgzip.engines.base import CompiledGrammar, EngineMatcher
 from formalgram_cfgzip.vocabulary import Vocabulary
 
@@ -173,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--walk", type=int, default=0, help="also time whole requests on the first N grammars")
     ap.add_argument("--stages", action="store_true", help="also break the compression down per stage")
     ap.add_argument(
+        "--native",
+        action="store_true",
+        help="with --walk, also whole requests with the native engine (compress(domains=True), default and plain GNF)",
+    )
+    ap.add_argument(
         "--grammars",
         type=Path,
         default=GRAMMARS,
@@ -191,6 +198,16 @@ def main(argv: list[str] | None = None) -> int:
     cold = Compressor(vocab, cache_size=0)
     prepare_s = time.perf_counter() - t
     plain = Compressor(cold.prepared, cache_size=0, specialize=False)
+    # the native engine's requests: the classes' domains recorded by the same search
+    requests: list[tuple[str, Compressor, EngineName]] = [
+        ("comp", cold, "xgrammar"),
+        ("plain", plain, "xgrammar"),
+    ]
+    if args.native:
+        requests += [
+            ("nat", Compressor(cold.prepared, cache_size=0, domains=True), "native"),
+            ("nat-plain", Compressor(cold.prepared, cache_size=0, specialize=False, domains=True), "native"),
+        ]
     warm = Compressor(vocab)
     info = full_tokenizer_info(vocab)
     import formalgram_cfgzip.search.displacement as displacement_module
@@ -202,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, float]] = []
     header = f"{'grammar':<10} {'compress':>9} {'plain':>7} {'hit':>7} {'xgr':>7} {'ratio':>6} {'classes':>8} {'plain':>6}"
     if args.walk:
-        header += f" {'comp-req':>9} {'plain-req':>9} {'full-req':>9} {'ratio':>6}"
+        header += (
+            "".join(f" {name + '-req':>13}" for name, _, _ in requests) + f" {'full-req':>9} {'ratio':>6}"
+        )
     print(header)
     for i, path in enumerate(files):
         text = path.read_text(encoding="utf-8")
@@ -228,14 +247,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         if i < args.walk:
             plan = record_walk(compile_full(vocab, text), WALK_BATCH, WALK_STEPS, seed=i)
-            parts: dict[str, list[float]] = {"comp": [float("inf")] * 3, "plain": [float("inf")] * 3}
+            parts = {name: [float("inf")] * 3 for name, _, _ in requests}
             full_parts = [float("inf")] * 2
             for _ in range(args.repeats):
-                for name, compressor in (("comp", cold), ("plain", plain)):
+                for name, compressor, engine in requests:
                     t0 = time.perf_counter()
                     small = compressor.compress(text)
                     t1 = time.perf_counter()
-                    compiled = compile_compressed(small, text)
+                    compiled = compile_compressed(small, text, engine=engine)
                     t2 = time.perf_counter()
                     replay(compiled, plan)
                     t3 = time.perf_counter()
@@ -248,17 +267,15 @@ def main(argv: list[str] | None = None) -> int:
                 t2 = time.perf_counter()
                 if t2 - t0 < sum(full_parts):
                     full_parts = [t1 - t0, t2 - t1]
-            for name in ("comp", "plain"):
+            for name, _, _ in requests:
                 row[f"{name}_req"] = sum(parts[name])
                 row[f"{name}_req_compile"] = parts[name][1]
                 row[f"{name}_req_walk"] = parts[name][2]
             row["full_req"] = sum(full_parts)
             row["full_req_compile"] = full_parts[0]
             row["full_req_walk"] = full_parts[1]
-            line += (
-                f" {row['comp_req'] * 1e3:9.1f} {row['plain_req'] * 1e3:9.1f} {row['full_req'] * 1e3:9.1f} "
-                f"{row['comp_req'] / row['full_req']:6.2f}"
-            )
+            line += "".join(f" {row[name + '_req'] * 1e3:13.1f}" for name, _, _ in requests)
+            line += f" {row['full_req'] * 1e3:9.1f} {row['comp_req'] / row['full_req']:6.2f}"
         if args.stages:
             row.update({f"stage:{k}": v for k, v in stage_times(text, cold).items()})
         rows.append(row)
@@ -279,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
         "plain_req",
         "plain_req_compile",
         "plain_req_walk",
+        "nat_req",
+        "nat_req_compile",
+        "nat_req_walk",
+        "nat-plain_req",
+        "nat-plain_req_compile",
+        "nat-plain_req_walk",
         "full_req",
         "full_req_compile",
         "full_req_walk",
@@ -297,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{statistics.median(column('classes')):.0f} specialised, {statistics.median(column('plain_classes')):.0f} plain"
     )
     if args.walk:
-        for name in ("comp", "plain"):
+        for name, _, _ in requests:
             req = [r[f"{name}_req"] / r["full_req"] for r in rows if f"{name}_req" in r]
             total = sum(column(f"{name}_req")) / sum(column("full_req"))
             print(
