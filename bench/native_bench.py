@@ -324,7 +324,7 @@ def main() -> None:
             print(f"{name}: grammar file absent under {root}")
             continue
         text = path.read_text(encoding="utf-8")
-        classes = load_or_compress(text, vocab, name, args.classes_dir)
+        classes = load_or_compress(text, vocab, name, args.classes_dir, domains=True)
         native, t_tables = load_native(classes, text, name, args.tables_dir)
         tables = native.tables
         python = NativeCompiled(classes, tables, kernel="python") if args.python else None

@@ -200,13 +200,16 @@ def replay_variants(v: Variants, walks: list[list[int]]) -> dict[str, float]:
     return {c: float(np.median(ts)) * 1e6 if ts else float("nan") for c, ts in times.items()}
 
 
-def load_or_compress(text: str, vocab: Vocabulary, name: str, cache_dir: str | None) -> TokenClasses:
-    """``compress()``, or a TokenClasses saved earlier under ``cache_dir/name-vocab``."""
+def load_or_compress(
+    text: str, vocab: Vocabulary, name: str, cache_dir: str | None, *, domains: bool = False
+) -> TokenClasses:
+    """``compress()`` (``domains``: also recording the classes' domains, for the native engine's
+    tables), or a TokenClasses saved earlier under ``cache_dir/name-vocab``."""
     if cache_dir:
         d = Path(cache_dir) / f"{name}-{vocab.name or vocab.fingerprint()[:12]}"
         if d.exists():
             return TokenClasses.load(d, grammar=text, vocab=vocab)
-    classes = compress(text, vocab, progress=False)
+    classes = compress(text, vocab, progress=False, domains=domains)
     if cache_dir:
         classes.save(d)
     return classes
