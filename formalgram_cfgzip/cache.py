@@ -635,6 +635,7 @@ def _describe(key: str) -> str:
         ("vocab", "another vocabulary"),
         ("tokenizer", "another tokenizer"),
         ("algorithm", "another algorithm version"),
+        ("classes", "other classes"),
     ):
         if word in lowered:
             return what

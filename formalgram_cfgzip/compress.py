@@ -211,8 +211,9 @@ def compress(
         (:class:`~formalgram_cfgzip.search.domains.ClassDomains`, in ``classes.domains``):
         what the native engine (``engines.compile_grammar(..., engine="native")``) builds
         its tables from, so that its first compile needs no second search.  Costs the
-        domain automaton's construction (``stats["domain_seconds"]``); kept in memory only
-        (the native engine keeps the tables it builds from it beside a cached result).
+        domain automaton's construction (``stats["domain_seconds"]``) and one
+        :meth:`~formalgram_cfgzip.search.displacement.DisplacementSearch.popped` per distinct
+        displacement; :meth:`TokenClasses.save` keeps the domains with the classes.
         With ``workers > 1`` the roots are taken by a search of the representatives in
         this process (the workers' tables stay in the workers).
 
@@ -500,9 +501,7 @@ class Compressor:
     cache_dir : path or None
         Directory of saved results (created when needed); ``None`` for none.
     workers, gnf_budget, max_states, memory_budget, specialize, domains
-        As in :func:`compress`.  With ``domains``, results found in the cache directory
-        have none (the domains are not saved); the native engine's tables are kept in the
-        entry's ``native`` subdirectory when first built.
+        As in :func:`compress` (with ``domains``, the cache directory's entries keep them).
 
     Attributes
     ----------

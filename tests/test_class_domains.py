@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import shutil
+from pathlib import Path
 
 import _data
 import numpy as np
@@ -22,9 +24,10 @@ from hypothesis import strategies as st
 from formalgram import EmptyLanguageError, Grammar
 from formalgram.testing import grammars
 from formalgram_cfgzip import Compressor, TokenClasses, Vocabulary, compress, engines
+from formalgram_cfgzip.classes import DOMAINS_SUBDIR
 from formalgram_cfgzip.engines.native import NativeCompiled, NativeTables, build_tables
 from formalgram_cfgzip.engines.native._adapter import class_gnf
-from formalgram_cfgzip.errors import ClassesInvariantError
+from formalgram_cfgzip.errors import CacheError, ClassesInvariantError
 from formalgram_cfgzip.search.displacement import DisplacementSearch
 from formalgram_cfgzip.search.domains import ClassDomains, DomainAutomaton
 from formalgram_cfgzip.search.driver import token_table, token_trie, walk_trie
@@ -216,7 +219,7 @@ def test_inconsistent_domains_are_refused() -> None:
     # an ill-typed field is refused by the compiled build at the call (TypeError), by the
     # pure-Python one in validate()
     with pytest.raises(
-        (ClassesInvariantError, TypeError), match="domains must be ClassDomains|ClassDomains or None"
+        (ClassesInvariantError, TypeError), match=r"domains must be ClassDomains|ClassDomains or None"
     ):
         TokenClasses(
             classes.token_class,
@@ -229,10 +232,7 @@ def test_inconsistent_domains_are_refused() -> None:
         )
 
 
-def test_compressor_records_domains_and_the_engine_keeps_its_tables(tmp_path: object) -> None:
-    from pathlib import Path
-
-    assert isinstance(tmp_path, Path)
+def test_compressor_records_domains_and_the_engine_keeps_its_tables(tmp_path: Path) -> None:
     text = 'root ::= "(" root ")" | "x"'
     vocab = small_vocab([b"(", b")", b"x", b"(("])
     first = Compressor(vocab, cache_dir=tmp_path, domains=True)
@@ -241,9 +241,66 @@ def test_compressor_records_domains_and_the_engine_keeps_its_tables(tmp_path: ob
     compiled = engines.compile_grammar(classes, text, engine="native")
     assert isinstance(compiled, NativeCompiled)
     assert compiled.tables.stats["domains_from_classes"] == 1.0
-    # a later process finds the classes (without domains) and the tables beside them
+    # a later process finds the classes, their domains and the tables beside them
     again = Compressor(vocab, cache_dir=tmp_path, domains=True).compress(text)
-    assert again.domains is None
+    assert again.domains is not None and again.domains.gnf is None
     loaded = engines.compile_grammar(again, text, engine="native")
     assert isinstance(loaded, NativeCompiled)
     assert tables_equal(loaded.tables, compiled.tables)
+
+
+def test_saved_domains_are_loaded_checked_and_used(tmp_path: Path) -> None:
+    text = _data.grammar("llama_cpp/c.gbnf").read_text(encoding="utf-8")
+    vocab = sample_vocab(1500, seed=11)
+    classes = compress(text, vocab, progress=False, domains=True)
+    assert classes.domains is not None
+    where = tmp_path / "classes"
+    classes.save(where)
+    loaded = TokenClasses.load(where, grammar=text, vocab=vocab)
+    assert loaded.domains is not None and loaded.domains.gnf is None
+    for f in ("edge_start", "edge_sym", "edge_to", "out", "set_start", "set_class"):
+        assert np.array_equal(getattr(loaded.domains.automaton, f), getattr(classes.domains.automaton, f))
+    # the GNF is converted again and recognised by its digest: no search
+    tables = build_tables(loaded, text)
+    assert tables.stats["domains_from_classes"] == 1.0
+    assert tables_equal(tables, build_tables(compress(text, vocab, progress=False), text))
+    # saving classes without domains over them removes the stale ones
+    plain = compress(text, vocab, progress=False)
+    plain.save(where)
+    assert not (where / DOMAINS_SUBDIR).exists()
+    assert TokenClasses.load(where, grammar=text, vocab=vocab).domains is None
+
+
+def test_corrupted_or_foreign_domains_are_refused(tmp_path: Path) -> None:
+    text = 'root ::= "(" root ")" | "x" | "[" root "]"'
+    other_text = 'root ::= "(" root ")" | "x"'
+    vocab = small_vocab([b"(", b")", b"x", b"[", b"]", b"((", b"x)"])
+    classes = compress(text, vocab, progress=False, domains=True)
+    where = tmp_path / "a"
+    classes.save(where, key=b"k" * 16)
+    assert TokenClasses.load(where, grammar=text, vocab=vocab, key=b"k" * 16).domains is not None
+    # another key: refused (the classes' own record fails first or the domains' does)
+    with pytest.raises(CacheError, match="HMAC"):
+        TokenClasses.load(where, grammar=text, vocab=vocab, key=b"other key 16 bytes")
+    # one flipped byte in the domains' arrays
+    classes.save(where)
+    npz = where / DOMAINS_SUBDIR / "arrays.npz"
+    raw = bytearray(npz.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    npz.write_bytes(bytes(raw))
+    with pytest.raises(CacheError):
+        TokenClasses.load(where, grammar=text, vocab=vocab)
+    # the domains of other classes put beside these classes
+    other = compress(other_text, vocab, progress=False, domains=True)
+    elsewhere = tmp_path / "b"
+    other.save(elsewhere)
+    classes.save(where)
+    shutil.rmtree(where / DOMAINS_SUBDIR)
+    shutil.copytree(elsewhere / DOMAINS_SUBDIR, where / DOMAINS_SUBDIR)
+    with pytest.raises(CacheError, match="other classes"):
+        TokenClasses.load(where, grammar=text, vocab=vocab)
+    # not a directory of domains at all
+    shutil.rmtree(where / DOMAINS_SUBDIR)
+    (where / DOMAINS_SUBDIR).write_text("junk")
+    with pytest.raises(CacheError):
+        TokenClasses.load(where, grammar=text, vocab=vocab)

@@ -21,6 +21,7 @@ walk simply ORs a class it already has).
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,16 +31,24 @@ import numpy.typing as npt
 from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram.pda import PDA
+from formalgram_cfgzip.cache import read_cache, write_cache
+from formalgram_cfgzip.errors import CacheError
 from formalgram_cfgzip.search.displacement import DEAD, DisplacementSearch
 
 __all__ = [
+    "DOMAINS_VERSION",
     "ClassDomains",
     "DomainAutomaton",
     "class_domains",
     "domain_automaton",
+    "domain_groups",
     "domain_roots",
     "gnf_digest",
 ]
+
+DOMAINS_VERSION = "class-domains-1"
+_DOMAINS_KIND = "formalgram_cfgzip.ClassDomains"
+_DOMAIN_ARRAYS = ("edge_start", "edge_sym", "edge_to", "out", "set_start", "set_class")
 
 I32 = npt.NDArray[np.int32]
 
@@ -412,6 +421,115 @@ class ClassDomains:
     gnf_sha256: str
     gnf: Grammar | None = None
     pda: PDA | None = None
+
+    def save(
+        self, directory: str | os.PathLike[str], classes_sha256: str, *, key: bytes | None = None
+    ) -> None:
+        """Write the domains to ``directory`` (``arrays.npz`` + ``meta.json``, no pickle).
+
+        The GNF and PDA are not written (:meth:`load` gives ``None`` for them; whoever
+        needs the GNF converts the grammar again and compares :attr:`gnf_sha256`).
+
+        Parameters
+        ----------
+        directory : path
+            Created if needed; written atomically.
+        classes_sha256 : str
+            The fingerprint of the classes the domains belong to (what :meth:`load` must be
+            given to accept them).
+        key : bytes, optional
+            Sign the record (HMAC-SHA-256), as :meth:`TokenClasses.save
+            <formalgram_cfgzip.classes.TokenClasses.save>`.
+
+        Raises
+        ------
+        CacheError
+            If the directory cannot be written or the key is too short.
+
+        Notes
+        -----
+        O(size of the arrays).
+        """
+        a = self.automaton
+        arrays = {name: getattr(a, name) for name in _DOMAIN_ARRAYS}
+        arrays["group"] = self.group
+        meta: dict[str, object] = {
+            "kind": _DOMAINS_KIND,
+            "algorithm": DOMAINS_VERSION,
+            "classes_sha256": classes_sha256,
+            "gnf_sha256": self.gnf_sha256,
+            "num_symbols": self.num_symbols,
+        }
+        write_cache(directory, arrays, meta, key=key)
+
+    @staticmethod
+    def load(
+        directory: str | os.PathLike[str], classes_sha256: str, num_classes: int, *, key: bytes | None = None
+    ) -> ClassDomains:
+        """Load domains written by :meth:`save` for the classes with fingerprint ``classes_sha256``.
+
+        Parameters
+        ----------
+        directory : path
+        classes_sha256 : str
+            The classes' fingerprint; the stored one must be equal.
+        num_classes : int
+            Their number of classes (every index is checked against it).
+        key : bytes, optional
+            The record must be signed with it.
+
+        Returns
+        -------
+        ClassDomains
+            Without GNF and PDA; every array checked (:meth:`inconsistency`).
+
+        Raises
+        ------
+        CacheError
+            If the record is missing, corrupted, of another format version, for other
+            classes, unsigned (with a key), or its arrays are inconsistent.
+
+        Notes
+        -----
+        O(size of the arrays).
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from formalgram import parse_gbnf, to_gnf
+        >>> s = DisplacementSearch(to_gnf(parse_gbnf('root ::= "(" root ")" | "x"')))
+        >>> cd = class_domains(s, domain_roots(s, [b"(", b"x", b")", None]))
+        >>> d = tempfile.mkdtemp()
+        >>> cd.save(d, "ab" * 32)
+        >>> ClassDomains.load(d, "ab" * 32, 4).group.tolist()
+        [0, 0, 1, -1]
+        >>> ClassDomains.load(d, "cd" * 32, 4)
+        Traceback (most recent call last):
+        ...
+        formalgram_cfgzip.errors.CacheError: cache was computed for other classes (classes_sha256 differs)
+        """
+        i32 = np.dtype(np.int32)
+        spec: dict[str, tuple[np.dtype, tuple[int | None, ...]]] = {
+            name: (i32, (None,)) for name in _DOMAIN_ARRAYS
+        }
+        spec["group"] = (i32, (num_classes,))
+        arrays, meta = read_cache(
+            directory,
+            expect={"kind": _DOMAINS_KIND, "algorithm": DOMAINS_VERSION, "classes_sha256": classes_sha256},
+            spec=spec,
+            key=key,
+        )
+        gnf_sha = meta.get("gnf_sha256")
+        nsym = meta.get("num_symbols")
+        where = os.fspath(directory)
+        if not isinstance(gnf_sha, str) or type(nsym) is not int or nsym < 1:
+            raise CacheError(f"class domains in {where!r} are malformed: gnf_sha256 or num_symbols")
+        auto = DomainAutomaton(*(arrays[name] for name in _DOMAIN_ARRAYS))
+        found = ClassDomains(auto, arrays["group"], nsym, gnf_sha)
+        why = found.inconsistency(num_classes)
+        if why:
+            raise CacheError(f"class domains in {where!r} are inconsistent: {why}")
+        return found
 
     def inconsistency(self, num_classes: int) -> str:
         """Why the domains cannot be used for ``num_classes`` classes, or ``""`` (see

@@ -23,7 +23,7 @@ from formalgram.transforms.gnf import to_gnf
 from formalgram.transforms.specialize import specialize_terminal_symbols
 from formalgram.transforms.useless import remove_useless
 from formalgram_cfgzip.cache import grammar_fingerprint, read_cache, write_cache
-from formalgram_cfgzip.classes import TokenClasses
+from formalgram_cfgzip.classes import TokenClasses, classes_fingerprint
 from formalgram_cfgzip.engines.base import (
     CompiledGrammar,
     EngineMatcher,
@@ -64,6 +64,7 @@ __all__ = [
     "class_domains",
     "class_gnf",
     "class_vocabulary",
+    "classes_fingerprint",
     "domain_automaton",
     "domain_roots",
     "gnf_digest",

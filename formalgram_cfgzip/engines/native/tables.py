@@ -18,7 +18,6 @@ node is enough (see :mod:`formalgram_cfgzip.engines.native.gss`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from formalgram_cfgzip.engines.native._adapter import (
     TokenClasses,
     class_domains,
     class_gnf,
+    classes_fingerprint,
     domain_roots,
     gnf_digest,
     grammar_fingerprint,
@@ -64,39 +64,6 @@ _ARRAYS = (
     "set_class",
     "domain_group",
 )
-
-
-def classes_fingerprint(classes: TokenClasses) -> str:
-    """SHA-256 of the classes themselves (class of every logit index, representatives, stop
-    and invalid class): what binds saved tables to the very classes they were built for.
-
-    Parameters
-    ----------
-    classes : TokenClasses
-
-    Returns
-    -------
-    str
-        64 hex digits.
-
-    Notes
-    -----
-    O(logit_width): one hash over the two int32 arrays (about 0.5 ms at 128k tokens).
-
-    Examples
-    --------
-    >>> from formalgram_cfgzip import Vocabulary, compress
-    >>> v = Vocabulary([b"a", b"b"])
-    >>> a, b = compress('root ::= "a"', v, progress=False), compress('root ::= "a" | "b"', v, progress=False)
-    >>> classes_fingerprint(a) == classes_fingerprint(a), classes_fingerprint(a) == classes_fingerprint(b)
-    (True, False)
-    """
-    h = hashlib.sha256(b"formalgram_cfgzip.TokenClasses\0")
-    h.update(f"{classes.num_classes},{classes.stop_class},{classes.invalid_class};".encode())
-    h.update(np.ascontiguousarray(classes.token_class, dtype="<i4").tobytes())
-    h.update(b";")
-    h.update(np.ascontiguousarray(classes.representatives, dtype="<i4").tobytes())
-    return h.hexdigest()
 
 
 @dataclass(frozen=True, eq=False)
