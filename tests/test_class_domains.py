@@ -11,25 +11,25 @@ representatives, and the native engine must use them (no second search).
 from __future__ import annotations
 
 import dataclasses
-import random
 import shutil
 from pathlib import Path
 
 import _data
 import numpy as np
 import pytest
+from _native_helpers import accepted_words, sample_vocab, small_vocab
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from formalgram import EmptyLanguageError, Grammar
 from formalgram.testing import grammars
-from formalgram_cfgzip import Compressor, TokenClasses, Vocabulary, compress, engines
+from formalgram_cfgzip import Compressor, TokenClasses, compress, engines
 from formalgram_cfgzip.classes import DOMAINS_SUBDIR
 from formalgram_cfgzip.engines.native import NativeCompiled, NativeTables, build_tables
 from formalgram_cfgzip.engines.native._adapter import class_gnf
 from formalgram_cfgzip.errors import CacheError, ClassesInvariantError
 from formalgram_cfgzip.search.displacement import DisplacementSearch
-from formalgram_cfgzip.search.domains import ClassDomains, DomainAutomaton
+from formalgram_cfgzip.search.domains import ClassDomains
 from formalgram_cfgzip.search.driver import token_table, token_trie, walk_trie
 
 pytestmark = pytest.mark.filterwarnings("ignore:grammar has nonterminals that derive no string")
@@ -40,25 +40,6 @@ token_lists = st.lists(
     max_size=10,
     unique=True,
 )
-
-
-def small_vocab(tokens: list[bytes]) -> Vocabulary:
-    n = len(tokens)
-    return Vocabulary([*tokens, b"<s>", b"</s>"], special_ids=[n, n + 1], stop_ids=[n + 1])
-
-
-def words_of(d: DomainAutomaton, k: int) -> set[tuple[int, ...]]:
-    """Every word the automaton reads into a state whose output holds class ``k``."""
-    out: set[tuple[int, ...]] = set()
-    todo: list[tuple[int, tuple[int, ...]]] = [(0, ())]
-    while todo:
-        s, word = todo.pop()
-        o = int(d.out[s])
-        if o >= 0 and k in d.set_class[d.set_start[o] : d.set_start[o + 1]].tolist():
-            out.add(word)
-        for e in range(int(d.edge_start[s]), int(d.edge_start[s + 1])):
-            todo.append((int(d.edge_to[e]), (*word, int(d.edge_sym[e]))))
-    return out
 
 
 def explicit_domain(gnf: Grammar, data: bytes) -> set[tuple[int, ...]]:
@@ -95,17 +76,17 @@ def test_recorded_domains_are_the_popped_sequences(g: Grammar, tokens: list[byte
     auto = classes.domains.automaton
     for k, rep in enumerate(classes.representatives.tolist()):
         if k in (classes.stop_class, classes.invalid_class):
-            assert words_of(auto, k) == set() and int(classes.domains.group[k]) == -1
+            assert accepted_words(auto, k) == set() and int(classes.domains.group[k]) == -1
             continue
         data = vocab.tokens[rep]
         assert data is not None
-        assert words_of(auto, k) == explicit_domain(gnf, data)
+        assert accepted_words(auto, k) == explicit_domain(gnf, data)
     # classes with equal groups have equal domains, and conversely
     for j in range(classes.num_classes):
         for k in range(classes.num_classes):
             gj, gk = int(classes.domains.group[j]), int(classes.domains.group[k])
             if gj >= 0 and gk >= 0:
-                assert (gj == gk) == (words_of(auto, j) == words_of(auto, k))
+                assert (gj == gk) == (accepted_words(auto, j) == accepted_words(auto, k))
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -137,16 +118,6 @@ def test_domain_roots_survive_compaction(g: Grammar, tokens: list[bytes], reset_
         # the root's strings are the reversed popped sequences
         got = {tuple(reversed(s)) for s in search.strings(roots[code])}
         assert got == want
-
-
-def sample_vocab(n: int, seed: int) -> Vocabulary:
-    """``n`` Llama-3 tokens at random (single bytes always included), a special and a stop token."""
-    full = Vocabulary.builtin("llama3")
-    rng = random.Random(seed)
-    text = [t for i, t in enumerate(full.tokens) if t and i not in full.special_ids]
-    singles = [t for t in text if len(t) == 1]
-    rest = [t for t in text if len(t) > 1]
-    return small_vocab(singles + rng.sample(rest, n))
 
 
 @pytest.mark.parametrize("rel", ["llama_cpp/c.gbnf", "json_schemas/purchase_order.gbnf"])

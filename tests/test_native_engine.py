@@ -22,6 +22,7 @@ import _data
 import numpy as np
 import numpy.typing as npt
 import pytest
+from _native_helpers import accepted_words, sample_vocab, small_vocab
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -39,7 +40,6 @@ from formalgram_cfgzip.engines.native.matcher import (
 )
 from formalgram_cfgzip.errors import CacheError, ClassesMismatchError, EngineError, TokenIdError
 from formalgram_cfgzip.search.displacement import DisplacementSearch
-from formalgram_cfgzip.search.domains import DomainAutomaton
 
 Kernel = Literal["python", "c"]
 KERNELS: list[Kernel] = ["python", "c"] if c_module() is not None else ["python"]
@@ -154,10 +154,6 @@ def check_walk(
 
 
 # -- random grammars × random small vocabularies -----------------------------------------
-def small_vocab(tokens: list[bytes]) -> Vocabulary:
-    """``tokens`` plus a special token and a stop token."""
-    n = len(tokens)
-    return Vocabulary([*tokens, b"<s>", b"</s>"], special_ids=[n, n + 1], stop_ids=[n + 1])
 
 
 token_lists = st.lists(
@@ -228,20 +224,6 @@ def _stacks(state: StateLike) -> set[tuple[int, ...]]:
     return out
 
 
-def _accepted_words(d: DomainAutomaton, k: int) -> set[tuple[int, ...]]:
-    """Every word the domain automaton reads into a state whose output holds class ``k``."""
-    out: set[tuple[int, ...]] = set()
-    todo: list[tuple[int, tuple[int, ...]]] = [(0, ())]
-    while todo:
-        s, word = todo.pop()
-        o = int(d.out[s])
-        if o >= 0 and k in d.set_class[d.set_start[o] : d.set_start[o + 1]].tolist():
-            out.add(word)
-        for e in range(int(d.edge_start[s]), int(d.edge_start[s + 1])):
-            todo.append((int(d.edge_to[e]), (*word, int(d.edge_sym[e]))))
-    return out
-
-
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=4, alphabet=ALPHABET), token_lists)
 def test_domain_automaton_reads_exactly_the_popped_sequences(g: Grammar, tokens: list[bytes]) -> None:
@@ -256,7 +238,7 @@ def test_domain_automaton_reads_exactly_the_popped_sequences(g: Grammar, tokens:
     tables = build_tables(classes, g, gnf=gnf)
     search = DisplacementSearch(gnf)
     for k, rep in enumerate(classes.representatives.tolist()):
-        words = _accepted_words(tables.domains, k)
+        words = accepted_words(tables.domains, k)
         if k in (classes.stop_class, classes.invalid_class):
             assert words == set()
             continue
@@ -267,14 +249,6 @@ def test_domain_automaton_reads_exactly_the_popped_sequences(g: Grammar, tokens:
 
 
 # -- real grammars --------------------------------------------------------------------------
-def sample_vocab(n: int, seed: int) -> Vocabulary:
-    """``n`` Llama-3 tokens chosen at random (single bytes always included), a special and a stop token."""
-    full = Vocabulary.builtin("llama3")
-    rng = random.Random(seed)
-    text = [t for i, t in enumerate(full.tokens) if t and i not in full.special_ids]
-    singles = [t for t in text if len(t) == 1]
-    rest = [t for t in text if len(t) > 1]
-    return small_vocab(singles + rng.sample(rest, n))
 
 
 # in the repository (tests/data/grammars): the default run needs nothing else
