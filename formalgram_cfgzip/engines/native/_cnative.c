@@ -657,13 +657,17 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
         for (int32_t e = slot->lo; e < slot->hi; e++) {
             int32_t tau = t->trans_push[e];
             if (tau < 0) {
+                int64_t before = t->exp_cap;
                 if (GROW(t->exp_off, t->exp_cap, nexp + 1) < 0)
                     return -1;
-                int64_t cap = t->exp_cap;
-                void *p = realloc(t->exp_len, (size_t)cap * sizeof(int32_t));
-                if (p == NULL)
-                    return PyErr_NoMemory(), -1;
-                t->exp_len = p;
+                if (t->exp_cap != before) { /* exp_len follows exp_off's capacity */
+                    void *p = realloc(t->exp_len, (size_t)t->exp_cap * sizeof(int32_t));
+                    if (p == NULL) {
+                        t->exp_cap = before; /* both arrays still hold `before` entries */
+                        return PyErr_NoMemory(), -1;
+                    }
+                    t->exp_len = p;
+                }
                 t->exp_off[nexp] = voff;
                 t->exp_len[nexp] = vlen;
                 nexp++;
