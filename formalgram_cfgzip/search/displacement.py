@@ -199,18 +199,32 @@ class DisplacementSearch:
         self.num_byte_classes = pda.n_classes
         n = len(gnf.names)
         ncls = self.num_byte_classes
-        # per byte class and symbol: each pushed tail split as (head, rest, rest + separator)
-        # (head -1 for an empty tail); rows are sparse, sharing one empty tuple
-        no_split: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] = ()
-        self._split: list[list[tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]]] = [
+        # per byte class and symbol: each pushed tail split as (head, rest, rest + separator,
+        # tail id) (head -1 for an empty tail; equal tails have equal ids, so tails are
+        # grouped by an int key); rows are sparse, sharing one empty tuple
+        no_split: tuple[tuple[int, tuple[int, ...], tuple[int, ...], int], ...] = ()
+        self._split: list[list[tuple[tuple[int, tuple[int, ...], tuple[int, ...], int], ...]]] = [
             [no_split] * n for _ in range(ncls)
         ]
+        tail_id: dict[tuple[int, ...], int] = {}
+        # tail id -> (head, rest + separator)
+        self._tail_parts: list[tuple[int, tuple[int, ...]]] = []
         starters: list[list[int]] = [[] for _ in range(ncls)]
         self._classes_of: list[int] = [0] * n  # symbol -> bit set of the byte classes it has rules for
         for (c, lhs), ts in sorted(pda.table.items()):
-            self._split[c][lhs] = tuple((t[0], t[1:], (*t[1:], _SEP)) if t else (-1, (), (_SEP,)) for t in ts)
+            row: list[tuple[int, tuple[int, ...], tuple[int, ...], int]] = []
+            for t in ts:
+                tid = tail_id.get(t)
+                if tid is None:
+                    tid = len(self._tail_parts)
+                    tail_id[t] = tid
+                    self._tail_parts.append((t[0], (*t[1:], _SEP)) if t else (-1, (_SEP,)))
+                head, rest_sep = self._tail_parts[tid]
+                row.append((head, t[1:], rest_sep, tid))
+            self._split[c][lhs] = tuple(row)
             starters[c].append(lhs)
             self._classes_of[lhs] |= 1 << c
+        self._single: list[tuple[int]] = [(z,) for z in range(n)]  # z -> (z,), built once
         self._starters: list[tuple[int, ...]] = [tuple(a) for a in starters]
         self._starter_sets: list[frozenset[int]] = [frozenset(a) for a in starters]
         self._below = can_be_below(gnf)
@@ -470,8 +484,8 @@ class DisplacementSearch:
         if r is None:
             edges = self._edges_of(rev_in)
             below = self._below
-            keep = tuple(e for e in edges if z in below[e[0]])
-            r = rev_in if len(keep) == len(edges) else self._node(False, keep)
+            keep = [e for e in edges if z in below[e[0]]]
+            r = rev_in if len(keep) == len(edges) else self._node(False, tuple(keep))
             self._filter[k] = r
         return r
 
@@ -519,7 +533,7 @@ class DisplacementSearch:
             groups: dict[int, list[int]] = {}
             if below:
                 self._consume(below, c, groups)
-            r = tuple((sym, self._union(groups[sym])) for sym in sorted(groups))
+            r = tuple([(sym, self._union(groups[sym])) for sym in sorted(groups)])
             self._backtracks[k] = r
         return r
 
@@ -531,19 +545,22 @@ class DisplacementSearch:
         ``tail · # · z · rev_in`` to ``groups``; rule tails shared by several ``z`` are
         pushed once, in front of the set of all their ``z · rev_in``.
         """
-        by_tail: dict[tuple[int, tuple[int, ...]], list[Edge]] = {}
-        for z, rev_in in below:
-            for head, _, rest_sep in self._split[c][z]:
+        by_tail: dict[int, list[Edge]] = {}  # tail id -> its (z, rev_in), by increasing z
+        split = self._split[c]
+        for edge in below:
+            z = edge[0]
+            for head, _, _, tid in split[z]:
                 if head < 0:  # σ_out is empty at once: the separator records ``z``
-                    _add(groups, self._sep_of[z], self._chain((z,), rev_in))
+                    _add(groups, self._sep_of[z], self._chain(self._single[z], edge[1]))
                 else:
-                    k = (head, rest_sep)
-                    lst = by_tail.get(k)
+                    lst = by_tail.get(tid)
                     if lst is None:
-                        by_tail[k] = [(z, rev_in)]
+                        by_tail[tid] = [edge]
                     else:
-                        lst.append((z, rev_in))
-        for (head, rest_sep), edges in by_tail.items():
+                        lst.append(edge)
+        tail_parts = self._tail_parts
+        for tid, edges in by_tail.items():
+            head, rest_sep = tail_parts[tid]
             _add(groups, head, self._chain(rest_sep, self._node(False, tuple(edges))))
 
     def step(self, node: int, c: int) -> int:
@@ -604,7 +621,7 @@ class DisplacementSearch:
             sep_of = self._sep_of
             for sym, child in edges:
                 if sym >= 0:  # pop the top of σ_out
-                    for head, rest, _ in split[sym]:
+                    for head, rest, _, _ in split[sym]:
                         if head >= 0:
                             item = self._chain(rest, child) if rest else child
                             lst = groups.get(head)
