@@ -44,7 +44,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from formalgram.adjacency import can_be_below
+from formalgram.adjacency import _members, below_bits
 from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram.pda import PDA
@@ -160,7 +160,7 @@ class DisplacementSearch:
     Notes
     -----
     Building costs what :meth:`PDA.from_gnf <formalgram.pda.PDA.from_gnf>` and
-    :func:`~formalgram.adjacency.can_be_below` cost; see :meth:`step` for a step.
+    :func:`~formalgram.adjacency.below_bits` cost (the sets below a symbol are built when first used); see :meth:`step` for a step.
 
     Examples
     --------
@@ -227,12 +227,16 @@ class DisplacementSearch:
         self._single: list[tuple[int]] = [(z,) for z in range(n)]  # z -> (z,), built once
         self._starters: list[tuple[int, ...]] = [tuple(a) for a in starters]
         self._starter_sets: list[frozenset[int]] = [frozenset(a) for a in starters]
-        self._below = can_be_below(gnf)
+        # y -> the symbols that can lie below y (can_be_below), as a bit set, and as a
+        # frozenset built on first use (the search looks at few of them; equal sets shared)
+        self._below_bits = below_bits(gnf)
+        self._below: list[frozenset[int] | None] = [None] * n
+        self._below_sets: dict[int, frozenset[int]] = {}
         self._below_classes: list[int] = [-1] * n  # y -> classes of the symbols below y (lazy)
         # The separator only serves to look up what may lie below ``last``, so symbols with the
         # same set of possible symbols below share one separator label (fewer, smaller sets).
-        label_of: dict[frozenset[int], int] = {}
-        self._sep_of: list[int] = [_sep(label_of.setdefault(zs, y)) for y, zs in enumerate(self._below)]
+        label_of: dict[int, int] = {}
+        self._sep_of: list[int] = [_sep(label_of.setdefault(zs, y)) for y, zs in enumerate(self._below_bits)]
         # memo keys are ints: (node, class) as node * ncls + c, and so on (no tuple per lookup)
         self._n = n
         self._below_c: dict[int, tuple[int, ...]] = {}  # y * ncls + c
@@ -484,10 +488,28 @@ class DisplacementSearch:
         if r is None:
             edges = self._edges_of(rev_in)
             below = self._below
-            keep = [e for e in edges if z in below[e[0]]]
+            keep: list[Edge] = []
+            for e in edges:
+                zs = below[e[0]]
+                if zs is None:
+                    zs = self._below_set(e[0])
+                if z in zs:
+                    keep.append(e)
             r = rev_in if len(keep) == len(edges) else self._node(False, tuple(keep))
             self._filter[k] = r
         return r
+
+    def _below_set(self, y: int) -> frozenset[int]:
+        """The symbols that can lie below ``y`` (``can_be_below(gnf)[y]``), built once per set."""
+        zs = self._below[y]
+        if zs is None:
+            bits = self._below_bits[y]
+            zs = self._below_sets.get(bits)
+            if zs is None:
+                zs = frozenset(_members(bits))
+                self._below_sets[bits] = zs
+            self._below[y] = zs
+        return zs
 
     # -- transitions ----------------------------------------------------------------------
     def _classes_below(self, y: int) -> int:
@@ -496,7 +518,7 @@ class DisplacementSearch:
         if r < 0:
             r = 0
             classes_of = self._classes_of
-            for z in self._below[y]:
+            for z in self._below_set(y):
                 r |= classes_of[z]
             self._below_classes[y] = r
         return r
@@ -506,7 +528,7 @@ class DisplacementSearch:
         k = y * self.num_byte_classes + c
         r = self._below_c.get(k)
         if r is None:
-            below = self._below[y]
+            below = self._below_set(y)
             starters = self._starters[c]
             if len(starters) <= len(below):
                 r = tuple(z for z in starters if z in below)
