@@ -210,9 +210,12 @@ class PDA:
         smallest = [-1] * n_classes
         for b in range(255, -1, -1):
             smallest[byte_class_of[b]] = b
-        term_classes: list[list[int]] = [
-            [c for c in range(n_classes) if (mask >> smallest[c]) & 1] for mask in g.masks
-        ]
+        term_classes: list[list[int]] = []
+        for mask in g.masks:
+            data = mask.to_bytes(32, "little")  # one conversion, then small-int tests
+            term_classes.append(
+                [c for c in range(n_classes) if (data[smallest[c] >> 3] >> (smallest[c] & 7)) & 1]
+            )
         acc: dict[tuple[int, int], list[tuple[int, ...]]] = {}
         accepts_empty = any(not rhs for _, rhs in g.rules)
         usable = generating_rules(g, gen_set)

@@ -5,6 +5,8 @@ The last step of :func:`formalgram.transforms.gnf.to_gnf`, computed like DFA min
 
 from __future__ import annotations
 
+from typing import cast
+
 from formalgram.transforms.budget import Meter
 from formalgram.transforms.gnf_rules import Body
 
@@ -51,8 +53,13 @@ def minimise(
         work += own
     meter.spend(work)
     block = [-1] * top
+    # the same block ids as objects: a compiled build then builds the signatures' tuples
+    # from them without boxing every id again
+    block_obj: list[object] = [-1] * top
+    zero: object = 0
     for a in ids:
         block[a] = 0
+        block_obj[a] = zero
     size = [len(ids)]
     # the signature every member of a block has (None: not computed yet): the frozenset of
     # its (tail over blocks, merged mask) pairs, or that pair alone when there is one (equal
@@ -70,11 +77,11 @@ def minimise(
             sig: object
             if len(pairs) == 1:
                 tail, m = pairs[0]
-                sig = (tuple([block[s] for s in tail]), m)
+                sig = (tuple([block_obj[s] for s in tail]), m)
             else:
                 merged: dict[Body, int] = {}
                 for tail, m in pairs:
-                    k = tuple([block[s] for s in tail])
+                    k = cast(Body, tuple([block_obj[s] for s in tail]))
                     merged[k] = merged.get(k, 0) | m
                 sig = next(iter(merged.items())) if len(merged) == 1 else frozenset(merged.items())
             by_sig = groups.get(block[a])
@@ -118,9 +125,11 @@ def minimise(
                 block_sig.append(sig)
                 members.append(set(moving))
                 size[c] -= len(moving)
+                new_obj: object = new
                 for a in moving:
                     members[c].discard(a)
                     block[a] = new
+                    block_obj[a] = new_obj
                     work += 1 + len(users[a])
                     touched.update(users[a])
                 meter.spend(work)

@@ -211,7 +211,7 @@ class DisplacementSearch:
         self._tail_parts: list[tuple[int, tuple[int, ...]]] = []
         starters: list[list[int]] = [[] for _ in range(ncls)]
         self._classes_of: list[int] = [0] * n  # symbol -> bit set of the byte classes it has rules for
-        for (c, lhs), ts in sorted(pda.table.items()):
+        for (c, lhs), ts in pda.table.items():  # any order: only the starters need one (below)
             row: list[tuple[int, tuple[int, ...], tuple[int, ...], int]] = []
             for t in ts:
                 tid = tail_id.get(t)
@@ -225,7 +225,7 @@ class DisplacementSearch:
             starters[c].append(lhs)
             self._classes_of[lhs] |= 1 << c
         self._single: list[tuple[int]] = [(z,) for z in range(n)]  # z -> (z,), built once
-        self._starters: list[tuple[int, ...]] = [tuple(a) for a in starters]
+        self._starters: list[tuple[int, ...]] = [tuple(sorted(a)) for a in starters]
         self._starter_sets: list[frozenset[int]] = [frozenset(a) for a in starters]
         # y -> the symbols that can lie below y (can_be_below), as a bit set, and as a
         # frozenset built on first use (the search looks at few of them; equal sets shared)
