@@ -205,17 +205,18 @@ class PDA:
         n_classes = max(byte_class_of) + 1
         gen_set = generating(g)
         gen = tuple(a in gen_set for a in range(len(g.names)))
-        # byte classes of each terminal, ascending: no terminal splits a class, so a class is
-        # in a mask iff its smallest byte is (classes are numbered by their smallest byte)
-        smallest = [-1] * n_classes
-        for b in range(255, -1, -1):
-            smallest[byte_class_of[b]] = b
+        # byte classes of each terminal
         term_classes: list[list[int]] = []
         for mask in g.masks:
-            data = mask.to_bytes(32, "little")  # one conversion, then small-int tests
-            term_classes.append(
-                [c for c in range(n_classes) if (data[smallest[c] >> 3] >> (smallest[c] & 7)) & 1]
-            )
+            seen: list[int] = []
+            m = mask
+            while m:
+                low = m & -m
+                c = byte_class_of[low.bit_length() - 1]
+                if c not in seen:
+                    seen.append(c)
+                m ^= low
+            term_classes.append(seen)
         acc: dict[tuple[int, int], list[tuple[int, ...]]] = {}
         accepts_empty = any(not rhs for _, rhs in g.rules)
         usable = generating_rules(g, gen_set)
