@@ -23,8 +23,9 @@ its own matchers and ``BatchGrammarMatcher`` (one thread), no adapter; with ``--
 native engine (its tables from the compression's own search), default and plain GNF (the walks are recorded once beforehand with the full engine, restarting a
 sequence when its document is complete, and replayed identically by both); the summary also
 gives each request's compile and walk apart (from the fastest of the ``--repeats`` requests).  With ``--stages``
-it breaks the compression down per stage (parse, trim, GNF, specialisation, PDA, adjacency, the
-rest of the search setup, the search cumulated up to token depths 1, 2, 4, 8, 16 and all, a
+it breaks the compression down per stage (parse, trim, GNF, specialisation, PDA, stack adjacency
+as sets (``can_be_below``) and as bit sets (``below_bits``), the whole search setup
+(``DisplacementSearch(gnf)``), the search cumulated up to token depths 1, 2, 4, 8, 16 and all, a
 second walk over the same tables = the driver's own numpy work, numbering).
 
 Prints one line per grammar, then medians and totals.  Run from the repository root::
@@ -125,7 +126,7 @@ def replay_xgrammar(compiled: Any, width: int, plan: list[list[int]]) -> None:
 
 def stage_times(text: str, compressor: Compressor) -> dict[str, float]:
     """Seconds of each stage of one compression, done step by step outside ``compress``."""
-    from formalgram.adjacency import can_be_below
+    from formalgram.adjacency import below_bits, can_be_below
     from formalgram.pda import PDA
     from formalgram.syntax.gbnf import parse_gbnf
     from formalgram.transforms.gnf import to_gnf
@@ -151,8 +152,8 @@ def stage_times(text: str, compressor: Compressor) -> dict[str, float]:
     gnf = timed("specialize", lambda: specialize_terminal_symbols(gnf))
     timed("pda", lambda: PDA.from_gnf(gnf))
     timed("adjacency", lambda: can_be_below(gnf))
+    timed("below_bits", lambda: below_bits(gnf))
     search = timed("search_setup", lambda: DisplacementSearch(gnf))
-    out["setup_rest"] = out["search_setup"] - out["pda"] - out["adjacency"]
     class_of = np.frombuffer(bytes(search.byte_class), dtype=np.uint8)
     count = int(toks.ids.size)
     for depth in (1, 2, 4, 8, 16):

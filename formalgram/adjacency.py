@@ -41,6 +41,7 @@ that one computation.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 import networkx as nx
 
@@ -201,14 +202,26 @@ def _components(succ: list[list[int]]) -> tuple[list[int], list[list[int]]]:
     return comp, order
 
 
+# byte value -> the positions of its set bits, ascending
+_BYTE_BITS: Final[tuple[tuple[int, ...], ...]] = tuple(
+    tuple(i for i in range(8) if (b >> i) & 1) for b in range(256)
+)
+
+
 def _members(bits: int) -> list[int]:
-    """The positions of the set bits of ``bits``, ascending."""
+    """The positions of the set bits of ``bits`` (non-negative), ascending.
+
+    One conversion to bytes, then one small-int step per byte (a table per byte value), so
+    a set of ``V`` possible members costs O(V / 8) steps plus its size.
+    """
     out: list[int] = []
-    s = bin(bits)[:1:-1]  # bit 0 first
-    i = s.find("1")
-    while i >= 0:
-        out.append(i)
-        i = s.find("1", i + 1)
+    data = bits.to_bytes((bits.bit_length() + 7) // 8, "little")
+    for j in range(len(data)):
+        byte = data[j]
+        if byte:
+            base = j << 3
+            for i in _BYTE_BITS[byte]:
+                out.append(base + i)
     return out
 
 

@@ -255,22 +255,55 @@ class Grammar:
         g._init_ids(tuple(names), tuple(canon), start_id, fixed)
         return g
 
+    @staticmethod
+    def _trusted(
+        names: Sequence[str], masks: Sequence[int], start_id: int, rules: Iterable[IdRule], *, unique: bool
+    ) -> Grammar:
+        """A grammar over the integer view that the library itself built, not validated again.
+
+        For the transforms only: the caller guarantees what :meth:`from_ids` checks (unique
+        names, ``start_id`` and every rule id in range) and that ``masks`` are distinct (so
+        no terminal is merged); with ``unique`` it also guarantees that no rule repeats (no
+        de-duplication pass).  The result is the grammar :meth:`from_ids` would build from
+        the same arguments, and as immutable.
+
+        Notes
+        -----
+        O(number of rules) (plus one hash per rule without ``unique``), against
+        O(total rule length) checks and copies for :meth:`from_ids`.
+        """
+        g = Grammar((), names[start_id])
+        g._init_ids(tuple(names), tuple(masks), start_id, rules, unique)
+        return g
+
     def _init_ids(
-        self, names: tuple[str, ...], masks: tuple[int, ...], start: int, rules: Iterable[IdRule]
+        self,
+        names: tuple[str, ...],
+        masks: tuple[int, ...],
+        start: int,
+        rules: Iterable[IdRule],
+        unique: bool = False,
     ) -> None:
-        seen: set[IdRule] = set()
-        uniq: list[IdRule] = []
         by_lhs: list[list[int]] = [[] for _ in names]
-        for r in rules:
-            if r in seen:
-                continue
-            seen.add(r)
-            by_lhs[r[0]].append(len(uniq))
-            uniq.append(r)
+        uniq: tuple[IdRule, ...]
+        if unique:
+            uniq = tuple(rules)
+            for i, r in enumerate(uniq):
+                by_lhs[r[0]].append(i)
+        else:
+            seen: set[IdRule] = set()
+            kept: list[IdRule] = []
+            for r in rules:
+                if r in seen:
+                    continue
+                seen.add(r)
+                by_lhs[r[0]].append(len(kept))
+                kept.append(r)
+            uniq = tuple(kept)
         self._names = names
         self._masks = masks
         self._start = start
-        self._rules: tuple[IdRule, ...] = tuple(uniq)
+        self._rules: tuple[IdRule, ...] = uniq
         self._by_lhs: tuple[tuple[int, ...], ...] = tuple(tuple(x) for x in by_lhs)
         self._index: dict[str, int] = {name: i for i, name in enumerate(names)}
         self._key: frozenset[tuple[str, tuple[object, ...]]] | None = None

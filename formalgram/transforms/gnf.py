@@ -188,7 +188,7 @@ def to_gnf(
     # work on the epsilon-free rules of the original start (a fresh epsilon start made
     # by remove_epsilon is dropped; the empty string is restored at the end)
     proper = [r for r in g.rules if r[1]]
-    g = Grammar.from_ids(g.names, g.masks, g.id_of(start_name), proper)
+    g = Grammar._trusted(g.names, g.masks, g.id_of(start_name), proper, unique=True)  # a subset of g's rules
     if g.start_id not in generating(g):
         # L(g) == {ε}
         return Grammar.from_ids([start_name], [], 0, [(0, ())])

@@ -5,6 +5,8 @@ The last step of :func:`formalgram.transforms.gnf.to_gnf`, computed like DFA min
 
 from __future__ import annotations
 
+from typing import cast
+
 from formalgram.transforms.budget import Meter
 from formalgram.transforms.gnf_rules import Body
 
@@ -32,36 +34,65 @@ def minimise(
     top = max(ids) + 1 if ids else 1
     # who mentions whom: users[s] = the nonterminals with ``s`` in some tail
     users: list[list[int]] = [[] for _ in range(top)]
+    # per nonterminal: its (tail, mask) pairs and the work of one signature of it
+    items: list[list[tuple[Body, int]]] = [[] for _ in range(top)]
+    sig_work = [0] * top
     work = 0
     for a in ids:
         mentioned: set[int] = set()
-        for tail in rules[a]:
-            work += 1 + len(tail)
+        pairs = list(rules[a].items())
+        items[a] = pairs
+        own = 0
+        for tail, _ in pairs:
+            own += 1 + len(tail)
             for s in tail:
                 if s not in mentioned:
                     mentioned.add(s)
                     users[s].append(a)
+        sig_work[a] = own
+        work += own
     meter.spend(work)
     block = [-1] * top
+    # the same block ids as objects: a compiled build then builds the signatures' tuples
+    # from them without boxing every id again
+    block_obj: list[object] = [-1] * top
+    zero: object = 0
     for a in ids:
         block[a] = 0
+        block_obj[a] = zero
     size = [len(ids)]
-    # the signature every member of a block has (None: not computed yet)
-    block_sig: list[frozenset[tuple[Body, int]] | None] = [None]
+    # the signature every member of a block has (None: not computed yet): the frozenset of
+    # its (tail over blocks, merged mask) pairs, or that pair alone when there is one (equal
+    # signatures are still equal objects, and the common one-rule case needs no set)
+    block_sig: list[object | None] = [None]
     members: list[set[int]] = [set(ids)]
     touched: set[int] = set(ids)
     while touched:
         # signatures of every touched nonterminal, all under the same partition
-        groups: dict[int, dict[frozenset[tuple[Body, int]], list[int]]] = {}
+        groups: dict[int, dict[object, list[int]]] = {}
         work = 0
         for a in sorted(touched):
-            merged: dict[Body, int] = {}
-            for tail, m in rules[a].items():
-                work += 1 + len(tail)
-                k = tuple([block[s] for s in tail])
-                merged[k] = merged.get(k, 0) | m
-            sig = frozenset(merged.items())
-            groups.setdefault(block[a], {}).setdefault(sig, []).append(a)
+            pairs = items[a]
+            work += sig_work[a]
+            sig: object
+            if len(pairs) == 1:
+                tail, m = pairs[0]
+                sig = (tuple([block_obj[s] for s in tail]), m)
+            else:
+                merged: dict[Body, int] = {}
+                for tail, m in pairs:
+                    k = cast(Body, tuple([block_obj[s] for s in tail]))
+                    merged[k] = merged.get(k, 0) | m
+                sig = next(iter(merged.items())) if len(merged) == 1 else frozenset(merged.items())
+            by_sig = groups.get(block[a])
+            if by_sig is None:
+                groups[block[a]] = {sig: [a]}
+            else:
+                lst = by_sig.get(sig)
+                if lst is None:
+                    by_sig[sig] = [a]
+                else:
+                    lst.append(a)
         meter.spend(work)
         touched = set()
         for c, parts in groups.items():
@@ -94,9 +125,11 @@ def minimise(
                 block_sig.append(sig)
                 members.append(set(moving))
                 size[c] -= len(moving)
+                new_obj: object = new
                 for a in moving:
                     members[c].discard(a)
                     block[a] = new
+                    block_obj[a] = new_obj
                     work += 1 + len(users[a])
                     touched.update(users[a])
                 meter.spend(work)

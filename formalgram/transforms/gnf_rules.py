@@ -92,4 +92,5 @@ def finish(
         start = new_start
     if has_eps:
         rules.append((start, ()))
-    return compact(b.names, masks, start, rules)
+    # distinct: the tails of one nonterminal are distinct, every body starts with a byte set
+    return compact(b.names, masks, start, rules, unique=True)

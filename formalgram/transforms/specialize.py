@@ -74,4 +74,6 @@ def specialize_terminal_symbols(gnf: Grammar) -> Grammar:
                     rules.append((copy, (t,)))
                 new_rhs[pos] = copy
         rules.append((lhs, tuple(new_rhs)))
-    return Grammar.from_ids(names, gnf.masks, gnf.start_id, rules)
+    # trusted: the names are fresh, the masks gnf's own, and the rules distinct (distinct
+    # rules of gnf stay distinct, every copy being fresh to one rule)
+    return Grammar._trusted(names, gnf.masks, gnf.start_id, rules, unique=True)

@@ -15,7 +15,9 @@ from formalgram.grammar import Grammar, IdRule
 __all__ = ["compact", "remove_useless"]
 
 
-def compact(names: Sequence[str], masks: Sequence[int], start: int, rules: Sequence[IdRule]) -> Grammar:
+def compact(
+    names: Sequence[str], masks: Sequence[int], start: int, rules: Sequence[IdRule], *, unique: bool = False
+) -> Grammar:
     """Build a grammar keeping only the nonterminals and terminals that are used.
 
     Nonterminals keep their relative order (the start is always kept); unused masks are
@@ -29,6 +31,8 @@ def compact(names: Sequence[str], masks: Sequence[int], start: int, rules: Seque
         The start id (always kept, as id 0 of the result's order of first use).
     rules : sequence of (int, tuple of int)
         Integer rules over ``names`` and ``masks``.
+    unique : bool, keyword-only
+        The caller guarantees that no rule repeats (the de-duplication pass is skipped).
 
     Returns
     -------
@@ -36,7 +40,9 @@ def compact(names: Sequence[str], masks: Sequence[int], start: int, rules: Seque
 
     Notes
     -----
-    O(|G|); no budget, raises nothing.
+    O(|G|); no budget, raises nothing.  The ids it builds are in range by construction, so
+    the result is built without :meth:`Grammar.from_ids`'s checks, unless two of the kept
+    masks or names are equal.
 
     Examples
     --------
@@ -73,7 +79,9 @@ def compact(names: Sequence[str], masks: Sequence[int], start: int, rules: Seque
                     new_masks.append(masks[t])
                 body.append(~k)
         out.append((nt(lhs), tuple(body)))
-    return Grammar.from_ids(new_names, new_masks, new_start, out)
+    if len(set(new_masks)) != len(new_masks) or len(set(new_names)) != len(new_names):
+        return Grammar.from_ids(new_names, new_masks, new_start, out)  # merges masks, rejects names
+    return Grammar._trusted(new_names, new_masks, new_start, out, unique=unique)
 
 
 def remove_useless(g: Grammar) -> Grammar:
@@ -120,7 +128,10 @@ def remove_useless(g: Grammar) -> Grammar:
             f"the start symbol {g.names[g.start_id]!r} generates no string: the language is empty"
         )
     rules = g.rules
-    g1 = Grammar.from_ids(g.names, g.masks, g.start_id, [rules[ri] for ri in generating_rules(g, gen)])
+    # a subset of g's rules over g's ids: trusted (g is valid, its rules unique)
+    g1 = Grammar._trusted(
+        g.names, g.masks, g.start_id, [rules[ri] for ri in generating_rules(g, gen)], unique=True
+    )
     reach = reachable(g1)
     final = [r for r in g1.rules if r[0] in reach]
-    return compact(g1.names, g1.masks, g1.start_id, final)
+    return compact(g1.names, g1.masks, g1.start_id, final, unique=True)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from formalgram.adjacency import can_be_below
+from formalgram.adjacency import _members, below_bits
 from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram.pda import PDA
@@ -160,7 +160,7 @@ class DisplacementSearch:
     Notes
     -----
     Building costs what :meth:`PDA.from_gnf <formalgram.pda.PDA.from_gnf>` and
-    :func:`~formalgram.adjacency.can_be_below` cost; see :meth:`step` for a step.
+    :func:`~formalgram.adjacency.below_bits` cost (the sets below a symbol are built when first used); see :meth:`step` for a step.
 
     Examples
     --------
@@ -199,26 +199,44 @@ class DisplacementSearch:
         self.num_byte_classes = pda.n_classes
         n = len(gnf.names)
         ncls = self.num_byte_classes
-        # per byte class and symbol: each pushed tail split as (head, rest, rest + separator)
-        # (head -1 for an empty tail); rows are sparse, sharing one empty tuple
-        no_split: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] = ()
-        self._split: list[list[tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]]] = [
+        # per byte class and symbol: each pushed tail split as (head, rest, rest + separator,
+        # tail id) (head -1 for an empty tail; equal tails have equal ids, so tails are
+        # grouped by an int key); rows are sparse, sharing one empty tuple
+        no_split: tuple[tuple[int, tuple[int, ...], tuple[int, ...], int], ...] = ()
+        self._split: list[list[tuple[tuple[int, tuple[int, ...], tuple[int, ...], int], ...]]] = [
             [no_split] * n for _ in range(ncls)
         ]
+        tail_id: dict[tuple[int, ...], int] = {}
+        # tail id -> (head, rest + separator)
+        self._tail_parts: list[tuple[int, tuple[int, ...]]] = []
         starters: list[list[int]] = [[] for _ in range(ncls)]
         self._classes_of: list[int] = [0] * n  # symbol -> bit set of the byte classes it has rules for
-        for (c, lhs), ts in sorted(pda.table.items()):
-            self._split[c][lhs] = tuple((t[0], t[1:], (*t[1:], _SEP)) if t else (-1, (), (_SEP,)) for t in ts)
+        for (c, lhs), ts in pda.table.items():  # any order: only the starters need one (below)
+            row: list[tuple[int, tuple[int, ...], tuple[int, ...], int]] = []
+            for t in ts:
+                tid = tail_id.get(t)
+                if tid is None:
+                    tid = len(self._tail_parts)
+                    tail_id[t] = tid
+                    self._tail_parts.append((t[0], (*t[1:], _SEP)) if t else (-1, (_SEP,)))
+                head, rest_sep = self._tail_parts[tid]
+                row.append((head, t[1:], rest_sep, tid))
+            self._split[c][lhs] = tuple(row)
             starters[c].append(lhs)
             self._classes_of[lhs] |= 1 << c
-        self._starters: list[tuple[int, ...]] = [tuple(a) for a in starters]
+        self._single: list[tuple[int]] = [(z,) for z in range(n)]  # z -> (z,), built once
+        self._starters: list[tuple[int, ...]] = [tuple(sorted(a)) for a in starters]
         self._starter_sets: list[frozenset[int]] = [frozenset(a) for a in starters]
-        self._below = can_be_below(gnf)
+        # y -> the symbols that can lie below y (can_be_below), as a bit set, and as a
+        # frozenset built on first use (the search looks at few of them; equal sets shared)
+        self._below_bits = below_bits(gnf)
+        self._below: list[frozenset[int] | None] = [None] * n
+        self._below_sets: dict[int, frozenset[int]] = {}
         self._below_classes: list[int] = [-1] * n  # y -> classes of the symbols below y (lazy)
         # The separator only serves to look up what may lie below ``last``, so symbols with the
         # same set of possible symbols below share one separator label (fewer, smaller sets).
-        label_of: dict[frozenset[int], int] = {}
-        self._sep_of: list[int] = [_sep(label_of.setdefault(zs, y)) for y, zs in enumerate(self._below)]
+        label_of: dict[int, int] = {}
+        self._sep_of: list[int] = [_sep(label_of.setdefault(zs, y)) for y, zs in enumerate(self._below_bits)]
         # memo keys are ints: (node, class) as node * ncls + c, and so on (no tuple per lookup)
         self._n = n
         self._below_c: dict[int, tuple[int, ...]] = {}  # y * ncls + c
@@ -471,10 +489,28 @@ class DisplacementSearch:
         if r is None:
             edges = self._edges_of(rev_in)
             below = self._below
-            keep = tuple(e for e in edges if z in below[e[0]])
-            r = rev_in if len(keep) == len(edges) else self._node(False, keep)
+            keep: list[Edge] = []
+            for e in edges:
+                zs = below[e[0]]
+                if zs is None:
+                    zs = self._below_set(e[0])
+                if z in zs:
+                    keep.append(e)
+            r = rev_in if len(keep) == len(edges) else self._node(False, tuple(keep))
             self._filter[k] = r
         return r
+
+    def _below_set(self, y: int) -> frozenset[int]:
+        """The symbols that can lie below ``y`` (``can_be_below(gnf)[y]``), built once per set."""
+        zs = self._below[y]
+        if zs is None:
+            bits = self._below_bits[y]
+            zs = self._below_sets.get(bits)
+            if zs is None:
+                zs = frozenset(_members(bits))
+                self._below_sets[bits] = zs
+            self._below[y] = zs
+        return zs
 
     # -- transitions ----------------------------------------------------------------------
     def _classes_below(self, y: int) -> int:
@@ -483,7 +519,7 @@ class DisplacementSearch:
         if r < 0:
             r = 0
             classes_of = self._classes_of
-            for z in self._below[y]:
+            for z in self._below_set(y):
                 r |= classes_of[z]
             self._below_classes[y] = r
         return r
@@ -493,7 +529,7 @@ class DisplacementSearch:
         k = y * self.num_byte_classes + c
         r = self._below_c.get(k)
         if r is None:
-            below = self._below[y]
+            below = self._below_set(y)
             starters = self._starters[c]
             if len(starters) <= len(below):
                 r = tuple(z for z in starters if z in below)
@@ -520,7 +556,7 @@ class DisplacementSearch:
             groups: dict[int, list[int]] = {}
             if below:
                 self._consume(below, c, groups)
-            r = tuple((sym, self._union(groups[sym])) for sym in sorted(groups))
+            r = tuple([(sym, self._union(groups[sym])) for sym in sorted(groups)])
             self._backtracks[k] = r
         return r
 
@@ -532,19 +568,22 @@ class DisplacementSearch:
         ``tail · # · z · rev_in`` to ``groups``; rule tails shared by several ``z`` are
         pushed once, in front of the set of all their ``z · rev_in``.
         """
-        by_tail: dict[tuple[int, tuple[int, ...]], list[Edge]] = {}
-        for z, rev_in in below:
-            for head, _, rest_sep in self._split[c][z]:
+        by_tail: dict[int, list[Edge]] = {}  # tail id -> its (z, rev_in), by increasing z
+        split = self._split[c]
+        for edge in below:
+            z = edge[0]
+            for head, _, _, tid in split[z]:
                 if head < 0:  # σ_out is empty at once: the separator records ``z``
-                    _add(groups, self._sep_of[z], self._chain((z,), rev_in))
+                    _add(groups, self._sep_of[z], self._chain(self._single[z], edge[1]))
                 else:
-                    k = (head, rest_sep)
-                    lst = by_tail.get(k)
+                    lst = by_tail.get(tid)
                     if lst is None:
-                        by_tail[k] = [(z, rev_in)]
+                        by_tail[tid] = [edge]
                     else:
-                        lst.append((z, rev_in))
-        for (head, rest_sep), edges in by_tail.items():
+                        lst.append(edge)
+        tail_parts = self._tail_parts
+        for tid, edges in by_tail.items():
+            head, rest_sep = tail_parts[tid]
             _add(groups, head, self._chain(rest_sep, self._node(False, tuple(edges))))
 
     def step(self, node: int, c: int) -> int:
@@ -605,7 +644,7 @@ class DisplacementSearch:
             sep_of = self._sep_of
             for sym, child in edges:
                 if sym >= 0:  # pop the top of σ_out
-                    for head, rest, _ in split[sym]:
+                    for head, rest, _, _ in split[sym]:
                         if head >= 0:
                             item = self._chain(rest, child) if rest else child
                             lst = groups.get(head)

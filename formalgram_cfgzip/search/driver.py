@@ -580,7 +580,6 @@ def walk_trie(
     small = False
     nodes: list[int] = [START]  # compact state index -> automaton node
     coder = _Coder(search, want_digests, domains)
-    step = search.step
     bar = _progress_bar(trie.size, progress, "node")
     try:
         for k in range(depth):
@@ -599,7 +598,7 @@ def walk_trie(
                     if j is None:
                         node = nodes[prev[p]]
                         if node != DEAD:
-                            node = step(node, c)
+                            node = search.step(node, c)  # a native call when compiled
                         j = index_of.get(node)
                         if j is None:
                             j = len(index_of)
@@ -632,7 +631,7 @@ def walk_trie(
                 for u in uniq.tolist():
                     node = nodes[u // ncls]
                     if node != DEAD:
-                        node = step(node, u % ncls)
+                        node = search.step(node, u % ncls)
                     j = index_of.get(node)
                     if j is None:
                         j = len(index_of)
