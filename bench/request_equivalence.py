@@ -41,7 +41,7 @@ from formalgram_cfgzip.vocabulary import Vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO_GRAMMARS = ROOT / "tests" / "data" / "grammars"
-SHARED = ROOT.parents[1] / "shared" / "grammars"
+SHARED = ROOT.parent / "shared" / "grammars"
 CORPUS = "derived/json_mode_eval_xgrammar"
 
 
@@ -65,7 +65,7 @@ def _grammar_sha(g: Grammar) -> str:
 def _label(path: Path) -> str:
     for base in (REPO_GRAMMARS, SHARED):
         try:
-            return str(path.relative_to(base))
+            return str(path.resolve().relative_to(base.resolve()))
         except ValueError:
             continue
     return path.name
