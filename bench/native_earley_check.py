@@ -27,7 +27,8 @@ Earley verdicts for a step's sampled tokens come from one recognizer per byte of
 over the tokens in byte order (a shared prefix is read once).  A walk starts again (matcher
 reset, fresh recognizer) when a stop token is taken (with probability ``--stop-chance`` when
 one is allowed, always when nothing else is), when nothing is allowed, or after
-``--max-depth`` tokens (Earley's cost grows with the text read).  Any mismatch is printed; the
+``--max-depth`` tokens (Earley's cost grows with the text read).  ``--max-seconds`` ends a
+grammar's walks early; the report then says how many steps were checked.  Any mismatch is printed; the
 exit status is 1 if there was one.
 
 Run from the repository root::
@@ -172,6 +173,7 @@ class CheckResult:
     earley_checks: int = 0  # tokens given an Earley verdict (samples, representatives, taken)
     vector_checks: int = 0  # token bits checked against allowed_bytes / is_accepting
     rep_steps: int = 0
+    stopped_early: bool = False  # the time limit ended the walks before ``steps``
     mismatches: int = 0
     examples: list[str] = field(default_factory=list)
 
@@ -207,6 +209,7 @@ def check_walks(
     reps_every: int = 0,
     stop_chance: float = 0.1,
     max_depth: int = 48,
+    max_seconds: float | None = None,
     progress: Callable[[CheckResult], None] | None = None,
 ) -> CheckResult:
     """Walk ``steps`` steps in all, checking the matcher's token masks against Earley (module docstring).
@@ -230,6 +233,8 @@ def check_walks(
         Chance of taking a stop token when one is allowed.
     max_depth : int
         Tokens a walk takes before it starts again.
+    max_seconds : float or None
+        Stop after this many seconds (``CheckResult.stopped_early``; fewer steps checked).
     progress : callable or None
         Called with the result so far every 500 steps.
 
@@ -261,7 +266,11 @@ def check_walks(
         depth = 0
         res.walks += 1
 
+    deadline = None if max_seconds is None else time.perf_counter() + max_seconds
     for step in range(steps):
+        if deadline is not None and time.perf_counter() > deadline:
+            res.stopped_early = True
+            break
         where = f"step {step} (walk {res.walks}, after {walk_bytes} bytes)"
         m.fill_next_token_bitmask(bm)
         mask = _bits(bm[0], width)
@@ -389,6 +398,7 @@ def run_one(rel: str, args: argparse.Namespace, compressor: Compressor, out: lis
         reps_every=args.reps_every,
         stop_chance=args.stop_chance,
         max_depth=args.max_depth,
+        max_seconds=args.max_seconds,
         progress=progress,
     )
     t3 = time.perf_counter()
@@ -399,6 +409,7 @@ def run_one(rel: str, args: argparse.Namespace, compressor: Compressor, out: lis
     say(
         f"  steps {res.steps}, walks {res.walks}, tokens taken {res.tokens_taken}, stop tokens "
         f"taken {res.stops_taken}, longest walk {res.longest_walk_bytes} bytes"
+        + (f" (stopped by --max-seconds {args.max_seconds:g})" if res.stopped_early else "")
     )
     say(
         f"  Earley verdicts {res.earley_checks} (samples, taken tokens, representatives on "
@@ -426,6 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--stop-chance", type=float, default=0.1)
     ap.add_argument("--max-depth", type=int, default=48, help="tokens per walk before it starts again")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-seconds", type=float, help="stop each grammar's walks after this long")
     ap.add_argument("--kernel", default="c", choices=["c", "python", "auto"])
     ap.add_argument("--cache-dir", default="/tmp/native-earley-cache", help="Compressor cache directory")
     ap.add_argument("--output", help="append the report here")
