@@ -20,14 +20,19 @@ At every step, with ``A`` the native token mask over the whole logit width:
    must refuse it;
 5. **class representatives**: every ``--reps-every`` steps, the representative of every text
    class: in ``A`` iff Earley accepts it;
-6. **the token taken** (drawn from ``A``, long tokens favoured, whitespace runs not): Earley
-   must accept it and ``accept_token`` must too.
+6. **the token taken** (drawn from ``A``, long tokens favoured, whitespace runs not; or the
+   next token of a member of L(g) that the walk follows, see ``--sentences``): Earley must
+   accept it and ``accept_token`` must too.
 
 Earley verdicts for a step's sampled tokens come from one recognizer per byte of a walk
 over the tokens in byte order (a shared prefix is read once).  A walk starts again (matcher
 reset, fresh recognizer) when a stop token is taken (with probability ``--stop-chance`` when
 one is allowed, always when nothing else is), when nothing is allowed, or after
-``--max-depth`` tokens (Earley's cost grows with the text read).  ``--max-seconds`` ends a
+``--max-depth`` tokens (Earley's cost grows with the text read).  With ``--sentences P`` a
+walk follows, with probability ``P``, a random member of L(g) (``formalgram.sample``, greedy
+longest-match tokens) to its end and takes a stop token there: random walks seldom complete
+a text (a JSON object with required properties, say), so this is what checks the stop
+tokens at complete texts.  ``--max-seconds`` ends a
 grammar's walks early; the report then says how many steps were checked.  Any mismatch is printed; the
 exit status is 1 if there was one.
 
@@ -49,9 +54,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from formalgram import EarleyRecognizer, Grammar, parse_gbnf
+from formalgram import EarleyRecognizer, Grammar, parse_gbnf, sample
 from formalgram_cfgzip import TokenClasses, Vocabulary, engines
 from formalgram_cfgzip.compress import Compressor
+from formalgram_cfgzip.demo import greedy_tokenize
 from formalgram_cfgzip.engines.matcher import Matcher
 
 __all__ = ["CheckResult", "VocabView", "check_walks", "earley_viable", "main"]
@@ -173,6 +179,8 @@ class CheckResult:
     earley_checks: int = 0  # tokens given an Earley verdict (samples, representatives, taken)
     vector_checks: int = 0  # token bits checked against allowed_bytes / is_accepting
     rep_steps: int = 0
+    complete_steps: int = 0  # steps where Earley says the text is complete
+    sentence_walks: int = 0  # walks along a member of L(g)
     stopped_early: bool = False  # the time limit ended the walks before ``steps``
     mismatches: int = 0
     examples: list[str] = field(default_factory=list)
@@ -210,6 +218,8 @@ def check_walks(
     stop_chance: float = 0.1,
     max_depth: int = 48,
     max_seconds: float | None = None,
+    sentences: float = 0.0,
+    sentence_len: int = 200,
     progress: Callable[[CheckResult], None] | None = None,
 ) -> CheckResult:
     """Walk ``steps`` steps in all, checking the matcher's token masks against Earley (module docstring).
@@ -235,6 +245,12 @@ def check_walks(
         Tokens a walk takes before it starts again.
     max_seconds : float or None
         Stop after this many seconds (``CheckResult.stopped_early``; fewer steps checked).
+    sentences : float
+        Chance that a walk follows a member of L(g) (``formalgram.sample``, at most
+        ``sentence_len`` bytes, tokenized by greedy longest match) instead of random tokens,
+        then takes a stop token: it reaches complete texts that random walks rarely do.
+    sentence_len : int
+        Longest member drawn.
     progress : callable or None
         Called with the result so far every 500 steps.
 
@@ -255,16 +271,24 @@ def check_walks(
     rec = start.copy()
     walk_bytes = 0
     depth = 0
-    res.walks = 1
+    res.walks = 0
     bm = np.zeros((1, (width + 31) // 32), dtype=np.int32)
+    plan: list[int] | None = None  # the tokens left of the member followed (reversed)
 
     def restart() -> None:
-        nonlocal rec, walk_bytes, depth
+        nonlocal rec, walk_bytes, depth, plan
         m.reset()
         rec = start.copy()
         walk_bytes = 0
         depth = 0
         res.walks += 1
+        plan = None
+        if sentences > 0 and nprng.random() < sentences:
+            text = sample(g, 1, seed=int(nprng.integers(2**31)), max_len=sentence_len)[0]
+            plan = greedy_tokenize(view.vocab, text)[::-1]
+            res.sentence_walks += 1
+
+    restart()
 
     deadline = None if max_seconds is None else time.perf_counter() + max_seconds
     for step in range(steps):
@@ -278,6 +302,7 @@ def check_walks(
         eb = bytes(rec.allowed_bytes())
         ok_first[list(eb)] = True
         accepting = rec.is_accepting()
+        res.complete_steps += accepting
         # 1. every token: first byte, special tokens, padding
         bad = np.flatnonzero(mask & (view.never | (view.is_text & ~ok_first[view.first])))
         if bad.size:
@@ -306,9 +331,17 @@ def check_walks(
             reps = set()
         # 6. the token taken
         stop_ok = bool(view.stop_ids.size) and bool(mask[view.stop_ids].any())
-        take_stop = stop_ok and (text_allowed.size == 0 or nprng.random() < stop_chance)
         tok = -1
-        if not take_stop and text_allowed.size:
+        if plan is not None:  # the next token of the member, or its end
+            take_stop = not plan
+            if plan:
+                tok = plan.pop()
+                pos.add(tok)
+            elif not stop_ok:
+                res.fail(where, "a member of L(g) was read, but the stop tokens are refused")
+        else:
+            take_stop = stop_ok and (text_allowed.size == 0 or nprng.random() < stop_chance)
+        if plan is None and not take_stop and text_allowed.size:
             w = view.weights[text_allowed]
             tok = int(nprng.choice(text_allowed, p=w / w.sum()))
             pos.add(tok)
@@ -331,13 +364,14 @@ def check_walks(
         if progress is not None and res.steps % 500 == 0:
             progress(res)
         if take_stop:
-            stop = int(view.stop_ids[np.flatnonzero(mask[view.stop_ids])[0]])
-            if not m.accept_token(stop) or not m.is_terminated():
-                res.fail(where, f"stop token {stop} allowed but not accepted")
-            res.stops_taken += 1
+            if stop_ok:
+                stop = int(view.stop_ids[np.flatnonzero(mask[view.stop_ids])[0]])
+                if not m.accept_token(stop) or not m.is_terminated():
+                    res.fail(where, f"stop token {stop} allowed but not accepted")
+                res.stops_taken += 1
             restart()
             continue
-        if tok < 0 or depth >= max_depth:
+        if tok < 0 or (plan is None and depth >= max_depth):
             restart()  # a dead end (nothing allowed), or long enough
             continue
         data = view.data(tok)
@@ -399,6 +433,8 @@ def run_one(rel: str, args: argparse.Namespace, compressor: Compressor, out: lis
         stop_chance=args.stop_chance,
         max_depth=args.max_depth,
         max_seconds=args.max_seconds,
+        sentences=args.sentences,
+        sentence_len=args.sentence_len,
         progress=progress,
     )
     t3 = time.perf_counter()
@@ -408,7 +444,8 @@ def run_one(rel: str, args: argparse.Namespace, compressor: Compressor, out: lis
     )
     say(
         f"  steps {res.steps}, walks {res.walks}, tokens taken {res.tokens_taken}, stop tokens "
-        f"taken {res.stops_taken}, longest walk {res.longest_walk_bytes} bytes"
+        f"taken {res.stops_taken}, longest walk {res.longest_walk_bytes} bytes, walks along a member "
+        f"of L(g) {res.sentence_walks}, steps at a complete text {res.complete_steps}"
         + (f" (stopped by --max-seconds {args.max_seconds:g})" if res.stopped_early else "")
     )
     say(
@@ -437,6 +474,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--stop-chance", type=float, default=0.1)
     ap.add_argument("--max-depth", type=int, default=48, help="tokens per walk before it starts again")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sentences", type=float, default=0.0, help="chance a walk follows a member of L(g)")
+    ap.add_argument("--sentence-len", type=int, default=200, help="longest member followed (bytes)")
     ap.add_argument("--max-seconds", type=float, help="stop each grammar's walks after this long")
     ap.add_argument("--kernel", default="c", choices=["c", "python", "auto"])
     ap.add_argument("--cache-dir", default="/tmp/native-earley-cache", help="Compressor cache directory")
@@ -448,7 +487,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     head = (
         f"native vs Earley: vocab {args.vocab} ({vocab.size} tokens), steps {args.steps}, seed {args.seed}, "
         f"samples allowed {args.allowed} near {args.near} refused {args.refused}, representatives every "
-        f"{args.reps_every} steps, max depth {args.max_depth}, kernel {args.kernel}"
+        f"{args.reps_every} steps, max depth {args.max_depth}, members followed {args.sentences:g} "
+        f"(up to {args.sentence_len} bytes), kernel {args.kernel}"
     )
     print(head, flush=True)
     lines.append(head)

@@ -49,9 +49,20 @@ def _run(edit: Callable[[Any], None] | None) -> int:
         return m if edit is None else _Tampered(m, edit)
 
     res = check_walks(
-        parse_gbnf(GRAMMAR), new, view, steps=60, seed=1, allowed=4, near=4, refused=2, reps_every=3
+        parse_gbnf(GRAMMAR),
+        new,
+        view,
+        steps=60,
+        seed=1,
+        allowed=4,
+        near=4,
+        refused=2,
+        reps_every=3,
+        sentences=0.5,
+        sentence_len=12,
     )
     assert res.steps == 60 and res.tokens_taken > 20 and res.earley_checks > 100
+    assert res.sentence_walks > 0 and res.complete_steps > 0
     return res.mismatches
 
 
