@@ -90,7 +90,9 @@ def _compress(rel: str, vocab_name: str) -> TokenClasses:
     with warnings.catch_warnings():
         # rules deriving no string would make XGrammar's masks differ (compress warns)
         warnings.simplefilter("error")
-        return compress(_data.grammar(rel).read_text(encoding="utf-8"), _vocab(vocab_name), progress=False)
+        return compress(
+            _data.real_grammar(rel).read_text(encoding="utf-8"), _vocab(vocab_name), progress=False
+        )
 
 
 @cache
@@ -170,7 +172,7 @@ def _walk(
     """
     vocab = _vocab(vocab_name)
     width = vocab.logit_width
-    text = _data.grammar(rel).read_text(encoding="utf-8")
+    text = _data.real_grammar(rel).read_text(encoding="utf-8")
     raw = xgr.GrammarCompiler(_raw_tokenizer(vocab_name), max_threads=1, cache_enabled=False).compile_grammar(
         text
     )
@@ -299,6 +301,19 @@ NATIVE_CASES.append(("transformers_cfg/json.ebnf", "llama3", 1))
 NATIVE_HEAVY_CASES = [
     (rel, vocab, batch)
     for rel in ["derived/lark_via_xgrammar/c_syncode.gbnf", *_HEAVY_GRAMMARS]
+    for vocab in ("llama3", "qwen3", "o200k_harmony")
+    for batch in (1, 8)
+]
+# the JSON-schema grammars of the shared corpus (json-mode-eval's schemas through XGrammar),
+# in their numeric order; none when the corpus is absent
+_JME = "derived/json_mode_eval_xgrammar/"
+_JME_GRAMMARS = sorted(
+    (rel for rel in _data.sweep_files() if rel.startswith(_JME)),
+    key=lambda rel: (len(rel), rel),
+)
+NATIVE_HEAVY_CASES += [
+    (rel, vocab, batch)
+    for rel in _JME_GRAMMARS
     for vocab in ("llama3", "qwen3", "o200k_harmony")
     for batch in (1, 8)
 ]
