@@ -45,6 +45,7 @@ import pytest
 
 xgr = pytest.importorskip("xgrammar")
 
+from bench.native_earley_check import earley_viable  # noqa: E402
 from formalgram import parse_gbnf  # noqa: E402
 from formalgram.recognize.earley import EarleyRecognizer  # noqa: E402
 from formalgram_cfgzip import engines  # noqa: E402
@@ -115,34 +116,6 @@ def _allowed(row: npt.NDArray[np.int32], width: int) -> set[int]:
     return set(np.flatnonzero(bits).tolist())
 
 
-def _viable_labels(rec: EarleyRecognizer, labels: list[tuple[bytes, int]]) -> set[int]:
-    """Ids whose label continues the text ``rec`` has read (``labels`` sorted by bytes).
-
-    The labels share long prefixes (``<|reserved_special_token_``), so the walk keeps one
-    recognizer per byte of the current label and reuses the common prefix with the previous.
-    """
-    out: set[int] = set()
-    stack: list[EarleyRecognizer | None] = [rec]
-    prev = b""
-    for label, tok in labels:
-        common = 0
-        while common < min(len(prev), len(label)) and prev[common] == label[common]:
-            common += 1
-        del stack[common + 1 :]
-        for byte in label[common:]:
-            top = stack[-1]
-            nxt = None
-            if top is not None:
-                nxt = top.copy()
-                if not nxt.feed(byte):
-                    nxt = None
-            stack.append(nxt)
-        if stack[-1] is not None:
-            out.add(tok)
-        prev = label
-    return out
-
-
 class Lane:
     """One walk: raw XGrammar's matcher, the adapter's, and the Earley recognizer."""
 
@@ -209,7 +182,7 @@ def _walk(
         for lane, row in zip(lanes, order, strict=True):
             where = f"{rel} {vocab_name} batch {batch} step {step} row {row} after {lane.rec.position} bytes"
             got, want = _allowed(ad_bm[row], width), _allowed(raw_bm[row], width)
-            predicted = _viable_labels(lane.rec, labels)
+            predicted = earley_viable(lane.rec, labels)
             assert not got - want, (
                 f"{where}: the adapter allows what raw XGrammar does not: {sorted(got - want)[:10]}"
             )
