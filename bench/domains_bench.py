@@ -29,11 +29,12 @@ FIELDS = ("edge_start", "edge_sym", "edge_to", "out", "set_start", "set_class")
 
 
 def same_tables(a: NativeTables, b: NativeTables) -> bool:
-    """Whether two tables have the same domain automaton, groups and transitions."""
+    """Whether two tables have the same domain automaton, groups, transitions and stack alphabet."""
     return (
         all(np.array_equal(getattr(a.domains, f), getattr(b.domains, f)) for f in FIELDS)
         and np.array_equal(a.domain_group, b.domain_group)
         and np.array_equal(a.trans_push, b.trans_push)
+        and a.num_symbols == b.num_symbols
     )
 
 

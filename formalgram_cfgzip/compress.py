@@ -37,7 +37,7 @@ from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint
 from formalgram_cfgzip.classes import TokenClasses
 from formalgram_cfgzip.errors import CacheError
 from formalgram_cfgzip.search.displacement import DEAD, DisplacementSearch
-from formalgram_cfgzip.search.domains import ClassDomains, class_domains, domain_roots
+from formalgram_cfgzip.search.domains import ClassDomains, class_domains, domain_roots, representative_texts
 from formalgram_cfgzip.search.driver import (
     SequenceTrie,
     TokenTable,
@@ -431,12 +431,11 @@ def _class_roots(
     recorded), by :func:`~formalgram_cfgzip.search.domains.domain_roots` over the
     representatives.  O(classes) plus, in that case, their search.
     """
-    searched = np.full(vocab.logit_width, -1, dtype=np.int64)
-    searched[toks.ids] = np.arange(toks.ids.size, dtype=np.int64)
     rep_list = reps.tolist()
     if not code_roots and bool(np.any(codes >= 0)):
-        texts = [None if k in textless or r < 0 else vocab.tokens[r] for k, r in enumerate(rep_list)]
-        return domain_roots(search, texts)
+        return domain_roots(search, representative_texts(vocab.tokens, rep_list, textless))
+    searched = np.full(vocab.logit_width, -1, dtype=np.int64)
+    searched[toks.ids] = np.arange(toks.ids.size, dtype=np.int64)
     roots: list[int] = []
     for k, r in enumerate(rep_list):
         at = int(searched[r]) if k not in textless and r >= 0 else -1

@@ -21,11 +21,12 @@ from _native_helpers import accepted_words, sample_vocab, small_vocab
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from bench.domains_bench import same_tables
 from formalgram import EmptyLanguageError, Grammar
 from formalgram.testing import grammars
 from formalgram_cfgzip import Compressor, TokenClasses, compress, engines
 from formalgram_cfgzip.classes import DOMAINS_SUBDIR
-from formalgram_cfgzip.engines.native import NativeCompiled, NativeTables, build_tables
+from formalgram_cfgzip.engines.native import NativeCompiled, build_tables
 from formalgram_cfgzip.engines.native._adapter import class_gnf
 from formalgram_cfgzip.errors import CacheError, ClassesInvariantError
 from formalgram_cfgzip.search.displacement import DisplacementSearch
@@ -46,16 +47,6 @@ def explicit_domain(gnf: Grammar, data: bytes) -> set[tuple[int, ...]]:
     """The popped sequences of ``data``'s displacement, enumerated on a fresh search."""
     search = DisplacementSearch(gnf)
     return {s_in for s_in, _ in search.displacement(search.run(data))}
-
-
-def tables_equal(a: NativeTables, b: NativeTables) -> bool:
-    fields = ("edge_start", "edge_sym", "edge_to", "out", "set_start", "set_class")
-    return (
-        all(np.array_equal(getattr(a.domains, f), getattr(b.domains, f)) for f in fields)
-        and np.array_equal(a.domain_group, b.domain_group)
-        and np.array_equal(a.trans_push, b.trans_push)
-        and a.num_symbols == b.num_symbols
-    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -129,7 +120,7 @@ def test_native_tables_from_recorded_domains_equal_searched_ones(rel: str) -> No
     recorded = build_tables(classes, text)
     assert searched.stats["domains_from_classes"] == 0.0
     assert recorded.stats["domains_from_classes"] == 1.0
-    assert tables_equal(searched, recorded)
+    assert same_tables(searched, recorded)
     # the engine's entry point takes them too (no tables given, no cache directory)
     compiled = engines.compile_grammar(classes, text, engine="native")
     assert isinstance(compiled, NativeCompiled)
@@ -144,7 +135,7 @@ def test_worker_processes_give_the_same_domains() -> None:
     two = compress(text, vocab, progress=False, domains=True, workers=2)
     assert one.domains is not None and two.domains is not None
     assert np.array_equal(one.token_class, two.token_class)
-    assert tables_equal(build_tables(one, text), build_tables(two, text))
+    assert same_tables(build_tables(one, text), build_tables(two, text))
 
 
 def test_domains_of_another_gnf_are_not_used() -> None:
@@ -217,7 +208,7 @@ def test_compressor_records_domains_and_the_engine_keeps_its_tables(tmp_path: Pa
     assert again.domains is not None and again.domains.gnf is None
     loaded = engines.compile_grammar(again, text, engine="native")
     assert isinstance(loaded, NativeCompiled)
-    assert tables_equal(loaded.tables, compiled.tables)
+    assert same_tables(loaded.tables, compiled.tables)
 
 
 def test_saved_domains_are_loaded_checked_and_used(tmp_path: Path) -> None:
@@ -234,7 +225,7 @@ def test_saved_domains_are_loaded_checked_and_used(tmp_path: Path) -> None:
     # the GNF is converted again and recognised by its digest: no search
     tables = build_tables(loaded, text)
     assert tables.stats["domains_from_classes"] == 1.0
-    assert tables_equal(tables, build_tables(compress(text, vocab, progress=False), text))
+    assert same_tables(tables, build_tables(compress(text, vocab, progress=False), text))
     # saving classes without domains over them removes the stale ones
     plain = compress(text, vocab, progress=False)
     plain.save(where)

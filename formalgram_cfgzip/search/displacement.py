@@ -863,13 +863,6 @@ class DisplacementSearch:
         """Whether the empty string belongs to the set ``node``; O(1)."""
         return self._final[node]
 
-    def union(self, nodes: list[int]) -> int:
-        """The canonical node of the union of the sets ``nodes`` (DEAD for none).
-
-        Memoised; see the module docstring for the merge.  Examples: :meth:`popped`.
-        """
-        return self._union(nodes) if nodes else DEAD
-
     def strings(self, node: int) -> frozenset[tuple[int, ...]]:
         """All strings of a set (for tests and debugging).
 

@@ -44,6 +44,7 @@ __all__ = [
     "domain_groups",
     "domain_roots",
     "gnf_digest",
+    "representative_texts",
 ]
 
 DOMAINS_VERSION = "class-domains-1"
@@ -179,6 +180,21 @@ class DomainAutomaton:
         if s < 0:
             return frozenset()
         return frozenset(self.set_class[self.set_start[s] : self.set_start[s + 1]].tolist())
+
+
+def representative_texts(
+    tokens: Sequence[bytes | None], representatives: Sequence[int], textless: Sequence[int]
+) -> list[bytes | None]:
+    """The bytes of each class's representative, ``None`` for the classes in ``textless`` (stop,
+    invalid) and for a representative that is no token id: what :func:`domain_roots` reads.
+
+    Examples
+    --------
+    >>> representative_texts([b"a", b"b", None], [1, 0, -1], (2,))
+    [b'b', b'a', None]
+    """
+    n = len(tokens)
+    return [None if k in textless or not 0 <= r < n else tokens[r] for k, r in enumerate(representatives)]
 
 
 def domain_roots(search: DisplacementSearch, tokens: Sequence[bytes | None]) -> list[int]:

@@ -40,6 +40,7 @@ from formalgram_cfgzip.search.domains import (
     domain_automaton,
     domain_roots,
     gnf_digest,
+    representative_texts,
 )
 from formalgram_cfgzip.vocabulary import Vocabulary
 
@@ -72,6 +73,7 @@ __all__ = [
     "parse_grammar",
     "prepare_compressed",
     "read_cache",
+    "representative_texts",
     "write_cache",
 ]
 

@@ -41,6 +41,7 @@ from formalgram_cfgzip.engines.native._adapter import (
     gnf_digest,
     grammar_fingerprint,
     read_cache,
+    representative_texts,
     write_cache,
 )
 
@@ -453,11 +454,7 @@ def build_tables(
 def _search_domains(classes: TokenClasses, gnf: Grammar, max_states: int) -> ClassDomains:
     """The classes' domains by a displacement search of their representatives over ``gnf``."""
     search = DisplacementSearch(gnf)
-    tokens = classes.vocab.tokens
-    texts: list[bytes | None] = []
-    for k, rep in enumerate(classes.representatives.tolist()):
-        if k in (classes.invalid_class, classes.stop_class) or rep < 0 or rep >= len(tokens):
-            texts.append(None)
-        else:
-            texts.append(tokens[rep])
+    texts = representative_texts(
+        classes.vocab.tokens, classes.representatives.tolist(), (classes.invalid_class, classes.stop_class)
+    )
     return class_domains(search, domain_roots(search, texts), max_states=max_states)
