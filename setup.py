@@ -1,7 +1,9 @@
 """Build script: compiles the core modules with mypyc, the C mask-expansion kernel
-(formalgram_cfgzip/expand/_cexpand.c) and the native engine's kernel
+(formalgram_cfgzip/expand/_cexpand.c), the displacement search's kernel
+(formalgram_cfgzip/search/_csearch.c) and the native engine's kernel
 (formalgram_cfgzip/engines/native/_cnative.c), unless FORMALGRAM_NO_MYPYC=1 (the pure-Python
-build, which expands masks with numpy and runs the native engine's Python kernel)."""
+build, which expands masks with numpy and runs the Python search and the native engine's
+Python kernel)."""
 
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ COMPILED = [
     "formalgram_cfgzip/search/displacement.py",
     "formalgram_cfgzip/search/domains.py",
     "formalgram_cfgzip/search/driver.py",
+    "formalgram_cfgzip/search/native.py",
     "formalgram_cfgzip/classes.py",
     "formalgram_cfgzip/compress.py",
 ]
@@ -63,7 +66,7 @@ def _native_extensions(args: list[str]) -> list[Extension]:
 
 
 def _c_extensions() -> list[Extension]:
-    """The hand-written C kernels (mask expansion, the native engine's stack and mask walk);
+    """The hand-written C kernels (mask expansion, the displacement search, the native engine's stack and mask walk);
     plain C99 with the CPython API only.  Without them (``FORMALGRAM_NO_MYPYC=1``) the
     package runs its numpy / pure-Python kernels, with identical results."""
     args = [] if sys.platform == "win32" else ["-O3"]
@@ -71,6 +74,11 @@ def _c_extensions() -> list[Extension]:
         Extension(
             "formalgram_cfgzip.expand._cexpand",
             ["formalgram_cfgzip/expand/_cexpand.c"],
+            extra_compile_args=args,
+        ),
+        Extension(
+            "formalgram_cfgzip.search._csearch",
+            ["formalgram_cfgzip/search/_csearch.c"],
             extra_compile_args=args,
         ),
         *_native_extensions(args),

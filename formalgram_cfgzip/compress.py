@@ -39,6 +39,7 @@ from formalgram_cfgzip.errors import CacheError
 from formalgram_cfgzip.search.displacement import DEAD, DisplacementSearch
 from formalgram_cfgzip.search.domains import ClassDomains, class_domains, domain_roots, representative_texts
 from formalgram_cfgzip.search.driver import (
+    Search,
     SequenceTrie,
     TokenTable,
     pick_specialization,
@@ -46,6 +47,7 @@ from formalgram_cfgzip.search.driver import (
     token_table,
     token_trie,
 )
+from formalgram_cfgzip.search.native import new_search
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
@@ -353,8 +355,12 @@ def _run(
     toks = prepared.tokens
     trial_outcome = -1.0  # no trial
     t_pick = 0.0
+    # the C kernel searches unless the domains are recorded (they read the Python search's
+    # tables) or worker processes search (they exchange digests)
+    native = not domains and workers <= 1
+    search: Search
     if trial is None:
-        search = DisplacementSearch(gnf, max_states=max_states, memory_budget=memory_budget)
+        search = new_search(gnf, native=native, max_states=max_states, memory_budget=memory_budget)
     else:
         gnf, search = pick_specialization(
             gnf,
@@ -365,6 +371,7 @@ def _run(
             SPECIALIZE_TRIAL,
             SPECIALIZE_SAMPLE,
             prepared.sample_trie(SPECIALIZE_SAMPLE),
+            native,
         )
         specialized = gnf is trial
         trial_outcome = float(specialized)
@@ -380,6 +387,7 @@ def _run(
     t7 = time.perf_counter()
     found: ClassDomains | None = None
     if code_roots is not None:
+        assert isinstance(search, DisplacementSearch)  # native is off when domains are recorded
         roots = _class_roots(vocab, toks, codes, reps_arr, (stop_class, invalid_class), code_roots, search)
         found = class_domains(search, roots)
     t8 = time.perf_counter()

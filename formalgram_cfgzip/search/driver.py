@@ -24,9 +24,13 @@ import numpy.typing as npt
 from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram_cfgzip.search.displacement import DEAD, START, CanonicalKey, DisplacementSearch
+from formalgram_cfgzip.search.native import NativeSearch, new_search
 from formalgram_cfgzip.vocabulary import Vocabulary
 
+Search = DisplacementSearch | NativeSearch  # the Python search or the C kernel's
+
 __all__ = [
+    "Search",
     "SequenceTrie",
     "TokenTable",
     "build_trie",
@@ -296,7 +300,7 @@ def reset_size(memory_budget: int | None) -> int:
     return max(200_000, (memory_budget or (8 << 30)) // 1600)
 
 
-def _class_of(search: DisplacementSearch) -> npt.NDArray[np.uint8]:
+def _class_of(search: Search) -> npt.NDArray[np.uint8]:
     """Byte value -> byte class of ``search``, as a numpy table."""
     return np.frombuffer(bytes(search.byte_class), dtype=np.uint8)
 
@@ -310,7 +314,8 @@ def pick_specialization(
     factor: int,
     sample: int,
     trie: SequenceTrie | None = None,
-) -> tuple[Grammar, DisplacementSearch]:
+    native: bool = False,
+) -> tuple[Grammar, Search]:
     """Choose between a GNF and its specialisation by the work each takes on a sample of tokens.
 
     Parameters
@@ -329,10 +334,13 @@ def pick_specialization(
         Both searches run on every ``sample``-th searched token.
     trie : SequenceTrie or None
         The trie of those tokens (``token_trie(toks, sample)``, built when ``None``).
+    native : bool
+        Search with the C kernel when it is built (:func:`~formalgram_cfgzip.search.native.new_search`;
+        the same work, so the same choice).
 
     Returns
     -------
-    (Grammar, DisplacementSearch)
+    (Grammar, DisplacementSearch or NativeSearch)
         The chosen grammar and its search, whose tables the full search then reuses.
 
     Notes
@@ -356,14 +364,14 @@ def pick_specialization(
         trie = token_trie(toks, sample)
     count = int(toks.lengths[::sample].size)
     cells = reset_size(memory_budget)
-    first = DisplacementSearch(plain, max_states=max_states, memory_budget=memory_budget)
+    first = new_search(plain, native=native, max_states=max_states, memory_budget=memory_budget)
     walk_trie(first, trie, _class_of(first), count, False, cells, False)
     budget = factor * max(first.work, 1000)
     if first.size() > cells // 4:
         first.reset()  # do not hold both searches' tables at once (memory); redone if kept
     try:
-        second = DisplacementSearch(
-            special, max_states=max_states, memory_budget=memory_budget, max_work=budget
+        second = new_search(
+            special, native=native, max_states=max_states, memory_budget=memory_budget, max_work=budget
         )
         walk_trie(second, trie, _class_of(second), count, False, cells, False)
     except GrammarTooLarge:
@@ -374,7 +382,7 @@ def pick_specialization(
 
 def search_vocabulary(
     gnf: Grammar,
-    search: DisplacementSearch,
+    search: Search,
     toks: TokenTable,
     workers: int,
     progress: bool,
@@ -389,7 +397,7 @@ def search_vocabulary(
     ----------
     gnf : Grammar
         The GNF grammar of ``search`` (sent to the worker processes).
-    search : DisplacementSearch
+    search : DisplacementSearch or NativeSearch
         The search over ``gnf``, used when the tokens are searched in this process.
     toks : TokenTable
         The tokens.
@@ -503,7 +511,7 @@ def run_levels(
 
 
 def walk_trie(
-    search: DisplacementSearch,
+    search: Search,
     trie: SequenceTrie,
     class_of: npt.NDArray[np.uint8],
     count: int,
@@ -522,8 +530,11 @@ def walk_trie(
 
     Parameters
     ----------
-    search : DisplacementSearch
-        The search (its tables are kept, and compacted above ``reset_cells``).
+    search : DisplacementSearch or NativeSearch
+        The search (its tables are kept, and compacted above ``reset_cells``).  The C
+        kernel's search walks the whole trie in one call when neither digests nor domains
+        are asked for and its tables stay within ``reset_cells``; otherwise its Python
+        fallback (:meth:`NativeSearch.fallback`) walks it as described here.
     trie : SequenceTrie
         The sequences (:func:`build_trie`).
     class_of : numpy.ndarray
@@ -567,6 +578,20 @@ def walk_trie(
     >>> codes.tolist()  # "a" and "aa" alike, "ab" (also at the start) unlike "b"; "ba" valid nowhere
     [0, 0, 2, 1, -1]
     """
+    if isinstance(search, NativeSearch):
+        if not want_digests and domains is None:
+            found = search.walk(
+                list(trie.parents),
+                list(trie.labels),
+                list(trie.end_positions),
+                list(trie.end_nodes),
+                class_of,
+                count,
+                reset_cells,
+            )
+            if found is not None:
+                return found, []
+        search = search.fallback()
     codes = np.full(count, -1, dtype=np.int64)
     depth = len(trie.parents)
     if depth == 0:

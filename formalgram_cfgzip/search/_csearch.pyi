@@ -1,0 +1,46 @@
+"""Type stub of the displacement search's C kernel (formalgram_cfgzip/search/_csearch.c)."""
+
+from _typeshed import ReadableBuffer, WriteableBuffer
+
+OK: int
+CELLS: int
+STATES: int
+WORK: int
+DEEP: int
+MEMORY: int
+
+class Search:
+    """The displacement search of one GNF grammar, with its memo tables."""
+
+    expansions: int
+    work: int
+    max_work: int
+    size: int
+    table_bytes: int
+
+    def __init__(
+        self,
+        num_symbols: int,
+        num_classes: int,
+        table: dict[tuple[int, int], tuple[tuple[int, ...], ...]],
+        below_index: ReadableBuffer,
+        below_sets: ReadableBuffer,
+        words: int,
+        sep_of: ReadableBuffer,
+        max_states: int,
+        max_work: int,
+        max_depth: int = ...,
+    ) -> None: ...
+    def walk(
+        self,
+        parents: list[ReadableBuffer],
+        labels: list[ReadableBuffer],
+        end_positions: list[ReadableBuffer],
+        end_nodes: list[ReadableBuffer],
+        class_of: ReadableBuffer,
+        codes: WriteableBuffer,
+        max_cells: int,
+        max_bytes: int,
+        /,
+    ) -> int: ...
+    def reset(self) -> None: ...

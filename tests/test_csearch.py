@@ -1,0 +1,298 @@
+"""The displacement search's C kernel (``formalgram_cfgzip/search/_csearch.c``).
+
+Two oracles: the Earley recognizer (:func:`check_classes_with_earley`: tokens of one class
+are interchangeable, invalid tokens are refused) and the Python search
+(:class:`~formalgram_cfgzip.search.displacement.DisplacementSearch`, a separate
+implementation of the same sets), whose partition, steps and work the kernel must reproduce
+exactly.  Also the budgets, the hand-over to the Python search, and bad input to the kernel.
+Skipped where the kernel is not built (the pure-Python build).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from _class_oracle import check_classes_with_earley
+from _data import grammar
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from formalgram import EmptyLanguageError, Grammar, GrammarTooLarge, is_prefix, parse_gbnf
+from formalgram.testing import grammars
+from formalgram.transforms.gnf import to_gnf
+from formalgram.transforms.specialize import specialize_terminal_symbols
+from formalgram.transforms.useless import remove_useless
+from formalgram_cfgzip import Vocabulary, compress
+from formalgram_cfgzip.search.displacement import DisplacementSearch
+from formalgram_cfgzip.search.driver import (
+    SequenceTrie,
+    pick_specialization,
+    token_table,
+    token_trie,
+    walk_trie,
+)
+from formalgram_cfgzip.search.native import NativeSearch, c_module, new_search
+
+MODULE = c_module()
+pytestmark = pytest.mark.skipif(MODULE is None, reason="the search kernel is not built (pure-Python build)")
+
+ALPHABET = b"abc"
+
+
+def _partition(codes: npt.NDArray[np.int64]) -> list[int]:
+    """Codes renumbered by first appearance (-1 kept): equal lists <=> equal partitions."""
+    first: dict[int, int] = {}
+    return [-1 if c < 0 else first.setdefault(c, len(first)) for c in codes.tolist()]
+
+
+def _walk(search: DisplacementSearch | NativeSearch, vocab: Vocabulary, cells: int = 1 << 40) -> list[int]:
+    toks = token_table(vocab)
+    class_of = np.frombuffer(bytes(search.byte_class), dtype=np.uint8)
+    codes, _ = walk_trie(search, token_trie(toks), class_of, int(toks.ids.size), False, cells, False)
+    return _partition(codes)
+
+
+def _both(gnf: Grammar, vocab: Vocabulary) -> tuple[NativeSearch, DisplacementSearch, list[int], list[int]]:
+    native = NativeSearch(gnf, MODULE)
+    python = DisplacementSearch(gnf)
+    return native, python, _walk(native, vocab), _walk(python, vocab)
+
+
+def _strings(max_len: int) -> list[bytes]:
+    return [bytes(p) for n in range(max_len + 1) for p in itertools.product(ALPHABET, repeat=n)]
+
+
+vocabularies = st.lists(
+    st.binary(min_size=1, max_size=4).map(lambda b: bytes(ALPHABET[x % 3] for x in b)),
+    min_size=1,
+    max_size=20,
+    unique=True,
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=grammars(alphabet=ALPHABET), tokens=vocabularies, special=st.booleans())
+def test_kernel_matches_earley_and_the_python_search(g: Grammar, tokens: list[bytes], special: bool) -> None:
+    """Random grammars and vocabularies: the kernel's classes are exact for Earley, and are the
+    Python search's classes, found with the same steps and work."""
+    try:
+        gnf = to_gnf(remove_useless(g))
+    except EmptyLanguageError:
+        assume(False)
+        return
+    if special:
+        gnf = specialize_terminal_symbols(gnf)
+    vocab = Vocabulary(tokens)
+    native, python, got, want = _both(gnf, vocab)
+    assert got == want
+    assert (native.expansions, native.work) == (python.expansions, python.work)
+    contexts = [w for w in _strings(3) if is_prefix(g, w)]
+    check_classes_with_earley(g, tokens, np.asarray(got), -1, contexts, _strings(2))
+
+
+REAL = [
+    "llama_cpp/json.gbnf",
+    "llama_cpp/arithmetic.gbnf",
+    "llama_cpp/c.gbnf",
+    "json_schemas/invoice.gbnf",
+    "json_schemas/calendar_event.gbnf",
+]
+
+
+def _byte_vocabulary(text: str) -> Vocabulary:
+    """Every substring of up to 4 bytes of a grammar's own text, and every single byte."""
+    data = text.encode()
+    subs = {data[i:j] for i in range(len(data)) for j in range(i + 1, min(i + 4, len(data)) + 1)}
+    return Vocabulary(sorted(subs | {bytes([b]) for b in range(256)}))
+
+
+@pytest.mark.parametrize("rel", REAL)
+def test_real_grammars_same_partition_as_the_python_search(rel: str) -> None:
+    """Real grammars (plain and specialised GNF), a vocabulary of their texts' substrings."""
+    text = grammar(rel).read_text()
+    gnf = to_gnf(remove_useless(parse_gbnf(text)))
+    vocab = _byte_vocabulary(text)
+    for form in (gnf, specialize_terminal_symbols(gnf)):
+        native, python, got, want = _both(form, vocab)
+        assert got == want and max(got) > 10, rel
+        assert (native.expansions, native.work) == (python.expansions, python.work)
+
+
+def test_compress_uses_the_kernel_and_earley_agrees() -> None:
+    """``compress`` searches with the kernel (its steps are the kernel's) and the classes are exact."""
+    g = parse_gbnf(grammar("llama_cpp/arithmetic.gbnf").read_text())
+    toks = sorted({bytes(p) for n in (1, 2, 3) for p in itertools.product(b"(1+)x= \n", repeat=n)})
+    vocab = Vocabulary(toks)
+    tc = compress(g, vocab, progress=False)
+    os.environ["FORMALGRAM_NO_CSEARCH"] = "1"
+    try:
+        assert isinstance(new_search(to_gnf(remove_useless(g))), DisplacementSearch)
+        reference = compress(g, vocab, progress=False)
+    finally:
+        del os.environ["FORMALGRAM_NO_CSEARCH"]
+    assert np.array_equal(tc.token_class, reference.token_class)
+    assert (
+        tc.stats["expansions"] == reference.stats["expansions"]
+        and tc.stats["work"] == reference.stats["work"]
+    )
+    contexts = [b"", b"(", b"1+", b"((1", b"x=1\n"]
+    compared, refused = check_classes_with_earley(
+        g, toks, tc.token_class, tc.invalid_class, contexts, (b"", b")", b"1", b"\n"), per_class=3
+    )
+    assert compared > 100 and refused > 0, (compared, refused)
+
+
+def _deep_merge_grammar() -> Grammar:
+    """``x s a^k c c {p,q}^k``: after ``s a^k c`` two sets with ``k``-level tries are merged."""
+    names = ["S", "X", "Y", "A", "B", "C", "P", "Q"]
+    s_, x, y, a, b, c, p, q = range(8)
+    letters = "xsacpqe"
+    t = {ch: ~i for i, ch in enumerate(letters)}
+    rules = [
+        (s_, (t["x"], x)), (s_, (t["x"], y)), (x, (t["s"], a)), (y, (t["s"], b)),
+        (a, (t["a"], a, p)), (a, (t["a"], a, q)), (a, (t["c"], c)),
+        (b, (t["a"], b, p)), (b, (t["a"], b, q)), (b, (t["c"], c)), (b, (t["e"], c)),
+        (c, (t["c"],)), (p, (t["p"],)), (q, (t["q"],)),
+    ]  # fmt: skip
+    return Grammar.from_ids(names, [1 << ord(ch) for ch in letters], s_, rules)
+
+
+def test_deep_unions_and_the_hand_over_when_too_deep() -> None:
+    """Merges 300 levels deep run in the kernel; with a nesting bound of 50 the walk is handed
+    to the Python search, with the same classes (and Earley agrees on them)."""
+    from formalgram import accepts
+
+    g = _deep_merge_grammar()
+    k = 300
+    deep, deeper = b"s" + b"a" * k + b"c", b"s" + b"a" * (k + 1) + b"c"
+    vocab = Vocabulary([deep, deeper, b"p", b"q", b"c", b"a", b"z"])
+    gnf = to_gnf(g)
+    roomy = NativeSearch(gnf, MODULE)
+    shallow = NativeSearch(gnf, MODULE, max_depth=50)
+    want = _walk(DisplacementSearch(gnf), vocab)
+    assert _walk(roomy, vocab) == want and roomy._fallback is None
+    assert _walk(shallow, vocab) == want and shallow._fallback is not None
+    assert want[0] != want[1] and want[6] == -1
+    assert accepts(g, b"x" + deep + b"c" + b"p" * k) and not accepts(g, b"x" + deeper + b"c" + b"p" * k)
+
+
+def test_outgrown_tables_hand_over_to_the_python_search() -> None:
+    """A cell budget of a few hundred: the kernel gives up, the Python search compacts and
+    finds the same classes."""
+    text = grammar("llama_cpp/json.gbnf").read_text()
+    gnf = to_gnf(remove_useless(parse_gbnf(text)))
+    vocab = _byte_vocabulary(text)
+    small = NativeSearch(gnf, MODULE)
+    assert _walk(small, vocab, cells=300) == _walk(DisplacementSearch(gnf), vocab)
+    assert small._fallback is not None and small.expansions > small._fallback.expansions > 0
+
+
+def test_budgets_raise_grammar_too_large() -> None:
+    """``max_states`` and ``max_work`` stop the kernel's walk with GrammarTooLarge."""
+    g = parse_gbnf('root ::= "(" root ")" | "[" root "]" | "x" | "(" "x" ")" root')
+    gnf = to_gnf(g)
+    vocab = Vocabulary([b"))))", b"]])", b"x", b"(("])
+    with pytest.raises(GrammarTooLarge, match="stack tops"):
+        _walk(NativeSearch(gnf, MODULE, max_states=1), vocab)
+    with pytest.raises(GrammarTooLarge, match="units of work"):
+        _walk(NativeSearch(gnf, MODULE, max_work=50), vocab)
+    roomy = NativeSearch(gnf, MODULE)
+    assert _walk(roomy, vocab) == _walk(DisplacementSearch(gnf), vocab)
+    # the memory budget counts the kernel's own tables (checked every 64 steps)
+    text = grammar("llama_cpp/json.gbnf").read_text()
+    json_gnf = to_gnf(remove_useless(parse_gbnf(text)))
+    with pytest.raises(GrammarTooLarge, match="memory grew by"):
+        _walk(NativeSearch(json_gnf, MODULE, memory_budget=64 << 10), _byte_vocabulary(text))
+    _walk(NativeSearch(json_gnf, MODULE, memory_budget=64 << 20), _byte_vocabulary(text))
+
+
+def test_specialisation_trial_chooses_alike() -> None:
+    """The bounded trial's choice and work are the same with the kernel as with Python."""
+    import random
+
+    rng = random.Random(7)
+    words = sorted({"".join(rng.choice("abcdefghij") for _ in range(10)) for _ in range(400)})
+    g = parse_gbnf("root ::= (" + " | ".join(f'"{w}"' for w in words) + ') ("," root)?')
+    plain = to_gnf(g)
+    special = specialize_terminal_symbols(plain)
+    toks = sorted(
+        {w.encode()[i:j] for w in words[:60] for i in range(10) for j in range(i + 1, min(i + 4, 10) + 1)}
+    )
+    table = token_table(Vocabulary([*toks, b",", b"zz"]))
+    for factor in (0, 3, 10**6):
+        choices = [
+            pick_specialization(plain, special, table, 200_000, None, factor, 1, native=native)
+            for native in (False, True)
+        ]
+        (g0, s0), (g1, s1) = choices
+        assert g0 is g1 and (s0.expansions, s0.work) == (s1.expansions, s1.work), factor
+        assert isinstance(s1, NativeSearch)
+
+
+def _trie(levels: list[tuple[list[int], list[int], list[int], list[int]]]) -> SequenceTrie:
+    return SequenceTrie(
+        tuple(np.asarray(p, dtype=np.int64) for p, _, _, _ in levels),
+        tuple(np.asarray(lab, dtype=np.uint8) for _, lab, _, _ in levels),
+        tuple(np.asarray(e, dtype=np.int64) for _, _, e, _ in levels),
+        tuple(np.asarray(n, dtype=np.int64) for _, _, _, n in levels),
+        sum(len(p) for p, _, _, _ in levels),
+    )
+
+
+def test_bad_input_is_refused_with_clear_errors() -> None:
+    """Out-of-range indices, ragged levels and bad tables raise ValueError or TypeError, never crash."""
+    gnf = to_gnf(parse_gbnf('root ::= "(" root ")" | "x"'))
+    search = NativeSearch(gnf, MODULE)
+    class_of = np.frombuffer(bytes(search.byte_class), dtype=np.uint8)
+    good = [([0, 0], [ord("("), ord("x")], [0, 1], [0, 1])]
+    codes = _run(search, _trie(good), class_of)
+    assert codes is not None and _partition(codes) == [0, 1]
+    bad_cases = [
+        ([([1], [ord("x")], [0], [0])], "parent or label"),  # parent 1 at depth 0
+        ([([0], [ord("x")], [0], [1])], "ending node"),  # ending node 1 of a 1-node level
+        ([([0], [ord("x")], [5], [0])], "ending node or position"),  # position past the end
+        ([([0, 0], [ord("x")], [0], [0])], "differ in length"),
+    ]
+    for levels, message in bad_cases:
+        with pytest.raises(ValueError, match=message):
+            _run(search, _trie(levels), class_of)
+    with pytest.raises(ValueError, match="class out of range"):
+        _run(search, _trie(good), np.full(256, 200, dtype=np.uint8))
+    with pytest.raises(ValueError, match="out of range"):
+        MODULE.Search(
+            2, 1, {(0, 5): ((),)}, bytes(8), bytes(8), 1, np.asarray([-2, -2], dtype=np.int32), 9, -1
+        )
+    with pytest.raises(ValueError, match="tail symbol"):
+        MODULE.Search(
+            2, 1, {(0, 0): ((7,),)}, bytes(8), bytes(8), 1, np.asarray([-2, -2], dtype=np.int32), 9, -1
+        )
+    with pytest.raises(TypeError):
+        MODULE.Search(2, 1, {(0, 0): [1]}, bytes(8), bytes(8), 1, np.asarray([-2, -2], dtype=np.int32), 9, -1)
+    with pytest.raises(ValueError, match="below_index"):
+        MODULE.Search(2, 1, {}, bytes(4), bytes(8), 1, np.asarray([-2, -2], dtype=np.int32), 9, -1)
+    with pytest.raises(ValueError, match="sep_of"):
+        MODULE.Search(2, 1, {}, bytes(8), bytes(8), 1, np.asarray([0, -2], dtype=np.int32), 9, -1)
+
+
+def _run(
+    search: NativeSearch, trie: SequenceTrie, class_of: npt.NDArray[np.uint8]
+) -> npt.NDArray[np.int64] | None:
+    """The kernel's walk over ``trie`` (two sequences)."""
+    levels = (list(trie.parents), list(trie.labels), list(trie.end_positions), list(trie.end_nodes))
+    return search.walk(*levels, class_of, 2, 1 << 40)
+
+
+def test_kernel_can_be_turned_off() -> None:
+    """``FORMALGRAM_NO_CSEARCH=1`` and ``native=False`` give the Python search."""
+    gnf = to_gnf(parse_gbnf('root ::= "a"+'))
+    assert isinstance(new_search(gnf), NativeSearch)
+    assert isinstance(new_search(gnf, native=False), DisplacementSearch)
+    os.environ["FORMALGRAM_NO_CSEARCH"] = "1"
+    try:
+        assert c_module() is None and isinstance(new_search(gnf), DisplacementSearch)
+    finally:
+        del os.environ["FORMALGRAM_NO_CSEARCH"]
