@@ -25,8 +25,9 @@ sequence when its document is complete, and replayed identically by both); the s
 gives each request's compile and walk apart (from the fastest of the ``--repeats`` requests).  With ``--stages``
 it breaks the compression down per stage (parse, trim, GNF, specialisation, PDA, stack adjacency
 as sets (``can_be_below``) and as bit sets (``below_bits``), the whole search setup
-(``DisplacementSearch(gnf)``), the search cumulated up to token depths 1, 2, 4, 8, 16 and all, a
-second walk over the same tables = the driver's own numpy work, numbering).
+(``new_search(gnf)``: the C kernel when built), the search cumulated up to token depths 1, 2, 4,
+8, 16 and all, a second walk over the same tables = the walk's own work without steps, the
+Python search's setup and walk for comparison, numbering).
 
 Prints one line per grammar, then medians and totals.  Run from the repository root::
 
@@ -135,6 +136,7 @@ def stage_times(text: str, compressor: Compressor) -> dict[str, float]:
     from formalgram_cfgzip.compress import number_classes
     from formalgram_cfgzip.search.displacement import DisplacementSearch
     from formalgram_cfgzip.search.driver import build_trie, walk_trie
+    from formalgram_cfgzip.search.native import new_search
 
     prep = compressor.prepared
     toks = prep.tokens
@@ -153,17 +155,19 @@ def stage_times(text: str, compressor: Compressor) -> dict[str, float]:
     timed("pda", lambda: PDA.from_gnf(gnf))
     timed("adjacency", lambda: can_be_below(gnf))
     timed("below_bits", lambda: below_bits(gnf))
-    search = timed("search_setup", lambda: DisplacementSearch(gnf))
+    search = timed("search_setup", lambda: new_search(gnf))  # the C kernel when built
     class_of = np.frombuffer(bytes(search.byte_class), dtype=np.uint8)
     count = int(toks.ids.size)
     for depth in (1, 2, 4, 8, 16):
         cut = build_trie(toks.flat, toks.offsets, np.minimum(toks.lengths, depth))
-        fresh = DisplacementSearch(gnf)
+        fresh = new_search(gnf)
         timed(
             f"search<={depth}", lambda c=cut, s=fresh: walk_trie(s, c, class_of, count, False, 1 << 62, False)
         )
     codes, _ = timed("search", lambda: walk_trie(search, prep.trie, class_of, count, False, 1 << 62, False))
     timed("search_again", lambda: walk_trie(search, prep.trie, class_of, count, False, 1 << 62, False))
+    python = timed("python_setup", lambda: DisplacementSearch(gnf))
+    timed("python_search", lambda: walk_trie(python, prep.trie, class_of, count, False, 1 << 62, False))
     timed("number", lambda: number_classes(prep.vocab, toks, codes))
     return out
 

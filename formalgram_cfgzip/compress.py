@@ -717,22 +717,21 @@ def number_classes(
     """
     width = vocab.logit_width
     token_class = np.full(width, -1, dtype=np.int32)
-    valid = codes >= 0
-    ids = toks.ids[valid]
-    cod = codes[valid]
-    lens = toks.lengths[valid]
     reps: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-    if ids.size:
-        k = int(cod.max()) + 1
-        # smallest (length, id) per code, packed in one int64: length above bit 32, id below
-        best = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(best, cod, (lens << 32) | ids)
-        used = np.flatnonzero(best != np.iinfo(np.int64).max)  # codes some token has
+    if codes.size:
+        # slot code + 1 of each token (slot 0: the empty displacement, no class); the
+        # smallest (length, id) per slot packed in one int64: length above bit 32, id below
+        k = int(codes.max()) + 2
+        none = np.iinfo(np.int64).max
+        best = np.full(k, none, dtype=np.int64)
+        np.minimum.at(best, codes + 1, (toks.lengths << 32) | toks.ids)
+        best[0] = none
+        used = np.flatnonzero(best != none)  # codes some token has
         rep_of_used = best[used] & 0xFFFFFFFF
         order = np.argsort(rep_of_used, kind="stable")
-        class_of_code = np.full(k, -1, dtype=np.int64)
-        class_of_code[used[order]] = np.arange(used.size, dtype=np.int64)
-        token_class[ids] = class_of_code[cod].astype(np.int32)
+        class_of_slot = np.full(k, -1, dtype=np.int32)
+        class_of_slot[used[order]] = np.arange(used.size, dtype=np.int32)
+        token_class[toks.ids] = class_of_slot[codes + 1]
         reps = rep_of_used[order]
     rep_list: list[int] = reps.tolist()
     stop_class = -1

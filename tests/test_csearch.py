@@ -263,19 +263,16 @@ def test_bad_input_is_refused_with_clear_errors() -> None:
     with pytest.raises(ValueError, match="class out of range"):
         _run(search, _trie(good), np.full(256, 200, dtype=np.uint8))
     with pytest.raises(ValueError, match="out of range"):
-        MODULE.Search(
-            2, 1, {(0, 5): ((),)}, bytes(8), bytes(8), 1, np.asarray([-2, -2], dtype=np.int32), 9, -1
-        )
+        MODULE.Search(2, 1, {(0, 5): ((),)}, [0, 0], 9, -1)
     with pytest.raises(ValueError, match="tail symbol"):
-        MODULE.Search(
-            2, 1, {(0, 0): ((7,),)}, bytes(8), bytes(8), 1, np.asarray([-2, -2], dtype=np.int32), 9, -1
-        )
+        MODULE.Search(2, 1, {(0, 0): ((7,),)}, [0, 0], 9, -1)
     with pytest.raises(TypeError):
-        MODULE.Search(2, 1, {(0, 0): [1]}, bytes(8), bytes(8), 1, np.asarray([-2, -2], dtype=np.int32), 9, -1)
-    with pytest.raises(ValueError, match="below_index"):
-        MODULE.Search(2, 1, {}, bytes(4), bytes(8), 1, np.asarray([-2, -2], dtype=np.int32), 9, -1)
-    with pytest.raises(ValueError, match="sep_of"):
-        MODULE.Search(2, 1, {}, bytes(8), bytes(8), 1, np.asarray([0, -2], dtype=np.int32), 9, -1)
+        MODULE.Search(2, 1, {(0, 0): [1]}, [0, 0], 9, -1)
+    with pytest.raises(TypeError, match="one int per symbol"):
+        MODULE.Search(2, 1, {}, [0], 9, -1)
+    for bad in (-1, 4, 1 << 70):  # a negative set, a set naming symbol 2 of 2, a huge one
+        with pytest.raises(ValueError, match="out of range"):
+            MODULE.Search(2, 1, {}, [0, bad], 9, -1)
 
 
 def _run(

@@ -44,6 +44,7 @@
 #define EXPANSION_WORK 40 /* as displacement.EXPANSION_WORK */
 #define MAX_DEPTH 20000   /* default deepest union nesting before the walk hands over to Python */
 #define DENSE_PAIRS (8 << 20) /* largest (states x classes) table of one level */
+#define BELOW_BYTES ((int64_t)256 << 20) /* largest copy of the distinct below sets */
 
 enum { ST_OK = 0, ST_CELLS = 1, ST_STATES = 2, ST_WORK = 3, ST_DEEP = 4, ST_MEMORY = 5 };
 
@@ -994,42 +995,118 @@ cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Copy a buffer of `count` items of `item` bytes (checked) into a fresh array. */
-static void *
-copy_buffer(PyObject *obj, Py_ssize_t count, Py_ssize_t item, const char *what)
+/* The sets of symbols that may lie below each symbol, from Python ints (bit z of below[y]:
+ * z may lie below y): stored once per distinct set, with each symbol's index into them and
+ * its separator (labelled by the first symbol with the same set). */
+static int
+read_below(Search *s, PyObject *below)
 {
-    Py_buffer view;
-    if (PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (view.len != count * item) {
-        PyErr_Format(PyExc_ValueError, "%s: expected %zd bytes, got %zd", what, count * item, view.len);
-        PyBuffer_Release(&view);
-        return NULL;
+    const int32_t n = s->n;
+    const int64_t words = s->words;
+    if (!PyList_Check(below) || PyList_GET_SIZE(below) != n) {
+        PyErr_SetString(PyExc_TypeError, "below: a list of one int per symbol");
+        return -1;
     }
-    void *out = malloc(view.len > 0 ? (size_t)view.len : 1);
-    if (out == NULL) {
-        PyBuffer_Release(&view);
+    s->below_index = malloc((size_t)n * sizeof(int32_t));
+    s->sep_of = malloc((size_t)n * sizeof(int32_t));
+    uint64_t *scratch = malloc((size_t)words * sizeof(uint64_t));
+    int64_t cap = 1024, nsets = 0, set_cap = 0;
+    while (cap < 2 * (int64_t)n)
+        cap *= 2;
+    int32_t *slots = malloc((size_t)cap * sizeof(int32_t));
+    uint64_t *hashes = malloc((size_t)n * sizeof(uint64_t));
+    int32_t *label = malloc((size_t)n * sizeof(int32_t));
+    int ok = s->below_index != NULL && s->sep_of != NULL && scratch != NULL && slots != NULL && hashes != NULL &&
+             label != NULL;
+    if (!ok)
         PyErr_NoMemory();
-        return NULL;
+    else
+        memset(slots, 0xff, (size_t)cap * sizeof(int32_t));
+    const uint64_t top = (n % 64) ? (((uint64_t)1 << (n % 64)) - 1) : ~(uint64_t)0;
+    for (int32_t y = 0; ok && y < n; y++) {
+        PyObject *bits = PyList_GET_ITEM(below, y);
+        if (!PyLong_Check(bits)) {
+            PyErr_SetString(PyExc_TypeError, "below: a list of one int per symbol");
+            ok = 0;
+            break;
+        }
+#if PY_VERSION_HEX >= 0x030D0000
+        Py_ssize_t need = PyLong_AsNativeBytes(bits, scratch, (Py_ssize_t)(words * 8),
+                                               Py_ASNATIVEBYTES_LITTLE_ENDIAN | Py_ASNATIVEBYTES_UNSIGNED_BUFFER |
+                                                   Py_ASNATIVEBYTES_REJECT_NEGATIVE);
+        if (need < 0 || need > (Py_ssize_t)(words * 8)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "below: a set with symbols out of range");
+            ok = 0;
+            break;
+        }
+#else
+        if (_PyLong_AsByteArray((PyLongObject *)bits, (unsigned char *)scratch, (size_t)(words * 8), 1, 0) < 0) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "below: a negative set, or one with symbols out of range");
+            ok = 0;
+            break;
+        }
+#endif
+        if (scratch[words - 1] & ~top) {
+            PyErr_SetString(PyExc_ValueError, "below: a set with symbols out of range");
+            ok = 0;
+            break;
+        }
+        uint64_t h = 0x7f4a7c159e3779b9ULL;
+        for (int64_t w = 0; w < words; w++)
+            h = mix64(h ^ scratch[w]) + (uint64_t)w;
+        uint64_t at = h & ((uint64_t)cap - 1);
+        int32_t found = -1;
+        for (;;) {
+            int32_t k = slots[at];
+            if (k < 0)
+                break;
+            if (hashes[k] == h && memcmp(s->below_sets + (int64_t)k * words, scratch, (size_t)words * 8) == 0) {
+                found = k;
+                break;
+            }
+            at = (at + 1) & ((uint64_t)cap - 1);
+        }
+        if (found < 0) {
+            if ((nsets + 1) * words * 8 > BELOW_BYTES) {
+                PyErr_SetString(PyExc_ValueError, "the sets of symbols below each symbol are too large");
+                ok = 0;
+                break;
+            }
+            if (GROW(s->below_sets, set_cap, (nsets + 1) * words) < 0) {
+                ok = 0;
+                break;
+            }
+            memcpy(s->below_sets + nsets * words, scratch, (size_t)words * 8);
+            found = (int32_t)nsets;
+            hashes[nsets] = h;
+            label[nsets] = y;
+            slots[at] = found;
+            nsets++;
+        }
+        s->below_index[y] = found;
+        s->sep_of[y] = -(label[found] + 2);
     }
-    memcpy(out, view.buf, (size_t)view.len);
-    PyBuffer_Release(&view);
-    return out;
+    free(scratch);
+    free(slots);
+    free(hashes);
+    free(label);
+    return ok ? 0 : -1;
 }
 
-/* Search(n, ncls, table, below_index, below_sets, words, sep_of, max_states, max_work, max_depth=MAX_DEPTH) */
+/* Search(num_symbols, num_classes, table, below, max_states, max_work, max_depth=MAX_DEPTH) */
 static int
 Search_init(Search *s, PyObject *args, PyObject *kwds)
 {
     int n, ncls;
-    PyObject *table, *bidx, *bsets, *seps;
-    Py_ssize_t words;
+    PyObject *table, *below;
     long long max_states, max_work;
     int max_depth = MAX_DEPTH;
-    static char *kwlist[] = {"num_symbols", "num_classes", "table", "below_index", "below_sets",
-                             "words", "sep_of", "max_states", "max_work", "max_depth", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiO!OOnOLL|i", kwlist, &n, &ncls, &PyDict_Type, &table, &bidx,
-                                     &bsets, &words, &seps, &max_states, &max_work, &max_depth))
+    static char *kwlist[] = {"num_symbols", "num_classes", "table", "below", "max_states", "max_work",
+                             "max_depth", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiO!OLL|i", kwlist, &n, &ncls, &PyDict_Type, &table, &below,
+                                     &max_states, &max_work, &max_depth))
         return -1;
     if (max_depth < 1 || max_depth > 1000000) {
         PyErr_SetString(PyExc_ValueError, "max_depth must be in 1..1000000");
@@ -1040,61 +1117,32 @@ Search_init(Search *s, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_RuntimeError, "Search is initialised once");
         return -1;
     }
-    if (n <= 0 || n >= (1 << 20) || ncls <= 0 || ncls > 256 || words != (n + 63) / 64) {
+    if (n <= 0 || n >= (1 << 20) || ncls <= 0 || ncls > 256) {
         PyErr_SetString(PyExc_ValueError, "bad table sizes");
         return -1;
     }
     s->n = n;
     s->ncls = ncls;
-    s->words = words;
+    s->words = (n + 63) / 64;
     s->max_states = max_states;
     s->max_work = max_work;
     s->max_cells = INT64_MAX;
-    s->below_index = copy_buffer(bidx, n, sizeof(int32_t), "below_index");
-    if (s->below_index == NULL)
+    if (read_below(s, below) < 0)
         return -1;
-    Py_buffer view;
-    if (PyObject_GetBuffer(bsets, &view, PyBUF_SIMPLE) < 0)
-        return -1;
-    Py_ssize_t set_bytes = words * (Py_ssize_t)sizeof(uint64_t);
-    Py_ssize_t nsets = view.len / set_bytes;
-    if (view.len % set_bytes) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "below_sets is not a whole number of sets");
-        return -1;
-    }
-    s->below_sets = malloc(view.len > 0 ? (size_t)view.len : 1);
-    if (s->below_sets == NULL) {
-        PyBuffer_Release(&view);
-        PyErr_NoMemory();
-        return -1;
-    }
-    memcpy(s->below_sets, view.buf, (size_t)view.len);
-    PyBuffer_Release(&view);
-    for (int y = 0; y < n; y++)
-        if (s->below_index[y] < 0 || s->below_index[y] >= nsets) {
-            PyErr_SetString(PyExc_ValueError, "below_index out of range");
-            return -1;
-        }
-    s->sep_of = copy_buffer(seps, n, sizeof(int32_t), "sep_of");
-    if (s->sep_of == NULL)
-        return -1;
-    for (int y = 0; y < n; y++)
-        if (s->sep_of[y] > -2 || s->sep_of[y] < -(n + 1)) {
-            PyErr_SetString(PyExc_ValueError, "sep_of out of range");
-            return -1;
-        }
-    /* the transition table: distinct tails interned through a dict */
-    PyObject *tid_of = PyDict_New();
-    if (tid_of == NULL)
-        return -1;
+    /* the transition table: distinct tails interned by content */
     int64_t ntail = 0, ocap = 0, lcap = 0, scap = 0, nsym = 0, rcap = 0, ntails_rows = 0;
+    int64_t tslots_cap = 1024;
+    int32_t *tslots = malloc((size_t)tslots_cap * sizeof(int32_t));
+    uint64_t *thash = NULL;
+    int64_t thcap = 0;
     int64_t *counts = calloc((size_t)ncls, sizeof(int64_t));
-    if (counts == NULL) {
-        Py_DECREF(tid_of);
+    if (counts == NULL || tslots == NULL) {
+        free(counts);
+        free(tslots);
         PyErr_NoMemory();
         return -1;
     }
+    memset(tslots, 0xff, (size_t)tslots_cap * sizeof(int32_t));
     PyObject *key, *value;
     Py_ssize_t pos = 0;
     int ok = map_alloc(&s->rows, 1024) == 0;
@@ -1125,45 +1173,74 @@ Search_init(Search *s, PyObject *args, PyObject *kwds)
                 ok = 0;
                 break;
             }
-            PyObject *known = PyDict_GetItemWithError(tid_of, t);
-            int64_t tid;
-            if (known != NULL) {
-                tid = PyLong_AsLongLong(known);
-            } else if (PyErr_Occurred()) {
+            Py_ssize_t len = PyTuple_GET_SIZE(t);
+            if (GROW(s->tail_sym, scap, nsym + len + 1) < 0) {
                 ok = 0;
                 break;
-            } else {
-                Py_ssize_t len = PyTuple_GET_SIZE(t);
-                tid = ntail;
-                PyObject *num = PyLong_FromLongLong(tid);
-                if (num == NULL || PyDict_SetItem(tid_of, t, num) < 0) {
-                    Py_XDECREF(num);
+            }
+            int32_t *syms = s->tail_sym + nsym; /* read into the arena's free end */
+            uint64_t h = 0x2545f4914f6cdd1dULL ^ (uint64_t)len;
+            for (Py_ssize_t j = 0; j < len; j++) {
+                long sym = PyLong_AsLong(PyTuple_GET_ITEM(t, j));
+                if (sym == -1 && PyErr_Occurred()) {
                     ok = 0;
                     break;
                 }
-                Py_DECREF(num);
+                if (sym < 0 || sym >= n) {
+                    PyErr_SetString(PyExc_ValueError, "table: tail symbol out of range");
+                    ok = 0;
+                    break;
+                }
+                syms[j] = (int32_t)sym;
+                h = mix64(h ^ (uint64_t)sym) + (uint64_t)j;
+            }
+            if (!ok)
+                break;
+            uint64_t mask = (uint64_t)tslots_cap - 1, at = h & mask;
+            int64_t tid = -1;
+            for (;;) {
+                int32_t known = tslots[at];
+                if (known < 0)
+                    break;
+                if (thash[known] == h && s->tail_len[known] == len &&
+                    memcmp(s->tail_sym + s->tail_off[known], syms, (size_t)len * sizeof(int32_t)) == 0) {
+                    tid = known;
+                    break;
+                }
+                at = (at + 1) & mask;
+            }
+            if (tid < 0) { /* a new tail: keep its symbols where they were read */
+                tid = ntail;
                 if (GROW(s->tail_off, ocap, ntail + 1) < 0 || GROW(s->tail_len, lcap, ntail + 1) < 0 ||
-                    GROW(s->tail_sym, scap, nsym + len) < 0) {
+                    GROW(thash, thcap, ntail + 1) < 0) {
                     ok = 0;
                     break;
                 }
                 s->tail_off[ntail] = nsym;
                 s->tail_len[ntail] = (int32_t)len;
-                for (Py_ssize_t j = 0; j < len; j++) {
-                    long sym = PyLong_AsLong(PyTuple_GET_ITEM(t, j));
-                    if (sym == -1 && PyErr_Occurred()) {
-                        ok = 0;
-                        break;
-                    }
-                    if (sym < 0 || sym >= n) {
-                        PyErr_SetString(PyExc_ValueError, "table: tail symbol out of range");
-                        ok = 0;
-                        break;
-                    }
-                    s->tail_sym[nsym + j] = (int32_t)sym;
-                }
+                thash[ntail] = h;
+                tslots[at] = (int32_t)ntail;
                 nsym += len;
                 ntail++;
+                if (2 * ntail > tslots_cap) { /* rehash the tails' table */
+                    int64_t cap2 = 2 * tslots_cap;
+                    int32_t *t2 = malloc((size_t)cap2 * sizeof(int32_t));
+                    if (t2 == NULL) {
+                        PyErr_NoMemory();
+                        ok = 0;
+                        break;
+                    }
+                    memset(t2, 0xff, (size_t)cap2 * sizeof(int32_t));
+                    for (int64_t q = 0; q < ntail; q++) {
+                        uint64_t b = thash[q] & ((uint64_t)cap2 - 1);
+                        while (t2[b] >= 0)
+                            b = (b + 1) & ((uint64_t)cap2 - 1);
+                        t2[b] = (int32_t)q;
+                    }
+                    free(tslots);
+                    tslots = t2;
+                    tslots_cap = cap2;
+                }
             }
             if (!ok)
                 break;
@@ -1188,7 +1265,8 @@ Search_init(Search *s, PyObject *args, PyObject *kwds)
             counts[c]++;
         }
     }
-    Py_DECREF(tid_of);
+    free(tslots);
+    free(thash);
     if (!ok) {
         free(counts);
         return -1;

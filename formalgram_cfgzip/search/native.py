@@ -31,8 +31,6 @@ from formalgram_cfgzip.search.displacement import DisplacementSearch
 
 __all__ = ["NativeSearch", "c_module", "new_search"]
 
-_BELOW_BYTES_LIMIT = 256 << 20  # the kernel's copy of the distinct below sets may take this much
-
 
 def c_module() -> Any:
     """The compiled search kernel, or ``None`` (not built, or ``FORMALGRAM_NO_CSEARCH=1``).
@@ -125,28 +123,14 @@ class NativeSearch:
         self.pda = pda
         self.byte_class = pda.byte_class_of
         self.num_byte_classes = pda.n_classes
-        n = len(gnf.names)
-        bits = below_bits(gnf)
-        words = (n + 63) // 64
-        index_of: dict[int, int] = {}
-        index = [index_of.setdefault(b, len(index_of)) for b in bits]
-        if len(index_of) * words * 8 > _BELOW_BYTES_LIMIT:
-            raise ValueError("the sets of symbols below each symbol are too large for the search kernel")
-        # a separator label: the first symbol with the same set below (as DisplacementSearch)
-        label_of: dict[int, int] = {}
-        sep_of = [-(label_of.setdefault(b, y) + 2) for y, b in enumerate(bits)]
-        width = 8 * words
-        sets = b"".join(b.to_bytes(width, "little") for b in index_of)
         self._fallback: DisplacementSearch | None = None
         depth = {} if max_depth is None else {"max_depth": max_depth}
+        # the kernel reads the PDA's table and the bit sets of what may lie below each symbol
         self._c = module.Search(
-            n,
+            len(gnf.names),
             max(pda.n_classes, 1),
             pda.table,
-            np.asarray(index, dtype=np.int32).tobytes(),
-            sets,
-            words,
-            np.asarray(sep_of, dtype=np.int32).tobytes(),
+            below_bits(gnf),
             max_states,
             -1 if max_work is None else max_work,
             **depth,
