@@ -47,7 +47,7 @@ from formalgram_cfgzip.search.driver import (
     token_table,
     token_trie,
 )
-from formalgram_cfgzip.search.native import new_search
+from formalgram_cfgzip.search.native import NativeSearch, new_search
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
@@ -355,9 +355,8 @@ def _run(
     toks = prepared.tokens
     trial_outcome = -1.0  # no trial
     t_pick = 0.0
-    # the C kernel searches unless the domains are recorded (they read the Python search's
-    # tables) or worker processes search (they exchange digests)
-    native = not domains and workers <= 1
+    # the C kernel searches unless worker processes do (they exchange digests)
+    native = workers <= 1
     search: Search
     if trial is None:
         search = new_search(gnf, native=native, max_states=max_states, memory_budget=memory_budget)
@@ -387,9 +386,11 @@ def _run(
     t7 = time.perf_counter()
     found: ClassDomains | None = None
     if code_roots is not None:
-        assert isinstance(search, DisplacementSearch)  # native is off when domains are recorded
-        roots = _class_roots(vocab, toks, codes, reps_arr, (stop_class, invalid_class), code_roots, search)
-        found = class_domains(search, roots)
+        # the roots are nodes of the search that answered the walk (the kernel's, or the
+        # Python search it handed the walk to)
+        tables = search.answered() if isinstance(search, NativeSearch) else search
+        roots = _class_roots(vocab, toks, codes, reps_arr, (stop_class, invalid_class), code_roots, tables)
+        found = class_domains(tables, roots)
     t8 = time.perf_counter()
     stats: dict[str, float] = {
         "tokens": float(vocab.size),
@@ -401,6 +402,7 @@ def _run(
         "expansions": float(expansions),
         "work": float(work),
         "specialized": float(specialized),
+        "search_kernel": float(isinstance(search, NativeSearch) and search.answered() is search),
         "specialize_trial": trial_outcome,
         "specialize_trial_seconds": t_pick,
         "parse_seconds": t_parse,
@@ -430,7 +432,7 @@ def _class_roots(
     reps: npt.NDArray[np.int32],
     textless: tuple[int, int],
     code_roots: list[int],
-    search: DisplacementSearch,
+    search: Search,
 ) -> list[int]:
     """Class id -> domain root in ``search`` (``-1`` for the stop and invalid classes).
 
@@ -441,7 +443,10 @@ def _class_roots(
     """
     rep_list = reps.tolist()
     if not code_roots and bool(np.any(codes >= 0)):
-        return domain_roots(search, representative_texts(vocab.tokens, rep_list, textless))
+        # worker processes searched, so the search here is the Python one (its tables
+        # still empty): it runs the representatives
+        python = search.fallback() if isinstance(search, NativeSearch) else search
+        return domain_roots(python, representative_texts(vocab.tokens, rep_list, textless))
     searched = np.full(vocab.logit_width, -1, dtype=np.int64)
     searched[toks.ids] = np.arange(toks.ids.size, dtype=np.int64)
     roots: list[int] = []

@@ -181,14 +181,21 @@ def test_deep_unions_and_the_hand_over_when_too_deep() -> None:
 
 
 def test_outgrown_tables_hand_over_to_the_python_search() -> None:
-    """A cell budget of a few hundred: the kernel gives up, the Python search compacts and
-    finds the same classes."""
+    """A cell budget of a few hundred (walk_trie gives the kernel NATIVE_CELLS times the Python
+    search's), or a memory budget of 64 KiB: the kernel gives up, the Python search compacts
+    and finds the same classes."""
     text = grammar("llama_cpp/json.gbnf").read_text()
     gnf = to_gnf(remove_useless(parse_gbnf(text)))
     vocab = _byte_vocabulary(text)
+    want = _walk(DisplacementSearch(gnf), vocab)
     small = NativeSearch(gnf, MODULE)
-    assert _walk(small, vocab, cells=300) == _walk(DisplacementSearch(gnf), vocab)
+    assert _walk(small, vocab, cells=20) == want
     assert small._fallback is not None and small.expansions > small._fallback.expansions > 0
+    assert small.answered() is small._fallback
+    tight = NativeSearch(gnf, MODULE, memory_budget=64 << 10)
+    assert _walk(tight, vocab) == want and tight.answered() is tight._fallback
+    roomy = NativeSearch(gnf, MODULE, memory_budget=64 << 20)
+    assert _walk(roomy, vocab) == want and roomy.answered() is roomy and roomy._fallback is None
 
 
 def test_budgets_raise_grammar_too_large() -> None:
@@ -202,12 +209,6 @@ def test_budgets_raise_grammar_too_large() -> None:
         _walk(NativeSearch(gnf, MODULE, max_work=50), vocab)
     roomy = NativeSearch(gnf, MODULE)
     assert _walk(roomy, vocab) == _walk(DisplacementSearch(gnf), vocab)
-    # the memory budget counts the kernel's own tables (checked every 64 steps)
-    text = grammar("llama_cpp/json.gbnf").read_text()
-    json_gnf = to_gnf(remove_useless(parse_gbnf(text)))
-    with pytest.raises(GrammarTooLarge, match="memory grew by"):
-        _walk(NativeSearch(json_gnf, MODULE, memory_budget=64 << 10), _byte_vocabulary(text))
-    _walk(NativeSearch(json_gnf, MODULE, memory_budget=64 << 20), _byte_vocabulary(text))
 
 
 def test_specialisation_trial_chooses_alike() -> None:
@@ -293,3 +294,21 @@ def test_kernel_can_be_turned_off() -> None:
         assert c_module() is None and isinstance(new_search(gnf), DisplacementSearch)
     finally:
         del os.environ["FORMALGRAM_NO_CSEARCH"]
+
+
+@pytest.mark.parametrize("rel", ["json_schemas/invoice.gbnf", "llama_cpp/arithmetic.gbnf"])
+def test_domains_recorded_by_the_kernel_give_the_native_tables(rel: str) -> None:
+    """``compress(..., domains=True)`` records the domains from the kernel's tables; the native
+    engine's tables built from them equal those built from a fresh Python search of the
+    representatives (``build_tables`` of classes without domains)."""
+    from bench.domains_bench import same_tables
+    from formalgram_cfgzip.engines.native.tables import build_tables
+
+    text = grammar(rel).read_text()
+    vocab = _byte_vocabulary(text)
+    recorded = compress(text, vocab, progress=False, domains=True)
+    assert recorded.domains is not None and recorded.stats["domain_states"] > 10
+    assert recorded.stats["search_kernel"] == 1.0
+    plain = compress(text, vocab, progress=False)
+    assert np.array_equal(recorded.token_class, plain.token_class)
+    assert same_tables(build_tables(recorded, text), build_tables(plain, text))

@@ -257,6 +257,8 @@ typedef struct {
     Map flt;   /* rev_in * n + z -> node */
     Map belc;  /* y * ncls + c -> (off << 24) | len into zs */
     Map keys;  /* node -> key node */
+    Map pops;  /* node -> its popped sequences, reversed (a node) */
+    IntVec todo; /* the explicit stack of popped() */
     EdgeVec bte;
     IntVec zs;
     /* scratch (each used by one function that does not nest in itself) */
@@ -831,6 +833,29 @@ step(Search *s, int32_t node, int32_t c)
     return res;
 }
 
+/* Sort and deduplicate s->ids.a[off..s->ids.n) in place; returns the count left. */
+static int64_t
+sort_unique_ids(Search *s, int64_t off)
+{
+    int32_t *a = s->ids.a + off;
+    int64_t k = s->ids.n - off;
+    for (int64_t i = 1; i < k; i++) {
+        int32_t x = a[i];
+        int64_t j = i;
+        while (j > 0 && a[j - 1] > x) {
+            a[j] = a[j - 1];
+            j--;
+        }
+        a[j] = x;
+    }
+    int64_t d = 0;
+    for (int64_t i = 0; i < k; i++)
+        if (d == 0 || a[d - 1] != a[i])
+            a[d++] = a[i];
+    s->ids.n = off + d;
+    return d;
+}
+
 /* The canonical node of a set's displacement: its labelled separators merged into one. */
 static int32_t
 key_of(Search *s, int32_t node)
@@ -855,22 +880,7 @@ key_of(Search *s, int32_t node)
     if (k == 0) {
         out = node;
     } else {
-        /* children ascending and distinct for the union key */
-        int32_t *a = s->ids.a + idoff;
-        for (int64_t i = 1; i < k; i++) {
-            int32_t x = a[i];
-            int64_t j = i;
-            while (j > 0 && a[j - 1] > x) {
-                a[j] = a[j - 1];
-                j--;
-            }
-            a[j] = x;
-        }
-        int64_t d = 0;
-        for (int64_t i = 0; i < k; i++)
-            if (d == 0 || a[d - 1] != a[i])
-                a[d++] = a[i];
-        s->ids.n = idoff + d;
+        int64_t d = sort_unique_ids(s, idoff); /* children ascending and distinct: the union key */
         int32_t u = union_ids(s, idoff, (int32_t)d, 0);
         s->ids.n = idoff;
         if (u < 0)
@@ -890,6 +900,53 @@ key_of(Search *s, int32_t node)
     if (map_put(&s->keys, node, out) < 0)
         return -1;
     return out;
+}
+
+/* The popped sequences of a set's displacement, reversed: the union of the subtries below
+ * the separator edges reachable by sigma_out symbols (memoised; an iterative post-order). */
+static int32_t
+popped(Search *s, int32_t node)
+{
+    if (node == DEAD || node == START)
+        return DEAD;
+    int64_t r = map_get(&s->pops, node);
+    if (r >= 0)
+        return (int32_t)r;
+    s->todo.n = 0;
+    if (int_push(&s->todo, node) < 0)
+        return -1;
+    while (s->todo.n) {
+        int32_t n = s->todo.a[s->todo.n - 1];
+        if (map_get(&s->pops, n) >= 0) {
+            s->todo.n--;
+            continue;
+        }
+        int pending = 0;
+        for (int32_t i = 0; i < s->elen[n]; i++) {
+            Edge e = s->edges[s->eoff[n] + i];
+            if (e.sym >= 0 && map_get(&s->pops, e.child) < 0) {
+                if (int_push(&s->todo, e.child) < 0)
+                    return -1;
+                pending = 1;
+            }
+        }
+        if (pending)
+            continue;
+        s->todo.n--;
+        int64_t idoff = s->ids.n;
+        for (int32_t i = 0; i < s->elen[n]; i++) {
+            Edge e = s->edges[s->eoff[n] + i];
+            int32_t part = e.sym < 0 ? e.child : (int32_t)map_get(&s->pops, e.child);
+            if (part != DEAD && int_push(&s->ids, part) < 0)
+                return -1;
+        }
+        int64_t d = sort_unique_ids(s, idoff);
+        int32_t u = union_ids(s, idoff, (int32_t)d, 0);
+        s->ids.n = idoff;
+        if (u < 0 || map_put(&s->pops, n, u) < 0)
+            return -1;
+    }
+    return (int32_t)map_get(&s->pops, node);
 }
 
 /* ------------------------------------------------------------------------------------ */
@@ -917,6 +974,7 @@ free_tables(Search *s)
     map_free(&s->flt);
     map_free(&s->belc);
     map_free(&s->keys);
+    map_free(&s->pops);
     s->final = NULL;
     s->eoff = NULL;
     s->elen = NULL;
@@ -955,7 +1013,7 @@ init_tables(Search *s)
     if (slots_rehash(s, 4096) < 0 || union_rehash(s, 4096) < 0)
         return -1;
     if (map_alloc(&s->memo, 4096) < 0 || map_alloc(&s->bts, 1024) < 0 || map_alloc(&s->flt, 1024) < 0 ||
-        map_alloc(&s->belc, 1024) < 0 || map_alloc(&s->keys, 1024) < 0)
+        map_alloc(&s->belc, 1024) < 0 || map_alloc(&s->keys, 1024) < 0 || map_alloc(&s->pops, 1024) < 0)
         return -1;
     return 0;
 }
@@ -984,6 +1042,7 @@ Search_dealloc(Search *s)
     free(s->tmp.a);
     free(s->kt.a);
     free(s->ids.a);
+    free(s->todo.a);
     free(s->tri);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -1354,15 +1413,21 @@ release(Buf *b)
     }
 }
 
-/* walk(parents, labels, end_positions, end_nodes, class_of, codes, max_cells, max_bytes) -> status */
+/* walk(parents, labels, end_positions, end_nodes, class_of, codes, max_cells, max_bytes, domains)
+ * -> status; domains: None, or a list that receives popped(node) of each new code, in order */
 static PyObject *
 Search_walk(Search *s, PyObject *args)
 {
-    PyObject *parents, *labels, *endpos, *endnodes, *class_obj, *codes_obj;
+    PyObject *parents, *labels, *endpos, *endnodes, *class_obj, *codes_obj, *domains;
     long long max_cells, max_bytes;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!OOLL", &PyList_Type, &parents, &PyList_Type, &labels, &PyList_Type,
-                          &endpos, &PyList_Type, &endnodes, &class_obj, &codes_obj, &max_cells, &max_bytes))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OOLLO", &PyList_Type, &parents, &PyList_Type, &labels, &PyList_Type,
+                          &endpos, &PyList_Type, &endnodes, &class_obj, &codes_obj, &max_cells, &max_bytes,
+                          &domains))
         return NULL;
+    if (domains != Py_None && !PyList_Check(domains)) {
+        PyErr_SetString(PyExc_TypeError, "domains: None or a list");
+        return NULL;
+    }
     Py_ssize_t depth = PyList_GET_SIZE(parents);
     if (PyList_GET_SIZE(labels) != depth || PyList_GET_SIZE(endpos) != depth ||
         PyList_GET_SIZE(endnodes) != depth) {
@@ -1518,6 +1583,16 @@ Search_walk(Search *s, PyObject *args)
                                 bad = 1;
                                 break;
                             }
+                            if (domains != Py_None) {
+                                int32_t root = popped(s, node);
+                                PyObject *num = root < 0 ? NULL : PyLong_FromLong(root);
+                                int failed = num == NULL || PyList_Append(domains, num) < 0;
+                                Py_XDECREF(num);
+                                if (failed) {
+                                    bad = 1;
+                                    break;
+                                }
+                            }
                         }
                     }
                     code_cache[idx] = (int32_t)(code + 2);
@@ -1566,6 +1641,67 @@ done:
     map_free(&code_of);
     map_free(&pair_map);
     return result;
+}
+
+static int
+node_arg(Search *s, PyObject *arg, int32_t *node)
+{
+    long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 0 || v >= s->nn) {
+        PyErr_SetString(PyExc_ValueError, "not a node of this search's tables");
+        return -1;
+    }
+    *node = (int32_t)v;
+    return 0;
+}
+
+static PyObject *
+Search_edges(Search *s, PyObject *arg)
+{
+    int32_t node;
+    if (node_arg(s, arg, &node) < 0)
+        return NULL;
+    int32_t m = s->elen[node];
+    PyObject *out = PyTuple_New(m);
+    if (out == NULL)
+        return NULL;
+    for (int32_t i = 0; i < m; i++) {
+        Edge e = s->edges[s->eoff[node] + i];
+        PyObject *pair = Py_BuildValue("(ii)", e.sym, e.child);
+        if (pair == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, pair);
+    }
+    return out;
+}
+
+static PyObject *
+Search_is_final(Search *s, PyObject *arg)
+{
+    int32_t node;
+    if (node_arg(s, arg, &node) < 0)
+        return NULL;
+    return PyBool_FromLong(s->final[node]);
+}
+
+static PyObject *
+Search_popped(Search *s, PyObject *arg)
+{
+    int32_t node;
+    if (node_arg(s, arg, &node) < 0)
+        return NULL;
+    s->ids.n = s->us.n = 0;
+    int32_t r = popped(s, node);
+    if (r < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "popped sequences nested too deep for the kernel");
+        return NULL;
+    }
+    return PyLong_FromLong(r);
 }
 
 static PyObject *
@@ -1622,7 +1758,10 @@ Search_get_bytes(Search *s, void *Py_UNUSED(closure))
 
 static PyMethodDef Search_methods[] = {
     {"walk", (PyCFunction)Search_walk, METH_VARARGS,
-     "walk(parents, labels, end_positions, end_nodes, class_of, codes, max_cells, max_bytes) -> status"},
+     "walk(parents, labels, end_positions, end_nodes, class_of, codes, max_cells, max_bytes, domains) -> status"},
+    {"edges", (PyCFunction)Search_edges, METH_O, "The (symbol, child) root edges of a node, ascending."},
+    {"is_final", (PyCFunction)Search_is_final, METH_O, "Whether a node's set holds the empty string."},
+    {"popped", (PyCFunction)Search_popped, METH_O, "The popped sequences of a set's displacement, reversed."},
     {"reset", (PyCFunction)Search_reset, METH_NOARGS, "Forget every interned node and memo entry."},
     {NULL, NULL, 0, NULL},
 };

@@ -34,6 +34,7 @@ from formalgram.pda import PDA
 from formalgram_cfgzip.cache import read_cache, write_cache
 from formalgram_cfgzip.errors import CacheError
 from formalgram_cfgzip.search.displacement import DEAD, DisplacementSearch
+from formalgram_cfgzip.search.native import NativeSearch
 
 __all__ = [
     "DOMAINS_VERSION",
@@ -240,7 +241,7 @@ def domain_roots(search: DisplacementSearch, tokens: Sequence[bytes | None]) -> 
 
 
 def domain_automaton(
-    search: DisplacementSearch,
+    search: DisplacementSearch | NativeSearch,
     roots: Sequence[int],
     *,
     max_states: int = 4_000_000,
@@ -250,8 +251,9 @@ def domain_automaton(
 
     Parameters
     ----------
-    search : DisplacementSearch
-        The search that produced ``roots``.
+    search : DisplacementSearch or NativeSearch
+        The search that produced ``roots`` (its :meth:`~DisplacementSearch.edges` and
+        :meth:`~DisplacementSearch.is_final` are read).
     roots : sequence of int
         Class id -> domain root (:func:`domain_roots`), ``-1`` for a class never allowed by text.
     max_states, max_edges : int, keyword-only
@@ -557,13 +559,13 @@ class ClassDomains:
 
 
 def class_domains(
-    search: DisplacementSearch, roots: Sequence[int], *, max_states: int = 4_000_000
+    search: DisplacementSearch | NativeSearch, roots: Sequence[int], *, max_states: int = 4_000_000
 ) -> ClassDomains:
     """:class:`ClassDomains` of classes whose domain roots in ``search`` are ``roots``.
 
     Parameters
     ----------
-    search : DisplacementSearch
+    search : DisplacementSearch or NativeSearch
         The search the roots are nodes of (its tables as they are now).
     roots : sequence of int
         Class id -> domain root (``-1``: a class never allowed by text).

@@ -28,6 +28,7 @@ from formalgram_cfgzip.search.native import NativeSearch, new_search
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 Search = DisplacementSearch | NativeSearch  # the Python search or the C kernel's
+NATIVE_CELLS = 16  # a cell of the C kernel's tables takes about 1/16 of a Python search's
 
 __all__ = [
     "Search",
@@ -532,9 +533,10 @@ def walk_trie(
     ----------
     search : DisplacementSearch or NativeSearch
         The search (its tables are kept, and compacted above ``reset_cells``).  The C
-        kernel's search walks the whole trie in one call when neither digests nor domains
-        are asked for and its tables stay within ``reset_cells``; otherwise its Python
-        fallback (:meth:`NativeSearch.fallback`) walks it as described here.
+        kernel's search walks the whole trie in one call when no digests are asked for and
+        its tables stay within ``NATIVE_CELLS * reset_cells`` cells (its cells are that much
+        smaller) and its memory budget; otherwise its Python fallback
+        (:meth:`NativeSearch.fallback`) walks it as described here.
     trie : SequenceTrie
         The sequences (:func:`build_trie`).
     class_of : numpy.ndarray
@@ -579,7 +581,7 @@ def walk_trie(
     [0, 0, 2, 1, -1]
     """
     if isinstance(search, NativeSearch):
-        if not want_digests and domains is None:
+        if not want_digests:
             found = search.walk(
                 list(trie.parents),
                 list(trie.labels),
@@ -587,7 +589,8 @@ def walk_trie(
                 list(trie.end_nodes),
                 class_of,
                 count,
-                reset_cells,
+                reset_cells * NATIVE_CELLS,
+                domains,
             )
             if found is not None:
                 return found, []

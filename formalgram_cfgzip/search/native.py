@@ -5,10 +5,11 @@
 :class:`~formalgram_cfgzip.search.displacement.DisplacementSearch` computes (the same
 canonical sets, so the same partition of the tokens and the same number of steps and units
 of work) and walks a whole token trie level by level in one call.  It covers what a
-per-request compression needs -- codes of one vocabulary in this process -- and hands over to
-the Python search for everything else: digests and compactions (a walk whose tables outgrow
-their budget, a union nested deeper than the kernel allows), the domains the native engine
-reads, and worker processes.  :func:`new_search` picks the kernel when it is built and
+per-request compression needs -- codes of one vocabulary in this process, and the domain
+roots the native engine's tables are built from (:meth:`NativeSearch.popped`,
+:meth:`~NativeSearch.edges`, :meth:`~NativeSearch.is_final`) -- and hands over to the Python
+search for everything else: digests and compactions (a walk whose tables outgrow their cell
+or memory budget, a union nested deeper than the kernel allows) and worker processes.  :func:`new_search` picks the kernel when it is built and
 allowed.
 
 Set ``FORMALGRAM_NO_CSEARCH=1`` to run the Python search everywhere; the pure-Python build
@@ -124,6 +125,7 @@ class NativeSearch:
         self.byte_class = pda.byte_class_of
         self.num_byte_classes = pda.n_classes
         self._fallback: DisplacementSearch | None = None
+        self._answered_by_fallback = False
         depth = {} if max_depth is None else {"max_depth": max_depth}
         # the kernel reads the PDA's table and the bit sets of what may lie below each symbol
         self._c = module.Search(
@@ -188,6 +190,29 @@ class NativeSearch:
             )
         return self._fallback
 
+    def answered(self) -> DisplacementSearch | NativeSearch:
+        """The search whose tables hold the last walk's domain roots: this one, or the fallback
+        when the kernel handed that walk over."""
+        if self._answered_by_fallback and self._fallback is not None:
+            return self._fallback
+        return self
+
+    def edges(self, node: int) -> tuple[tuple[int, int], ...]:
+        """The ``(symbol, child)`` root edges of a set, ascending (:meth:`DisplacementSearch.edges`); O(edges)."""
+        out: tuple[tuple[int, int], ...] = self._c.edges(node)
+        return out
+
+    def is_final(self, node: int) -> bool:
+        """Whether the empty string belongs to the set ``node``; O(1)."""
+        return bool(self._c.is_final(node))
+
+    def popped(self, node: int) -> int:
+        """The popped sequences of a set's displacement, reversed (:meth:`DisplacementSearch.popped`).
+
+        Memoised per node; an iterative post-order over the ``σ_out`` part of the trie.
+        """
+        return int(self._c.popped(node))
+
     def walk(
         self,
         parents: list[npt.NDArray[np.int64]],
@@ -197,6 +222,7 @@ class NativeSearch:
         class_of: npt.NDArray[np.uint8],
         count: int,
         max_cells: int,
+        domains: list[int] | None = None,
     ) -> npt.NDArray[np.int64] | None:
         """Displacement codes of the sequences of a trie (see :func:`~formalgram_cfgzip.search.driver.walk_trie`).
 
@@ -209,21 +235,25 @@ class NativeSearch:
         count : int
             Number of sequences.
         max_cells : int
-            Largest size of the tables during the walk.
+            Largest size of the tables during the walk (nodes plus memo entries).
+        domains : list of int or None
+            If a list (empty), it receives the domain root (:meth:`popped`) of each code, in
+            order, as ``walk_trie`` fills it; when the walk is handed over, what the kernel
+            put there is removed.
 
         Returns
         -------
         numpy.ndarray or None
             ``codes[i]``: a dense id of the displacement of sequence ``i`` (``-1`` for an
             empty one), numbered by first appearance level by level, as ``walk_trie``
-            numbers them; ``None`` when the tables outgrew ``max_cells`` or a union nested
-            too deep (the caller then walks with :meth:`fallback`).
+            numbers them; ``None`` when the tables outgrew ``max_cells`` or the memory
+            budget, or a union nested too deep: the caller then walks with :meth:`fallback`,
+            which compacts its tables as it goes.
 
         Raises
         ------
         GrammarTooLarge
-            When a set has more than ``max_states`` top symbols, or the work or the tables'
-            bytes pass their budgets.
+            When a set has more than ``max_states`` top symbols or the work passes its budget.
 
         Notes
         -----
@@ -242,9 +272,11 @@ class NativeSearch:
                 codes,
                 max_cells,
                 budget,
+                domains,
             )
         )
         m = self._module
+        self._answered_by_fallback = status != m.OK
         if status == m.OK:
             return codes
         if status == m.STATES:
@@ -253,13 +285,9 @@ class NativeSearch:
             )
         if status == m.WORK:
             raise GrammarTooLarge("displacement search", self.max_work or 0, "units of work")
-        if status == m.MEMORY:
-            raise GrammarTooLarge(
-                "displacement search",
-                budget,
-                f"bytes: memory grew by {int(self._c.table_bytes) >> 20} MiB in the search kernel's tables",
-            )
-        return None  # CELLS or DEEP: the Python search compacts its tables as it goes
+        if domains is not None:
+            domains.clear()
+        return None  # CELLS, MEMORY or DEEP: the Python search compacts its tables as it goes
 
 
 def new_search(
@@ -277,7 +305,7 @@ def new_search(
     gnf : Grammar
         A trimmed grammar in Greibach normal form.
     native : bool
-        Whether the kernel may be used (not for domains, which read the Python search's tables).
+        Whether the kernel may be used.
     max_states, max_work, memory_budget
         The budgets (:class:`~formalgram_cfgzip.search.displacement.DisplacementSearch`).
 
