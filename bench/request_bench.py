@@ -162,12 +162,12 @@ def stage_times(text: str, compressor: Compressor) -> dict[str, float]:
         cut = build_trie(toks.flat, toks.offsets, np.minimum(toks.lengths, depth))
         fresh = new_search(gnf)
         timed(
-            f"search<={depth}", lambda c=cut, s=fresh: walk_trie(s, c, class_of, count, False, 1 << 62, False)
+            f"search<={depth}", lambda c=cut, s=fresh: walk_trie(s, c, class_of, count, False, 1 << 40, False)
         )
-    codes, _ = timed("search", lambda: walk_trie(search, prep.trie, class_of, count, False, 1 << 62, False))
-    timed("search_again", lambda: walk_trie(search, prep.trie, class_of, count, False, 1 << 62, False))
+    codes, _ = timed("search", lambda: walk_trie(search, prep.trie, class_of, count, False, 1 << 40, False))
+    timed("search_again", lambda: walk_trie(search, prep.trie, class_of, count, False, 1 << 40, False))
     python = timed("python_setup", lambda: DisplacementSearch(gnf))
-    timed("python_search", lambda: walk_trie(python, prep.trie, class_of, count, False, 1 << 62, False))
+    timed("python_search", lambda: walk_trie(python, prep.trie, class_of, count, False, 1 << 40, False))
     timed("number", lambda: number_classes(prep.vocab, toks, codes))
     return out
 

@@ -196,6 +196,8 @@ def test_outgrown_tables_hand_over_to_the_python_search() -> None:
     assert _walk(tight, vocab) == want and tight.answered() is tight._fallback
     roomy = NativeSearch(gnf, MODULE, memory_budget=64 << 20)
     assert _walk(roomy, vocab) == want and roomy.answered() is roomy and roomy._fallback is None
+    unbounded = NativeSearch(gnf, MODULE)  # a cell budget past int64 once multiplied: no limit
+    assert _walk(unbounded, vocab, cells=1 << 62) == want and unbounded._fallback is None
 
 
 def test_budgets_raise_grammar_too_large() -> None:

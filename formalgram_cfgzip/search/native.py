@@ -32,6 +32,8 @@ from formalgram_cfgzip.search.displacement import DisplacementSearch
 
 __all__ = ["NativeSearch", "c_module", "new_search"]
 
+_NO_LIMIT = (1 << 63) - 1  # the kernel's limits are int64
+
 
 def c_module() -> Any:
     """The compiled search kernel, or ``None`` (not built, or ``FORMALGRAM_NO_CSEARCH=1``).
@@ -270,7 +272,7 @@ class NativeSearch:
                 [np.ascontiguousarray(x, dtype=np.int64) for x in end_nodes],
                 np.ascontiguousarray(class_of, dtype=np.uint8),
                 codes,
-                max_cells,
+                min(max_cells, _NO_LIMIT),
                 budget,
                 domains,
             )
