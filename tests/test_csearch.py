@@ -88,7 +88,7 @@ def test_kernel_matches_earley_and_the_python_search(g: Grammar, tokens: list[by
         gnf = specialize_terminal_symbols(gnf)
     vocab = Vocabulary(tokens)
     native, python, got, want = _both(gnf, vocab)
-    assert got == want
+    assert got == want and _walk(NativeSearch(gnf, MODULE, dense_below=0), vocab) == want
     assert (native.expansions, native.work) == (python.expansions, python.work)
     contexts = [w for w in _strings(3) if is_prefix(g, w)]
     check_classes_with_earley(g, tokens, np.asarray(got), -1, contexts, _strings(2))
@@ -112,7 +112,8 @@ def _byte_vocabulary(text: str) -> Vocabulary:
 
 @pytest.mark.parametrize("rel", REAL)
 def test_real_grammars_same_partition_as_the_python_search(rel: str) -> None:
-    """Real grammars (plain and specialised GNF), a vocabulary of their texts' substrings."""
+    """Real grammars (plain and specialised GNF), a vocabulary of their texts' substrings; the
+    kernel with its bit sets of what may lie below each symbol and with member lists alone."""
     text = grammar(rel).read_text()
     gnf = to_gnf(remove_useless(parse_gbnf(text)))
     vocab = _byte_vocabulary(text)
@@ -120,6 +121,8 @@ def test_real_grammars_same_partition_as_the_python_search(rel: str) -> None:
         native, python, got, want = _both(form, vocab)
         assert got == want and max(got) > 10, rel
         assert (native.expansions, native.work) == (python.expansions, python.work)
+        lists = NativeSearch(form, MODULE, dense_below=0)
+        assert _walk(lists, vocab) == want and (lists.expansions, lists.work) == (python.expansions, python.work)
 
 
 def test_compress_uses_the_kernel_and_earley_agrees() -> None:

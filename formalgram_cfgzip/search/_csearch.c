@@ -44,7 +44,8 @@
 #define EXPANSION_WORK 40 /* as displacement.EXPANSION_WORK */
 #define MAX_DEPTH 20000   /* default deepest union nesting before the walk hands over to Python */
 #define DENSE_PAIRS (8 << 20) /* largest (states x classes) table of one level */
-#define BELOW_BYTES ((int64_t)256 << 20) /* largest copy of the distinct below sets */
+#define DENSE_BELOW ((int64_t)64 << 20) /* largest bit-set copy of the distinct below sets */
+#define MAX_MEMBERS ((int64_t)1 << 28) /* most members of the distinct below sets together */
 
 enum { ST_OK = 0, ST_CELLS = 1, ST_STATES = 2, ST_WORK = 3, ST_DEEP = 4, ST_MEMORY = 5 };
 
@@ -216,7 +217,10 @@ typedef struct {
     int32_t ncls;         /* byte classes */
     int64_t words;        /* uint64 words per below set */
     int32_t *below_index; /* symbol -> index of its below set */
-    uint64_t *below_sets; /* distinct below sets, `words` words each */
+    uint64_t *below_sets; /* distinct below sets, `words` words each (NULL when too large) */
+    int64_t *mem_off;     /* distinct below set -> its first member in `members` (nsets + 1) */
+    int32_t *members;     /* the members of each distinct below set, ascending */
+    uint64_t *sym_classes; /* symbol -> the byte classes it has rules for (4 words) */
     int32_t *sep_of;      /* symbol -> its separator symbol (negative) */
     Map rows;             /* c * n + lhs -> (first << 24) | count into row_tails */
     int32_t *row_tails;   /* tail ids */
@@ -274,8 +278,20 @@ typedef struct {
 static inline int
 below_has(const Search *s, int32_t y, int32_t z)
 {
-    const uint64_t *w = s->below_sets + (int64_t)s->below_index[y] * s->words;
-    return (int)((w[z >> 6] >> (z & 63)) & 1u);
+    int64_t k = s->below_index[y];
+    if (s->below_sets != NULL) {
+        const uint64_t *w = s->below_sets + k * s->words;
+        return (int)((w[z >> 6] >> (z & 63)) & 1u);
+    }
+    int64_t lo = s->mem_off[k], hi = s->mem_off[k + 1]; /* binary search of the members */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (s->members[mid] < z)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->mem_off[k + 1] && s->members[lo] == z;
 }
 
 static inline int64_t
@@ -580,14 +596,23 @@ below_starting(Search *s, int32_t y, int32_t c, int64_t *off)
         return (int32_t)(packed & 0xffffff);
     }
     int64_t first = s->zs.n;
-    const uint64_t *below = s->below_sets + (int64_t)s->below_index[y] * s->words;
     const uint64_t *has = s->starter_bits + (int64_t)c * s->words;
-    for (int64_t w = 0; w < s->words; w++) {
-        uint64_t bits = below[w] & has[w];
-        while (bits) {
-            int32_t z = (int32_t)(w * 64 + lowest_bit(bits));
-            bits &= bits - 1;
-            if (int_push(&s->zs, z) < 0)
+    int64_t k = s->below_index[y];
+    if (s->below_sets != NULL) {
+        const uint64_t *below = s->below_sets + k * s->words;
+        for (int64_t w = 0; w < s->words; w++) {
+            uint64_t bits = below[w] & has[w];
+            while (bits) {
+                int32_t z = (int32_t)(w * 64 + lowest_bit(bits));
+                bits &= bits - 1;
+                if (int_push(&s->zs, z) < 0)
+                    return -1;
+            }
+        }
+    } else {
+        for (int64_t i = s->mem_off[k]; i < s->mem_off[k + 1]; i++) {
+            int32_t z = s->members[i];
+            if (((has[z >> 6] >> (z & 63)) & 1u) && int_push(&s->zs, z) < 0)
                 return -1;
         }
     }
@@ -604,14 +629,11 @@ any_below_starting(Search *s, int32_t y, int32_t c)
 {
     uint64_t *bits = s->classes_below + 4 * (int64_t)y;
     if (!s->classes_known[y]) {
-        const uint64_t *below = s->below_sets + (int64_t)s->below_index[y] * s->words;
-        for (int32_t k = 0; k < s->ncls; k++) {
-            const uint64_t *has = s->starter_bits + (int64_t)k * s->words;
-            for (int64_t w = 0; w < s->words; w++)
-                if (below[w] & has[w]) {
-                    bits[k >> 6] |= (uint64_t)1 << (k & 63);
-                    break;
-                }
+        int64_t set = s->below_index[y];
+        for (int64_t i = s->mem_off[set]; i < s->mem_off[set + 1]; i++) {
+            const uint64_t *of = s->sym_classes + 4 * (int64_t)s->members[i];
+            for (int w = 0; w < 4; w++)
+                bits[w] |= of[w];
         }
         s->classes_known[y] = 1;
     }
@@ -1025,6 +1047,9 @@ Search_dealloc(Search *s)
     map_free(&s->rows);
     free(s->below_index);
     free(s->below_sets);
+    free(s->mem_off);
+    free(s->members);
+    free(s->sym_classes);
     free(s->sep_of);
     free(s->row_tails);
     free(s->tail_off);
@@ -1055,10 +1080,11 @@ cmp_i64(const void *a, const void *b)
 }
 
 /* The sets of symbols that may lie below each symbol, from Python ints (bit z of below[y]:
- * z may lie below y): stored once per distinct set, with each symbol's index into them and
- * its separator (labelled by the first symbol with the same set). */
+ * z may lie below y): stored once per distinct set as a sorted member list, and as bit sets
+ * too while those fit DENSE_BELOW bytes; with each symbol's index into them and its
+ * separator (labelled by the first symbol with the same set). */
 static int
-read_below(Search *s, PyObject *below)
+read_below(Search *s, PyObject *below, long long dense_below)
 {
     const int32_t n = s->n;
     const int64_t words = s->words;
@@ -1068,19 +1094,23 @@ read_below(Search *s, PyObject *below)
     }
     s->below_index = malloc((size_t)n * sizeof(int32_t));
     s->sep_of = malloc((size_t)n * sizeof(int32_t));
+    s->mem_off = malloc((size_t)(n + 1) * sizeof(int64_t));
     uint64_t *scratch = malloc((size_t)words * sizeof(uint64_t));
-    int64_t cap = 1024, nsets = 0, set_cap = 0;
+    int32_t *mine = malloc((size_t)n * sizeof(int32_t)); /* one set's members */
+    int64_t cap = 1024, nsets = 0, mem_cap = 0, nmem = 0;
     while (cap < 2 * (int64_t)n)
         cap *= 2;
     int32_t *slots = malloc((size_t)cap * sizeof(int32_t));
     uint64_t *hashes = malloc((size_t)n * sizeof(uint64_t));
     int32_t *label = malloc((size_t)n * sizeof(int32_t));
-    int ok = s->below_index != NULL && s->sep_of != NULL && scratch != NULL && slots != NULL && hashes != NULL &&
-             label != NULL;
+    int ok = s->below_index != NULL && s->sep_of != NULL && s->mem_off != NULL && scratch != NULL &&
+             mine != NULL && slots != NULL && hashes != NULL && label != NULL;
     if (!ok)
         PyErr_NoMemory();
     else
         memset(slots, 0xff, (size_t)cap * sizeof(int32_t));
+    if (ok)
+        s->mem_off[0] = 0;
     const uint64_t top = (n % 64) ? (((uint64_t)1 << (n % 64)) - 1) : ~(uint64_t)0;
     for (int32_t y = 0; ok && y < n; y++) {
         PyObject *bits = PyList_GET_ITEM(below, y);
@@ -1112,49 +1142,74 @@ read_below(Search *s, PyObject *below)
             ok = 0;
             break;
         }
+        int32_t count = 0;
         uint64_t h = 0x7f4a7c159e3779b9ULL;
-        for (int64_t w = 0; w < words; w++)
-            h = mix64(h ^ scratch[w]) + (uint64_t)w;
+        for (int64_t w = 0; w < words; w++) {
+            uint64_t word = scratch[w];
+            while (word) {
+                int32_t z = (int32_t)(w * 64 + lowest_bit(word));
+                word &= word - 1;
+                mine[count++] = z;
+                h = mix64(h ^ (uint64_t)z) + (uint64_t)count;
+            }
+        }
         uint64_t at = h & ((uint64_t)cap - 1);
         int32_t found = -1;
         for (;;) {
             int32_t k = slots[at];
             if (k < 0)
                 break;
-            if (hashes[k] == h && memcmp(s->below_sets + (int64_t)k * words, scratch, (size_t)words * 8) == 0) {
+            if (hashes[k] == h && s->mem_off[k + 1] - s->mem_off[k] == count &&
+                memcmp(s->members + s->mem_off[k], mine, (size_t)count * sizeof(int32_t)) == 0) {
                 found = k;
                 break;
             }
             at = (at + 1) & ((uint64_t)cap - 1);
         }
         if (found < 0) {
-            if ((nsets + 1) * words * 8 > BELOW_BYTES) {
+            if (nmem + count > MAX_MEMBERS) {
                 PyErr_SetString(PyExc_ValueError, "the sets of symbols below each symbol are too large");
                 ok = 0;
                 break;
             }
-            if (GROW(s->below_sets, set_cap, (nsets + 1) * words) < 0) {
+            if (GROW(s->members, mem_cap, nmem + count + 1) < 0) {
                 ok = 0;
                 break;
             }
-            memcpy(s->below_sets + nsets * words, scratch, (size_t)words * 8);
+            memcpy(s->members + nmem, mine, (size_t)count * sizeof(int32_t));
+            nmem += count;
             found = (int32_t)nsets;
             hashes[nsets] = h;
             label[nsets] = y;
             slots[at] = found;
             nsets++;
+            s->mem_off[nsets] = nmem;
         }
         s->below_index[y] = found;
         s->sep_of[y] = -(label[found] + 2);
     }
+    if (ok && s->members == NULL && GROW(s->members, mem_cap, 1) < 0)
+        ok = 0;
+    if (ok && nsets * words * 8 <= dense_below) { /* bit sets too: faster tests */
+        s->below_sets = calloc((size_t)(nsets * words > 0 ? nsets * words : 1), sizeof(uint64_t));
+        if (s->below_sets == NULL) {
+            PyErr_NoMemory();
+            ok = 0;
+        }
+        for (int64_t k = 0; ok && k < nsets; k++)
+            for (int64_t i = s->mem_off[k]; i < s->mem_off[k + 1]; i++)
+                s->below_sets[k * words + (s->members[i] >> 6)] |= (uint64_t)1 << (s->members[i] & 63);
+    }
     free(scratch);
+    free(mine);
     free(slots);
     free(hashes);
     free(label);
     return ok ? 0 : -1;
 }
 
-/* Search(num_symbols, num_classes, table, below, max_states, max_work, max_depth=MAX_DEPTH) */
+/* Search(num_symbols, num_classes, table, below, max_states, max_work, max_depth=MAX_DEPTH,
+ *        dense_below=DENSE_BELOW) */
 static int
 Search_init(Search *s, PyObject *args, PyObject *kwds)
 {
@@ -1162,10 +1217,11 @@ Search_init(Search *s, PyObject *args, PyObject *kwds)
     PyObject *table, *below;
     long long max_states, max_work;
     int max_depth = MAX_DEPTH;
+    long long dense_below = DENSE_BELOW;
     static char *kwlist[] = {"num_symbols", "num_classes", "table", "below", "max_states", "max_work",
-                             "max_depth", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiO!OLL|i", kwlist, &n, &ncls, &PyDict_Type, &table, &below,
-                                     &max_states, &max_work, &max_depth))
+                             "max_depth", "dense_below", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iiO!OLL|iL", kwlist, &n, &ncls, &PyDict_Type, &table, &below,
+                                     &max_states, &max_work, &max_depth, &dense_below))
         return -1;
     if (max_depth < 1 || max_depth > 1000000) {
         PyErr_SetString(PyExc_ValueError, "max_depth must be in 1..1000000");
@@ -1186,7 +1242,7 @@ Search_init(Search *s, PyObject *args, PyObject *kwds)
     s->max_states = max_states;
     s->max_work = max_work;
     s->max_cells = INT64_MAX;
-    if (read_below(s, below) < 0)
+    if (read_below(s, below, dense_below) < 0)
         return -1;
     /* the transition table: distinct tails interned by content */
     int64_t ntail = 0, ocap = 0, lcap = 0, scap = 0, nsym = 0, rcap = 0, ntails_rows = 0;
@@ -1371,10 +1427,19 @@ Search_init(Search *s, PyObject *args, PyObject *kwds)
         PyErr_NoMemory();
         return -1;
     }
+    s->sym_classes = calloc((size_t)n * 4, sizeof(uint64_t));
+    if (s->sym_classes == NULL) {
+        free(counts);
+        free(row_keys);
+        PyErr_NoMemory();
+        return -1;
+    }
     for (int64_t i = 0; i < nkeys; i++) {
         int32_t z = (int32_t)(row_keys[i] % n);
+        int64_t c = row_keys[i] / n;
         s->starters[i] = z; /* sorted by class, then symbol */
-        s->starter_bits[(row_keys[i] / n) * s->words + (z >> 6)] |= (uint64_t)1 << (z & 63);
+        s->starter_bits[c * s->words + (z >> 6)] |= (uint64_t)1 << (z & 63);
+        s->sym_classes[4 * (int64_t)z + (c >> 6)] |= (uint64_t)1 << (c & 63);
     }
     free(row_keys);
     free(counts);

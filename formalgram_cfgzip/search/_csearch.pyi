@@ -27,6 +27,7 @@ class Search:
         max_states: int,
         max_work: int,
         max_depth: int = ...,
+        dense_below: int = ...,
     ) -> None: ...
     def walk(
         self,

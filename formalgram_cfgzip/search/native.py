@@ -77,6 +77,10 @@ class NativeSearch:
     max_depth : int or None
         Deepest nesting of one trie union in the kernel (the C stack it may take); a walk
         that needs more is done by the fallback.  ``None``: the kernel's default, 20,000.
+    dense_below : int or None
+        Largest size in bytes of the kernel's bit-set copy of the distinct sets of symbols
+        below each symbol; past it the kernel tests them on their sorted member lists alone
+        (large specialised grammars).  ``None``: the kernel's default, 64 MiB.
 
     Attributes
     ----------
@@ -92,8 +96,9 @@ class NativeSearch:
     GrammarError
         If ``gnf`` is not in Greibach normal form.
     ValueError
-        If the grammar's tables do not fit the kernel (more than a million symbols, or below
-        sets over 256 MiB); :func:`new_search` then takes the Python search.
+        If the grammar's tables do not fit the kernel (a million symbols or more, or more
+        than 2**28 members in the distinct sets of symbols below each symbol);
+        :func:`new_search` then takes the Python search.
 
     Notes
     -----
@@ -118,6 +123,7 @@ class NativeSearch:
         max_work: int | None = None,
         memory_budget: int | None = None,
         max_depth: int | None = None,
+        dense_below: int | None = None,
     ) -> None:
         self.gnf = gnf
         self.max_states = max_states
@@ -129,6 +135,8 @@ class NativeSearch:
         self._fallback: DisplacementSearch | None = None
         self._answered_by_fallback = False
         depth = {} if max_depth is None else {"max_depth": max_depth}
+        if dense_below is not None:
+            depth["dense_below"] = dense_below
         # the kernel reads the PDA's table and the bit sets of what may lie below each symbol
         self._c = module.Search(
             len(gnf.names),
