@@ -79,6 +79,7 @@ def _c_extensions() -> list[Extension]:
         Extension(
             "formalgram_cfgzip.search._csearch",
             ["formalgram_cfgzip/search/_csearch.c"],
+            depends=["formalgram_cfgzip/_cgrow.h"],
             extra_compile_args=args,
         ),
         *_native_extensions(args),

@@ -57,3 +57,20 @@ def doubling_left(n: int) -> Grammar:
 def nullables(n: int) -> Grammar:
     """One rule of ``n`` nullable items."""
     return parse_gbnf("root ::= " + "a " * n + '\na ::= "x" | ""')
+
+
+def deep_merge_grammar() -> Grammar:
+    """After ``s a^k``, two sets with the same ``k``-level trie over ``{P, Q}`` and different
+    bottoms (``X`` or ``Y``) are merged when ``c`` pushes the same symbol on both: a trie merge
+    ``k`` levels deep.  The language is ``x s a^k c c {p,q}^k`` (also with ``e`` for ``c``)."""
+    names = ["S", "X", "Y", "A", "B", "C", "P", "Q"]
+    s_, x, y, a, b, c, p, q = range(8)
+    letters = "xsacpqe"
+    t = {ch: ~i for i, ch in enumerate(letters)}
+    rules = [
+        (s_, (t["x"], x)), (s_, (t["x"], y)), (x, (t["s"], a)), (y, (t["s"], b)),
+        (a, (t["a"], a, p)), (a, (t["a"], a, q)), (a, (t["c"], c)),
+        (b, (t["a"], b, p)), (b, (t["a"], b, q)), (b, (t["c"], c)), (b, (t["e"], c)),
+        (c, (t["c"],)), (p, (t["p"],)), (q, (t["q"],)),
+    ]  # fmt: skip
+    return Grammar.from_ids(names, [1 << ord(ch) for ch in letters], s_, rules)

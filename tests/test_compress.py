@@ -9,9 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _blowup_grammars import deep_merge_grammar
 from _class_oracle import check_classes_with_earley
 
-from formalgram import Grammar, GrammarTooLarge, parse_gbnf
+from formalgram import GrammarTooLarge, parse_gbnf
 from formalgram_cfgzip import CacheError, TokenClasses, Vocabulary, VocabularyError, compress
 from formalgram_cfgzip.cli import main
 
@@ -194,28 +195,11 @@ def test_search_tables_reset_between_depths_keep_the_classes() -> None:
     assert compared > 100 and refused == with_resets.count(-1) > 0, (compared, refused)
 
 
-def _deep_merge_grammar() -> Grammar:
-    """After ``s a^k``, two sets with the same ``k``-level trie over ``{P, Q}`` and different
-    bottoms (``X`` or ``Y``) are merged when ``c`` pushes the same symbol on both: a trie merge
-    ``k`` levels deep.  The language is ``x s a^k c c {p,q}^k`` (also with ``e`` for ``c``)."""
-    names = ["S", "X", "Y", "A", "B", "C", "P", "Q"]
-    s_, x, y, a, b, c, p, q = range(8)
-    letters = "xsacpqe"
-    t = {ch: ~i for i, ch in enumerate(letters)}
-    rules = [
-        (s_, (t["x"], x)), (s_, (t["x"], y)), (x, (t["s"], a)), (y, (t["s"], b)),
-        (a, (t["a"], a, p)), (a, (t["a"], a, q)), (a, (t["c"], c)),
-        (b, (t["a"], b, p)), (b, (t["a"], b, q)), (b, (t["c"], c)), (b, (t["e"], c)),
-        (c, (t["c"],)), (p, (t["p"],)), (q, (t["q"],)),
-    ]  # fmt: skip
-    return Grammar.from_ids(names, [1 << ord(ch) for ch in letters], s_, rules)
-
-
 def test_deep_trie_merges_need_no_recursion_limit() -> None:
     """A token whose search merges tries 2,000 levels deep, at a recursion limit of 1,000."""
     from formalgram import accepts
 
-    g = _deep_merge_grammar()
+    g = deep_merge_grammar()
     k = 2000
     deep, deeper = b"s" + b"a" * k + b"c", b"s" + b"a" * (k + 1) + b"c"
     vocab = Vocabulary([deep, deeper, b"p", b"q", b"c", b"z"])

@@ -16,6 +16,7 @@ import os
 import numpy as np
 import numpy.typing as npt
 import pytest
+from _blowup_grammars import deep_merge_grammar
 from _class_oracle import check_classes_with_earley
 from _data import grammar
 from hypothesis import HealthCheck, assume, given, settings
@@ -122,7 +123,10 @@ def test_real_grammars_same_partition_as_the_python_search(rel: str) -> None:
         assert got == want and max(got) > 10, rel
         assert (native.expansions, native.work) == (python.expansions, python.work)
         lists = NativeSearch(form, MODULE, dense_below=0)
-        assert _walk(lists, vocab) == want and (lists.expansions, lists.work) == (python.expansions, python.work)
+        assert _walk(lists, vocab) == want and (lists.expansions, lists.work) == (
+            python.expansions,
+            python.work,
+        )
 
 
 def test_compress_uses_the_kernel_and_earley_agrees() -> None:
@@ -149,27 +153,12 @@ def test_compress_uses_the_kernel_and_earley_agrees() -> None:
     assert compared > 100 and refused > 0, (compared, refused)
 
 
-def _deep_merge_grammar() -> Grammar:
-    """``x s a^k c c {p,q}^k``: after ``s a^k c`` two sets with ``k``-level tries are merged."""
-    names = ["S", "X", "Y", "A", "B", "C", "P", "Q"]
-    s_, x, y, a, b, c, p, q = range(8)
-    letters = "xsacpqe"
-    t = {ch: ~i for i, ch in enumerate(letters)}
-    rules = [
-        (s_, (t["x"], x)), (s_, (t["x"], y)), (x, (t["s"], a)), (y, (t["s"], b)),
-        (a, (t["a"], a, p)), (a, (t["a"], a, q)), (a, (t["c"], c)),
-        (b, (t["a"], b, p)), (b, (t["a"], b, q)), (b, (t["c"], c)), (b, (t["e"], c)),
-        (c, (t["c"],)), (p, (t["p"],)), (q, (t["q"],)),
-    ]  # fmt: skip
-    return Grammar.from_ids(names, [1 << ord(ch) for ch in letters], s_, rules)
-
-
 def test_deep_unions_and_the_hand_over_when_too_deep() -> None:
     """Merges 300 levels deep run in the kernel; with a nesting bound of 50 the walk is handed
     to the Python search, with the same classes (and Earley agrees on them)."""
     from formalgram import accepts
 
-    g = _deep_merge_grammar()
+    g = deep_merge_grammar()
     k = 300
     deep, deeper = b"s" + b"a" * k + b"c", b"s" + b"a" * (k + 1) + b"c"
     vocab = Vocabulary([deep, deeper, b"p", b"q", b"c", b"a", b"z"])

@@ -22,10 +22,10 @@
  *            once per level; writes a dense displacement code per token.
  *
  * Bounds: a walk stops with a status (never a crash) when a set has more than max_states
- * top symbols, when the work passes max_work, when the tables hold more than max_bytes
- * (checked every 64 steps), when they pass the walk's cell budget (the caller then runs
- * the Python search, which compacts its tables), or when a union would nest deeper than
- * max_depth (likewise).  Allocation failure raises MemoryError;
+ * top symbols or the work passes max_work (the caller raises GrammarTooLarge), and when
+ * the tables hold more than max_bytes (checked every 64 steps) or pass the walk's cell
+ * budget, or a union would nest deeper than max_depth (the caller then runs the Python
+ * search, which compacts its tables).  Allocation failure raises MemoryError;
  * KeyboardInterrupt is honoured every few thousand steps.
  */
 #define PY_SSIZE_T_CLEAN
@@ -52,25 +52,8 @@ enum { ST_OK = 0, ST_CELLS = 1, ST_STATES = 2, ST_WORK = 3, ST_DEEP = 4, ST_MEMO
 /* ------------------------------------------------------------------------------------ */
 /* growable arrays                                                                       */
 
-static int
-grow(void **buf, int64_t *cap, int64_t need, size_t item)
-{
-    if (need <= *cap)
-        return 0;
-    int64_t n = *cap > 0 ? *cap : 64;
-    while (n < need)
-        n *= 2;
-    void *p = realloc(*buf, (size_t)n * item);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *buf = p;
-    *cap = n;
-    return 0;
-}
-
-#define GROW(ptr, cap, need) grow((void **)&(ptr), &(cap), (need), sizeof(*(ptr)))
+/* grow() and GROW(): */
+#include "../_cgrow.h"
 
 typedef struct {
     int32_t sym;
@@ -324,22 +307,33 @@ node_hash(int final, const Edge *e, int32_t m)
     return h;
 }
 
-static int
-slots_rehash(Search *s, int64_t cap)
+/* An open-addressing index (cap a power of two, -1 empty) of the entries first..end-1,
+ * placed by their hashes; NULL with MemoryError set on failure. */
+static int32_t *
+index_slots(const uint64_t *hashes, int64_t first, int64_t end, int64_t cap)
 {
     int32_t *slots = malloc((size_t)cap * sizeof(int32_t));
     if (slots == NULL) {
         PyErr_NoMemory();
-        return -1;
+        return NULL;
     }
     memset(slots, 0xff, (size_t)cap * sizeof(int32_t));
     uint64_t mask = (uint64_t)cap - 1;
-    for (int64_t id = EPS; id < s->nn; id++) {
-        uint64_t i = s->nhash[id] & mask;
+    for (int64_t k = first; k < end; k++) {
+        uint64_t i = hashes[k] & mask;
         while (slots[i] >= 0)
             i = (i + 1) & mask;
-        slots[i] = (int32_t)id;
+        slots[i] = (int32_t)k;
     }
+    return slots;
+}
+
+static int
+slots_rehash(Search *s, int64_t cap)
+{
+    int32_t *slots = index_slots(s->nhash, EPS + 1, s->nn, cap);
+    if (slots == NULL)
+        return -1;
     free(s->slots);
     s->slots = slots;
     s->scap = cap;
@@ -414,19 +408,9 @@ chain(Search *s, const int32_t *syms, int32_t len, int32_t base)
 static int
 union_rehash(Search *s, int64_t cap)
 {
-    int32_t *slots = malloc((size_t)cap * sizeof(int32_t));
-    if (slots == NULL) {
-        PyErr_NoMemory();
+    int32_t *slots = index_slots(s->uhash, 0, s->nu, cap);
+    if (slots == NULL)
         return -1;
-    }
-    memset(slots, 0xff, (size_t)cap * sizeof(int32_t));
-    uint64_t mask = (uint64_t)cap - 1;
-    for (int64_t u = 0; u < s->nu; u++) {
-        uint64_t i = s->uhash[u] & mask;
-        while (slots[i] >= 0)
-            i = (i + 1) & mask;
-        slots[i] = (int32_t)u;
-    }
     free(s->uslots);
     s->uslots = slots;
     s->uscap = cap;
@@ -1338,23 +1322,14 @@ Search_init(Search *s, PyObject *args, PyObject *kwds)
                 nsym += len;
                 ntail++;
                 if (2 * ntail > tslots_cap) { /* rehash the tails' table */
-                    int64_t cap2 = 2 * tslots_cap;
-                    int32_t *t2 = malloc((size_t)cap2 * sizeof(int32_t));
+                    int32_t *t2 = index_slots(thash, 0, ntail, 2 * tslots_cap);
                     if (t2 == NULL) {
-                        PyErr_NoMemory();
                         ok = 0;
                         break;
                     }
-                    memset(t2, 0xff, (size_t)cap2 * sizeof(int32_t));
-                    for (int64_t q = 0; q < ntail; q++) {
-                        uint64_t b = thash[q] & ((uint64_t)cap2 - 1);
-                        while (t2[b] >= 0)
-                            b = (b + 1) & ((uint64_t)cap2 - 1);
-                        t2[b] = (int32_t)q;
-                    }
                     free(tslots);
                     tslots = t2;
-                    tslots_cap = cap2;
+                    tslots_cap *= 2;
                 }
             }
             if (!ok)

@@ -26,6 +26,7 @@ from typing import Any
 
 SOURCE = "formalgram_cfgzip/engines/native/_cnative.c"
 MODULE = "formalgram_cfgzip.engines.native._cnative"
+HEADER = "formalgram_cfgzip/_cgrow.h"  # included by the source (growable arrays)
 
 
 def native_extensions(extra_compile_args: list[str] | None = None) -> list[Any]:
@@ -49,4 +50,4 @@ def native_extensions(extra_compile_args: list[str] | None = None) -> list[Any]:
     if extra_compile_args is None:
         extra_compile_args = [] if sys.platform == "win32" else ["-O3"]
     extension = importlib.import_module("setuptools").Extension  # setuptools: a build-time dependency only
-    return [extension(MODULE, [SOURCE], extra_compile_args=list(extra_compile_args))]
+    return [extension(MODULE, [SOURCE], depends=[HEADER], extra_compile_args=list(extra_compile_args))]

@@ -25,25 +25,8 @@
 /* ------------------------------------------------------------------------------------ */
 /* growable arrays                                                                       */
 
-static int
-grow(void **buf, int64_t *cap, int64_t need, size_t item)
-{
-    if (need <= *cap)
-        return 0;
-    int64_t n = *cap > 0 ? *cap : 64;
-    while (n < need)
-        n *= 2;
-    void *p = realloc(*buf, (size_t)n * item);
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    *buf = p;
-    *cap = n;
-    return 0;
-}
-
-#define GROW(ptr, cap, need) grow((void **)&(ptr), &(cap), (need), sizeof(*(ptr)))
+/* grow() and GROW(): */
+#include "../../_cgrow.h"
 
 /* ------------------------------------------------------------------------------------ */
 /* Tables                                                                                */
