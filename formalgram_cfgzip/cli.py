@@ -334,7 +334,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-o", "--output", required=True, type=_output_dir, help="output directory for the class cache"
     )
     c.add_argument("--start", default=None, help="start rule (default: root; start for a .lark grammar)")
-    c.add_argument("--workers", type=_int_at_least(1), default=1, help="worker processes (default 1)")
+    c.add_argument(
+        "--workers",
+        type=_int_at_least(1),
+        default=1,
+        help="worker processes of the Python search (default 1; the compiled search kernel runs in one process)",
+    )
     c.add_argument("--budget", type=_int_at_least(1), default=2_000_000, help="GNF size budget (rules)")
     c.add_argument(
         "--memory-budget",

@@ -127,12 +127,17 @@ def test_native_tables_from_recorded_domains_equal_searched_ones(rel: str) -> No
     assert compiled.tables.stats["domains_from_classes"] == 1.0
 
 
-def test_worker_processes_give_the_same_domains() -> None:
-    """With workers the roots come from a search of the representatives: same automaton."""
+def test_worker_processes_give_the_same_domains(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With workers the roots come from a search of the representatives: same automaton.
+
+    The workers run the Python search, so the compiled build's kernel is turned off for them
+    (it would search in this process whatever ``workers`` says)."""
     text = _data.grammar("llama_cpp/c.gbnf").read_text(encoding="utf-8")
     vocab = sample_vocab(3000, seed=7)
     one = compress(text, vocab, progress=False, domains=True)
+    monkeypatch.setenv("FORMALGRAM_NO_CSEARCH", "1")
     two = compress(text, vocab, progress=False, domains=True, workers=2)
+    assert two.stats["search_kernel"] == 0.0
     assert one.domains is not None and two.domains is not None
     assert np.array_equal(one.token_class, two.token_class)
     assert same_tables(build_tables(one, text), build_tables(two, text))

@@ -127,7 +127,10 @@ def test_memory_budget_counts_the_search_growth_only() -> None:
     assert "memory grew by" in done.stdout
 
 
-def test_workers_give_the_same_classes() -> None:
+def test_workers_give_the_same_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker processes (the Python search; the compiled build's kernel, which would search in
+    this process whatever ``workers`` says, is turned off for them) give the classes of one
+    process."""
     g = parse_gbnf(
         'root ::= ("[" ws (item (ws "," ws item)*)? ws "]") \nitem ::= [a-z]+ | root\nws ::= [ \\n]*'
     )
@@ -139,7 +142,9 @@ def test_workers_give_the_same_classes() -> None:
     assert len(toks) > 2000
     vocab = Vocabulary(toks)
     one = compress(g, vocab, progress=False)
+    monkeypatch.setenv("FORMALGRAM_NO_CSEARCH", "1")
     two = compress(g, vocab, progress=False, workers=2)
+    assert two.stats["search_kernel"] == 0.0
 
     # same partition (class ids may be numbered alike, but compare as partitions)
     def partition(tc: TokenClasses) -> set[frozenset[int]]:
