@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 
+import _data
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -22,7 +23,7 @@ from _data import grammar
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from formalgram import EmptyLanguageError, Grammar, GrammarTooLarge, is_prefix, parse_gbnf
+from formalgram import EmptyLanguageError, FormalgramError, Grammar, GrammarTooLarge, is_prefix, parse_gbnf
 from formalgram.testing import grammars
 from formalgram.transforms.gnf import to_gnf
 from formalgram.transforms.specialize import specialize_terminal_symbols
@@ -306,3 +307,27 @@ def test_domains_recorded_by_the_kernel_give_the_native_tables(rel: str) -> None
     plain = compress(text, vocab, progress=False)
     assert np.array_equal(recorded.token_class, plain.token_class)
     assert same_tables(build_tables(recorded, text), build_tables(plain, text))
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("rel", _data.sweep_files())
+def test_kernel_classes_equal_the_python_search_heavy(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every grammar of the corpora (both when present), Llama-3: the kernel's classes,
+    representatives and steps are the Python search's (a grammar either refuses alike)."""
+    text = _data.real_grammar(rel).read_text(encoding="utf-8")
+    vocab = Vocabulary.builtin("llama3")
+    outcomes = []
+    for off in ("0", "1"):
+        monkeypatch.setenv("FORMALGRAM_NO_CSEARCH", off)
+        try:
+            outcomes.append(compress(text, vocab, progress=False))
+        except FormalgramError as e:
+            outcomes.append(type(e).__name__)
+    kernel, python = outcomes
+    if isinstance(kernel, str) or isinstance(python, str):
+        assert kernel == python, (kernel, python)
+        return
+    assert np.array_equal(kernel.token_class, python.token_class), rel
+    assert np.array_equal(kernel.representatives, python.representatives), rel
+    assert kernel.stats["expansions"] == python.stats["expansions"], rel
+    assert (kernel.stats["search_kernel"], python.stats["search_kernel"]) in ((1.0, 0.0), (0.0, 0.0))
