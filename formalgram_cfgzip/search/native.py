@@ -9,8 +9,8 @@ per-request compression needs -- codes of one vocabulary in this process, and th
 roots the native engine's tables are built from (:meth:`NativeSearch.popped`,
 :meth:`~NativeSearch.edges`, :meth:`~NativeSearch.is_final`) -- and hands over to the Python
 search for everything else: digests and compactions (a walk whose tables outgrow their cell
-or memory budget, a union nested deeper than the kernel allows) and worker processes.  :func:`new_search` picks the kernel when it is built and
-allowed.
+or memory budget, a union nested deeper than the kernel allows) and worker processes.
+:func:`new_search` picks the kernel when it is built and allowed.
 
 Set ``FORMALGRAM_NO_CSEARCH=1`` to run the Python search everywhere; the pure-Python build
 (``FORMALGRAM_NO_MYPYC=1``) does not build the kernel.
@@ -73,7 +73,8 @@ class NativeSearch:
     max_states, max_work, memory_budget
         As for :class:`~formalgram_cfgzip.search.displacement.DisplacementSearch`; the
         kernel counts the bytes its own tables hold against ``memory_budget`` (exactly what
-        the search adds, where the Python search reads the resident memory).
+        it adds) and hands a walk that needs more to the fallback, which compacts its tables
+        and checks the resident memory.
     max_depth : int or None
         Deepest nesting of one trie union in the kernel (the C stack it may take); a walk
         that needs more is done by the fallback.  ``None``: the kernel's default, 20,000.
