@@ -632,7 +632,7 @@ def _mismatch(tc: TokenClasses, grammar: Grammar | str, sample: int, seed: int) 
     from formalgram.transforms.specialize import specialize_terminal_symbols
     from formalgram.transforms.useless import remove_useless
     from formalgram_cfgzip.compress import number_classes  # it imports this module
-    from formalgram_cfgzip.search.displacement import DisplacementSearch
+    from formalgram_cfgzip.search.native import new_search
 
     vocab = tc.vocab
     toks = token_table(vocab)
@@ -655,7 +655,8 @@ def _mismatch(tc: TokenClasses, grammar: Grammar | str, sample: int, seed: int) 
     gnf = to_gnf(remove_useless(g), budget=_GNF_BUDGET)
     if specialized:
         gnf = specialize_terminal_symbols(gnf)
-    search = DisplacementSearch(gnf, max_states=_MAX_STATES, memory_budget=_MEMORY_BUDGET)
+    # the search kernel when built (the same classes as the Python search, array for array)
+    search = new_search(gnf, max_states=_MAX_STATES, memory_budget=_MEMORY_BUDGET)
     m = int(toks.ids.size)
     if sample < 0 or sample >= m:
         codes, _, _ = search_vocabulary(gnf, search, toks, 1, False, _MAX_STATES, _MEMORY_BUDGET)
