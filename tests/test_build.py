@@ -52,3 +52,14 @@ def test_c_native_kernel_is_built() -> None:
     text, vocab = 'root ::= "a"+', Vocabulary([b"a", b"aa"])
     compiled = engines.compile_grammar(compress(text, vocab, progress=False), text, engine="native")
     assert getattr(compiled, "kernel", None) == "c"
+
+
+@needs_compiled_build
+def test_c_search_kernel_is_built() -> None:
+    """The compiled install also builds the displacement search's C kernel, and compress uses it."""
+    from formalgram_cfgzip import Vocabulary, compress
+    from formalgram_cfgzip.search.native import c_module
+
+    assert c_module() is not None, "formalgram_cfgzip.search._csearch was not built"
+    classes = compress('root ::= "a"+', Vocabulary([b"a", b"aa", b"b"]), progress=False)
+    assert classes.stats["search_kernel"] == 1.0
