@@ -13,6 +13,13 @@ from formalgram.transforms.gnf_rules import Body
 __all__ = ["minimise"]
 
 
+def _zeros(cache: list[object], n: int) -> object:
+    """The tuple of ``n`` zeros (block 0), kept in ``cache`` by length."""
+    while len(cache) <= n:
+        cache.append(tuple([0] * len(cache)))
+    return cache[n]
+
+
 def minimise(
     rules: dict[int, dict[Body, int]], start: int, meter: Meter
 ) -> tuple[dict[int, dict[Body, int]], int, list[int]]:
@@ -32,22 +39,23 @@ def minimise(
     """
     ids = sorted(rules)
     top = max(ids) + 1 if ids else 1
-    # who mentions whom: users[s] = the nonterminals with ``s`` in some tail
+    # who mentions whom: users[s] = the nonterminals with ``s`` in some tail (each once,
+    # in the order of ``ids``: ``last[s]`` is the latest user listed)
     users: list[list[int]] = [[] for _ in range(top)]
+    last = [-1] * top
     # per nonterminal: its (tail, mask) pairs and the work of one signature of it
     items: list[list[tuple[Body, int]]] = [[] for _ in range(top)]
     sig_work = [0] * top
     work = 0
     for a in ids:
-        mentioned: set[int] = set()
         pairs = list(rules[a].items())
         items[a] = pairs
         own = 0
         for tail, _ in pairs:
             own += 1 + len(tail)
             for s in tail:
-                if s not in mentioned:
-                    mentioned.add(s)
+                if last[s] != a:
+                    last[s] = a
                     users[s].append(a)
         sig_work[a] = own
         work += own
@@ -66,11 +74,43 @@ def minimise(
     # signatures are still equal objects, and the common one-rule case needs no set)
     block_sig: list[object | None] = [None]
     members: list[set[int]] = [set(ids)]
-    touched: set[int] = set(ids)
-    while touched:
+    # the first round, with every nonterminal in block 0: a tail over blocks is all zeros,
+    # one shared tuple per length
+    zeros: list[object] = []
+    first: dict[object, list[int]] = {}
+    for a in ids:
+        pairs = items[a]
+        sig0: object
+        if len(pairs) == 1:
+            tail, m = pairs[0]
+            sig0 = (_zeros(zeros, len(tail)), m)
+        else:
+            by_len: dict[int, int] = {}
+            for tail, m in pairs:
+                n = len(tail)
+                by_len[n] = by_len.get(n, 0) | m
+            if len(by_len) == 1:
+                n, m = next(iter(by_len.items()))
+                sig0 = (_zeros(zeros, n), m)
+            else:
+                sig0 = frozenset([(_zeros(zeros, n), m) for n, m in by_len.items()])
+        got = first.get(sig0)
+        if got is None:
+            first[sig0] = [a]
+        else:
+            got.append(a)
+    touched: set[int] = set()
+    pending: dict[int, dict[object, list[int]]] | None = {0: first} if ids else None
+    while pending is not None or touched:
         # signatures of every touched nonterminal, all under the same partition
         groups: dict[int, dict[object, list[int]]] = {}
         work = 0
+        if pending is not None:
+            groups = pending
+            pending = None
+            touched = set()
+            for a in ids:
+                work += sig_work[a]
         for a in sorted(touched):
             pairs = items[a]
             work += sig_work[a]
@@ -143,8 +183,22 @@ def minimise(
         rep[a] = rep_of_block[block[a]]
     out: dict[int, dict[Body, int]] = {}
     for a in rep_of_block.values():
+        tails = rules[a]
+        # a rule set none of whose tail symbols is replaced is kept as it is (its tails stay
+        # distinct); otherwise the tails are renamed and the rules that meet are merged
+        renamed = False
+        for pair in items[a]:
+            for s in pair[0]:
+                if rep[s] != s:
+                    renamed = True
+                    break
+            if renamed:
+                break
+        if not renamed:
+            out[a] = dict(tails)
+            continue
         merged2: dict[Body, int] = {}
-        for tail, m in rules[a].items():
+        for tail, m in tails.items():
             k2 = tuple([rep[s] for s in tail])
             merged2[k2] = merged2.get(k2, 0) | m
         out[a] = merged2
