@@ -37,7 +37,7 @@ from formalgram.grammar import Grammar
 from formalgram.transforms.budget import DEFAULT_BUDGET, Meter
 from formalgram.transforms.epsilon import remove_epsilon
 from formalgram.transforms.gnf_check import gnf_violation, is_gnf, require_gnf
-from formalgram.transforms.gnf_left_corner import CutFrame, LeftCorner
+from formalgram.transforms.gnf_left_corner import CutFrame, LeftCorner, Shared
 from formalgram.transforms.gnf_minimise import minimise
 from formalgram.transforms.gnf_rules import Body as Body
 from formalgram.transforms.gnf_rules import Builder, finish, terminal_name
@@ -203,6 +203,8 @@ def to_gnf(
     best: tuple[dict[int, dict[Body, int]], int, Builder] | None = None
     allowance = meter.allowance
     first_work = 0
+    # what the left-corner variants compute from the table alone, computed once
+    shared = Shared(base)
     for name, (factor, distribute, cut, deep) in _LC_VARIANTS.items():
         if strategy not in ("auto", "left-corner", name):
             continue
@@ -216,7 +218,7 @@ def to_gnf(
         if best is not None:
             meter.allowance = min(allowance, before + max(_ALTERNATIVE_WORK * first_work, _ALTERNATIVE_FLOOR))
         try:
-            lc = LeftCorner([list(x) for x in base], b, factor, distribute, cut, deep).run(g.start_id)
+            lc = LeftCorner(base, b, factor, distribute, cut, deep, shared).run(g.start_id)
             quotient, start, _ = minimise(lc, g.start_id, meter)
         except GrammarTooLarge:
             meter.allowance = allowance

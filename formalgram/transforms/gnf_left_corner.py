@@ -3,7 +3,8 @@
 :class:`LeftCorner` turns an epsilon-free table of rules without unit cycles straight into
 GNF rules, one continuation nonterminal per pair of a nonterminal and a left corner; its
 variants (dominator split, unit steps spelled out, cut at the children, deep cut) are
-chosen by :func:`formalgram.transforms.gnf.to_gnf`.
+chosen by :func:`formalgram.transforms.gnf.to_gnf`, which runs them on one table and lets them
+share what depends on the table alone (:class:`Shared`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,40 @@ from __future__ import annotations
 from collections.abc import Container
 from typing import cast
 
+from formalgram.transforms.budget import Meter
 from formalgram.transforms.gnf_rules import Body, Builder, terminal_name
 from formalgram.transforms.left_recursion import body_key
 from formalgram.transforms.unit import sccs
 
-__all__ = ["CutFrame", "LeftCorner"]
+__all__ = ["CutFrame", "LeftCorner", "Shared"]
+
+
+class Shared:
+    """What the left-corner variants of one conversion compute from the same table, kept once.
+
+    The components of the left-corner graph, the first maps, the unit reaches, the unit-closed
+    raw continuation bodies and the dominators depend on the table only.  Each entry keeps
+    the steps of work its computation charged, chunk by chunk, and a variant that takes an
+    entry from here charges those chunks again at the point where it would have computed
+    it, so the meter (and with it every budget decision) runs exactly as without sharing.
+    The table must not change while the entries are in use.
+    """
+
+    def __init__(self, table: list[list[Body]]) -> None:
+        self.table = table
+        self.comp: list[int] | None = None
+        self.cyclic: list[bool] = []
+        self.firsts: dict[int, tuple[dict[int, list[tuple[int, Body]]], list[int]]] = {}
+        self.unit_reach: dict[int, tuple[set[int], list[int]]] = {}
+        # (a, x) -> the unit-closed bodies of [a/x], their keys, and the work charged
+        self.raw: dict[tuple[int, int], tuple[list[tuple[Body, int]], list[object], int]] = {}
+        self.idoms: dict[int, tuple[dict[int, int], list[int]]] = {}
+
+
+def _replay(meter: Meter, chunks: list[int]) -> None:
+    """Charge ``chunks`` one by one, as the computation that recorded them did."""
+    for k in chunks:
+        meter.spend(k)
 
 
 class LeftCorner:
@@ -46,19 +76,30 @@ class LeftCorner:
         distribute: bool,
         cut: bool = False,
         deep: bool = False,
+        shared: Shared | None = None,
     ) -> None:
         self.cut = cut or deep
         self.deep = deep
+        if shared is None:
+            shared = Shared(table)
+        assert shared.table is table
+        self.shared = shared
         # strongly connected components of the left-corner graph (deep cuts stay acyclic)
         n = len(table)
         b.meter.spend(n + sum(len(bodies) for bodies in table))
-        succ = [[body[0] for body in table[v] if body[0] >= 0] for v in range(n)]
-        self.comp = [0] * n
-        self.cyclic = [False] * n
-        for i, members in enumerate(sccs(n, succ)):
-            for v in members:
-                self.comp[v] = i
-                self.cyclic[v] = len(members) > 1 or v in succ[v]
+        comp = shared.comp
+        if comp is None:
+            succ = [[body[0] for body in table[v] if body[0] >= 0] for v in range(n)]
+            comp = [0] * n
+            cyclic = [False] * n
+            for i, members in enumerate(sccs(n, succ)):
+                for v in members:
+                    comp[v] = i
+                    cyclic[v] = len(members) > 1 or v in succ[v]
+            shared.comp = comp
+            shared.cyclic = cyclic
+        self.comp = comp
+        self.cyclic = shared.cyclic
         self.factor = factor
         self.distribute = distribute
         self.ups: dict[tuple[int, int], list[int]] = {}
@@ -97,14 +138,22 @@ class LeftCorner:
         got = self.firsts.get(a)
         if got is not None:
             return got
+        known = self.shared.firsts.get(a)
+        if known is not None:
+            _replay(self.meter, known[1])
+            self.firsts[a] = known[0]
+            return known[0]
         table = self.table
         seen = {a}
         order = [a]
+        chunks: list[int] = []
         i = 0
         while i < len(order):
             bodies = table[order[i]]
             # a visit, and an entry of the map (a pair and a sliced body) per rule
-            self.meter.spend(1 + 12 * len(bodies))
+            chunk = 1 + 12 * len(bodies)
+            chunks.append(chunk)
+            self.meter.spend(chunk)
             for body in bodies:
                 x = body[0]
                 if x >= 0 and x not in seen:
@@ -116,6 +165,7 @@ class LeftCorner:
             for body in table[bnt]:
                 fm.setdefault(body[0], []).append((bnt, body[1:]))
         self.firsts[a] = fm
+        self.shared.firsts[a] = (fm, chunks)
         return fm
 
     def nullable(self, a: int, x: int) -> bool:
@@ -124,12 +174,19 @@ class LeftCorner:
             return True
         reach = self.unit_reach.get(a)
         if reach is None:
+            known = self.shared.unit_reach.get(a)
+            if known is not None:
+                _replay(self.meter, known[1])
+                self.unit_reach[a] = known[0]
+                return x in known[0]
             # the symbols reached from ``a`` through rules ``B -> X`` (all of them lie in LC(a))
             table = self.table
             reach = {a}
             stack = [a]
+            chunks: list[int] = []
             while stack:
                 bodies = table[stack.pop()]
+                chunks.append(1 + len(bodies))
                 self.meter.spend(1 + len(bodies))
                 for body in bodies:
                     if len(body) == 1:
@@ -139,6 +196,7 @@ class LeftCorner:
                             if y >= 0:
                                 stack.append(y)
             self.unit_reach[a] = reach
+            self.shared.unit_reach[a] = (reach, chunks)
         return x in reach
 
     def unit_order(self, a: int, x: int, done: Container[tuple[int, int]]) -> list[int]:
@@ -186,7 +244,15 @@ class LeftCorner:
             return got
         fm = self.first_map(a)
         raw = self.raw
+        known_raw = self.shared.raw
         for node in [x] if self.distribute else self.unit_order(a, x, raw):
+            if not self.distribute:
+                known = known_raw.get((a, node))
+                if known is not None:
+                    self.meter.spend(known[2])
+                    raw[(a, node)] = known[0]
+                    self.raw_keys[(a, node)] = known[1]
+                    continue
             entries = fm.get(node, [])
             out: list[tuple[Body, int]] = []
             # deduplicated by body_key (bodies over the terminals ~0 and ~1 would collide);
@@ -218,6 +284,8 @@ class LeftCorner:
             self.meter.spend(work)
             raw[(a, node)] = out
             self.raw_keys[(a, node)] = keys
+            if not self.distribute:
+                known_raw[(a, node)] = (out, keys, work)
         return raw[key]
 
     def up(self, a: int, x: int) -> list[int]:
@@ -289,6 +357,11 @@ class LeftCorner:
         Nodes are the members of LC(a) and the terminals leading their rules; the
         iterative algorithm of Cooper, Harvey and Kennedy on reverse postorder.
         """
+        known = self.shared.idoms.get(a)
+        if known is not None:
+            _replay(self.meter, known[1])
+            return known[0]
+        chunks: list[int] = []
         succ: dict[int, list[int]] = {}
         order: list[int] = []
         seen = {a}
@@ -299,6 +372,7 @@ class LeftCorner:
             if nxt is None:
                 nxt = list(dict.fromkeys([body[0] for body in self.table[v]])) if v >= 0 else []
                 succ[v] = nxt
+                chunks.append(1 + 2 * len(nxt))
                 self.meter.spend(1 + 2 * len(nxt))
             if i < len(nxt):
                 stack[-1] = (v, i + 1)
@@ -338,10 +412,12 @@ class LeftCorner:
                             f2 = idom[f2]
                             steps += 1
                     new = f1
+                chunks.append(steps)
                 self.meter.spend(steps)
                 if idom.get(v) != new:
                     idom[v] = new
                     changed = True
+        self.shared.idoms[a] = (idom, chunks)
         return idom
 
     def top_rules(self, a: int) -> list[tuple[int, Body]]:
