@@ -115,21 +115,39 @@ class LeftCorner:
         self.top: dict[int, list[tuple[int, Body]]] = {}
         self.lifted: dict[int, int] = {}
         self.lifted_mask: dict[int, int] = {}
+        # the same by terminal id (-1: not looked up yet), so a lookup needs no mask hash
+        self.lifted_t = [-1] * len(b.masks)
         self.cont_of: dict[int, tuple[int, int]] = {}
 
-    def lift(self, body: Body) -> Body:
-        self.meter.spend(1 + len(body))
-        out: list[int] = []
-        for s in body:
+    def lift_tail(self, body: Body) -> Body:
+        """``body[1:]`` with each terminal replaced by its shared ``T -> a`` (made on first use)."""
+        n = len(body)
+        self.meter.spend(n)
+        i = 1
+        while i < n and body[i] >= 0:
+            i += 1
+        if i == n:
+            return body[1:]
+        out: list[int] = list(body[1:i])
+        lifted_t = self.lifted_t
+        while i < n:
+            s = body[i]
+            i += 1
             if s >= 0:
                 out.append(s)
                 continue
-            mask = self.b.masks[~s]
-            nt = self.lifted.get(mask)
-            if nt is None:
-                nt = self.b.fresh(terminal_name(mask))
-                self.lifted[mask] = nt
-                self.lifted_mask[nt] = mask
+            t = ~s
+            nt = lifted_t[t] if t < len(lifted_t) else -1
+            if nt < 0:
+                mask = self.b.masks[t]
+                got = self.lifted.get(mask)
+                if got is None:
+                    got = self.b.fresh(terminal_name(mask))
+                    self.lifted[mask] = got
+                    self.lifted_mask[got] = mask
+                nt = got
+                if t < len(lifted_t):
+                    lifted_t[t] = nt
             out.append(nt)
         return tuple(out)
 
@@ -500,7 +518,7 @@ class LeftCorner:
         for body in bodies:
             head = body[0]
             if head < 0:
-                lifted = self.lift(body[1:])
+                lifted = self.lift_tail(body)
                 self.meter.spend(len(self_tails) * (1 + len(lifted)))
                 for q in self_tails:
                     out.append((head, lifted + q))
@@ -550,7 +568,7 @@ class LeftCorner:
     def cont_rules(self, a: int, x: int) -> list[tuple[int, Body]]:
         out: list[tuple[int, Body]] = []
         for beta, bnt in self.raw_rules(a, x):
-            lifted = self.lift(beta[1:])
+            lifted = self.lift_tail(beta)
             rests: list[Body] = [lifted + c for c in self.conts(a, bnt)]
             if self.nullable(a, bnt):
                 rests.append(lifted)
