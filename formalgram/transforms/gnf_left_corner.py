@@ -37,9 +37,12 @@ class Shared:
         self.cyclic: list[bool] = []
         self.firsts: dict[int, tuple[dict[int, list[tuple[int, Body]]], list[int]]] = {}
         self.unit_reach: dict[int, tuple[set[int], list[int]]] = {}
-        # (a, x) -> the unit-closed bodies of [a/x], their keys, and the work charged
-        self.raw: dict[tuple[int, int], tuple[list[tuple[Body, int]], list[object], int]] = {}
+        # pair key of (a, x) (see LeftCorner.pair) -> the unit-closed bodies of [a/x], their
+        # keys, and the work charged
+        self.raw: dict[int, tuple[list[tuple[Body, int]], list[object], int]] = {}
         self.idoms: dict[int, tuple[dict[int, int], list[int]]] = {}
+        # the offset of the pair keys of ``raw`` (the number of terminals; -1: no user yet)
+        self.offset = -1
 
 
 def _replay(meter: Meter, chunks: list[int]) -> None:
@@ -102,16 +105,23 @@ class LeftCorner:
         self.cyclic = shared.cyclic
         self.factor = factor
         self.distribute = distribute
-        self.ups: dict[tuple[int, int], list[int]] = {}
+        # the tables keyed by a pair (a, x) use one int, ``a * stride + x + offset``: the
+        # symbols x of the table are its nonterminals and the terminals ~t, t < len(b.masks)
+        self.offset = len(b.masks)
+        self.stride = self.offset + len(table)
+        if shared.offset < 0:
+            shared.offset = self.offset
+        assert shared.offset == self.offset
+        self.ups: dict[int, list[int]] = {}
         self.table = table
         self.b = b
         self.meter = b.meter
         self.n_orig = len(table)
         self.firsts: dict[int, dict[int, list[tuple[int, Body]]]] = {}
-        self.raw: dict[tuple[int, int], list[tuple[Body, int]]] = {}
-        self.raw_keys: dict[tuple[int, int], list[object]] = {}
+        self.raw: dict[int, list[tuple[Body, int]]] = {}
+        self.raw_keys: dict[int, list[object]] = {}
         self.unit_reach: dict[int, set[int]] = {}
-        self.ids: dict[tuple[int, int], int] = {}
+        self.ids: dict[int, int] = {}
         self.top: dict[int, list[tuple[int, Body]]] = {}
         self.lifted: dict[int, int] = {}
         self.lifted_mask: dict[int, int] = {}
@@ -217,11 +227,15 @@ class LeftCorner:
             self.shared.unit_reach[a] = (reach, chunks)
         return x in reach
 
-    def unit_order(self, a: int, x: int, done: Container[tuple[int, int]]) -> list[int]:
+    def pair(self, a: int, x: int) -> int:
+        """The int key of the pair ``(a, x)`` in the tables keyed by pairs."""
+        return a * self.stride + x + self.offset
+
+    def unit_order(self, a: int, x: int, done: Container[int]) -> list[int]:
         """``x`` and its unit ancestors in LC(a) not yet in ``done``, each after its unit parents.
 
         A unit parent of ``X`` is a ``B`` with a rule ``B -> X``; a symbol ``B`` with
-        ``(a, B)`` in ``done`` is not entered.  The unit steps form an acyclic graph (unit
+        ``pair(a, B)`` in ``done`` is not entered.  The unit steps form an acyclic graph (unit
         cycles are merged beforehand); it is walked in post-order on an explicit stack, so
         chains of any length are fine.  Free of charge: the callers charge what they build.
         """
@@ -237,7 +251,7 @@ class LeftCorner:
             while i < len(entries):
                 bnt, beta = entries[i]
                 i += 1
-                if not beta and bnt not in listed and (a, bnt) not in done:
+                if not beta and bnt not in listed and self.pair(a, bnt) not in done:
                     frames[-1] = (node, i)
                     frames.append((bnt, 0))
                     listed.add(bnt)
@@ -256,7 +270,7 @@ class LeftCorner:
         non-empty, and (unless unit steps are spelled out) every body of ``[A/B]`` for each
         unit rule ``B -> X``, first occurrences only, built in :meth:`unit_order`.
         """
-        key = (a, x)
+        key = self.pair(a, x)
         got = self.raw.get(key)
         if got is not None:
             return got
@@ -265,11 +279,11 @@ class LeftCorner:
         known_raw = self.shared.raw
         for node in [x] if self.distribute else self.unit_order(a, x, raw):
             if not self.distribute:
-                known = known_raw.get((a, node))
+                known = known_raw.get(self.pair(a, node))
                 if known is not None:
                     self.meter.spend(known[2])
-                    raw[(a, node)] = known[0]
-                    self.raw_keys[(a, node)] = known[1]
+                    raw[self.pair(a, node)] = known[0]
+                    self.raw_keys[self.pair(a, node)] = known[1]
                     continue
             entries = fm.get(node, [])
             out: list[tuple[Body, int]] = []
@@ -290,8 +304,8 @@ class LeftCorner:
                         out.append((beta, bnt))
                         keys.append(k)
                 elif not self.distribute:
-                    below = cast("list[object]", raw.get((a, bnt), []))
-                    below_keys = self.raw_keys.get((a, bnt), [])
+                    below = cast("list[object]", raw.get(self.pair(a, bnt), []))
+                    below_keys = self.raw_keys.get(self.pair(a, bnt), [])
                     work += 3 * len(below)
                     for j in range(len(below)):
                         k = below_keys[j]
@@ -300,10 +314,10 @@ class LeftCorner:
                             shared.append(below[j])
                             keys.append(k)
             self.meter.spend(work)
-            raw[(a, node)] = out
-            self.raw_keys[(a, node)] = keys
+            raw[self.pair(a, node)] = out
+            self.raw_keys[self.pair(a, node)] = keys
             if not self.distribute:
-                known_raw[(a, node)] = (out, keys, work)
+                known_raw[self.pair(a, node)] = (out, keys, work)
         return raw[key]
 
     def up(self, a: int, x: int) -> list[int]:
@@ -312,7 +326,7 @@ class LeftCorner:
         In the order ``X`` first, then the lists of the unit parents ``B`` of ``X`` (rules
         ``B -> X``) one after the other, first occurrences only; built in :meth:`unit_order`.
         """
-        key = (a, x)
+        key = self.pair(a, x)
         got = self.ups.get(key)
         if got is not None:
             return got
@@ -326,14 +340,14 @@ class LeftCorner:
             for bnt, beta in entries:
                 work += 1
                 if not beta:
-                    above = ups.get((a, bnt), [])
+                    above = ups.get(self.pair(a, bnt), [])
                     work += 2 * len(above)
                     for y in above:
                         if y not in seen:
                             seen.add(y)
                             out.append(y)
             self.meter.spend(work)
-            ups[(a, node)] = out
+            ups[self.pair(a, node)] = out
         return ups[key]
 
     def conts(self, a: int, x: int) -> list[Body]:
@@ -356,7 +370,7 @@ class LeftCorner:
 
     def cont_id(self, a: int, x: int) -> int:
         """The nonterminal ``[A/X]`` (created on first use), or -1 when it derives nothing."""
-        key = (a, x)
+        key = self.pair(a, x)
         got = self.ids.get(key)
         if got is not None:
             return got
@@ -366,7 +380,7 @@ class LeftCorner:
         label = self.b.names[x] if x >= 0 else terminal_name(self.b.masks[~x])
         nt = self.b.fresh(f"{self.b.names[a]}__{label}")
         self.ids[key] = nt
-        self.cont_of[nt] = key
+        self.cont_of[nt] = (a, x)
         return nt
 
     def dominators(self, a: int) -> dict[int, int]:
