@@ -117,13 +117,19 @@ def minimise(
             sig: object
             if len(pairs) == 1:
                 tail, m = pairs[0]
-                sig = (tuple(block_obj[s] for s in tail), m)
+                sig = (tuple([block_obj[s] for s in tail]), m)
             else:
-                merged: dict[Body, int] = {}
-                for tail, m in pairs:
-                    k = cast(Body, tuple(block_obj[s] for s in tail))
-                    merged[k] = merged.get(k, 0) | m
-                sig = next(iter(merged.items())) if len(merged) == 1 else frozenset(merged.items())
+                keyed: list[tuple[object, int]] = [
+                    (tuple([block_obj[s] for s in tail]), m) for tail, m in pairs
+                ]
+                if len({k for k, _ in keyed}) == len(keyed):
+                    # no two tails meet: the pairs as they are (one hash of each tail saved)
+                    sig = frozenset(keyed)
+                else:
+                    merged: dict[object, int] = {}
+                    for k, m in keyed:
+                        merged[k] = merged.get(k, 0) | m
+                    sig = next(iter(merged.items())) if len(merged) == 1 else frozenset(merged.items())
             by_sig = groups.get(block[a])
             if by_sig is None:
                 groups[block[a]] = {sig: [a]}
@@ -199,7 +205,7 @@ def minimise(
             continue
         merged2: dict[Body, int] = {}
         for tail, m in tails.items():
-            k2 = tuple(rep[s] for s in tail)
+            k2 = tuple([rep[s] for s in tail])
             merged2[k2] = merged2.get(k2, 0) | m
         out[a] = merged2
     return out, rep[start], rep
