@@ -123,6 +123,8 @@ class LeftCorner:
         self.unit_reach: dict[int, set[int]] = {}
         self.ids: dict[int, int] = {}
         self.top: dict[int, list[tuple[int, Body]]] = {}
+        # the summed tail lengths of each finished ``top`` list (for the charges of cont_rules)
+        self.top_len: dict[int, int] = {}
         self.lifted: dict[int, int] = {}
         self.lifted_mask: dict[int, int] = {}
         # the same by terminal id (-1: not looked up yet), so a lookup needs no mask hash
@@ -593,7 +595,12 @@ class LeftCorner:
                     out.append((head, rest))
             elif rests:
                 tops = self.top_rules(head)
-                tails = sum(len(tail) for _, tail in tops)
+                tails = self.top_len.get(head, -1)
+                if tails < 0:
+                    tails = 0
+                    for top in tops:
+                        tails += len(top[1])
+                    self.top_len[head] = tails
                 self.meter.spend(len(rests) * (1 + tails + len(tops) * (3 + len(lifted))))
                 for rest in rests:
                     for t, tail in tops:

@@ -19,7 +19,10 @@ def lift_terminals(table: list[list[Body]], b: Builder) -> None:
         new: list[Body] = []
         b.meter.spend(1 + sum(len(body) for body in table[a]))
         for body in table[a]:
-            if any(s < 0 for s in body[1:]):
+            i = 1
+            while i < len(body) and body[i] >= 0:
+                i += 1
+            if i < len(body):
                 items = [body[0]]
                 for s in body[1:]:
                     if s < 0:
