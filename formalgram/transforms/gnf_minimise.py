@@ -5,8 +5,6 @@ The last step of :func:`formalgram.transforms.gnf.to_gnf`, computed like DFA min
 
 from __future__ import annotations
 
-from typing import cast
-
 from formalgram.transforms.budget import Meter
 from formalgram.transforms.gnf_rules import Body
 
