@@ -110,8 +110,12 @@ def minimise(
             for a in ids:
                 work += sig_work[a]
         for a in sorted(touched):
-            pairs = items[a]
             work += sig_work[a]
+            if size[block[a]] == 1:
+                # a block of one cannot split: its signature would only be stored, and a
+                # block's stored signature is read only while some member is not looked at
+                continue
+            pairs = items[a]
             sig: object
             if len(pairs) == 1:
                 tail, m = pairs[0]
