@@ -5,6 +5,8 @@ The last step of :func:`formalgram.transforms.gnf.to_gnf`, computed like DFA min
 
 from __future__ import annotations
 
+from typing import cast
+
 from formalgram.transforms.budget import Meter
 from formalgram.transforms.gnf_rules import Body
 
@@ -72,33 +74,41 @@ def minimise(
     # signatures are still equal objects, and the common one-rule case needs no set)
     block_sig: list[object | None] = [None]
     members: list[set[int]] = [set(ids)]
-    # the first round, with every nonterminal in block 0: a tail over blocks is all zeros,
-    # one shared tuple per length
-    zeros: list[object] = []
+    # the first round, with every nonterminal in block 0: a tail over blocks is all zeros, so
+    # it is grouped by a stand-in signature with each tail's length in place of its zeros
+    # (equal exactly when the signatures are), and each group gets the true signature, with
+    # one shared tuple of zeros per length, once
     first: dict[object, list[int]] = {}
     for a in ids:
         pairs = items[a]
-        sig0: object
+        key: object
         if len(pairs) == 1:
             tail, m = pairs[0]
-            sig0 = (_zeros(zeros, len(tail)), m)
+            key = (len(tail), m)
         else:
             by_len: dict[int, int] = {}
             for tail, m in pairs:
                 n = len(tail)
                 by_len[n] = by_len.get(n, 0) | m
-            if len(by_len) == 1:
-                n, m = next(iter(by_len.items()))
-                sig0 = (_zeros(zeros, n), m)
-            else:
-                sig0 = frozenset([(_zeros(zeros, n), m) for n, m in by_len.items()])
-        got = first.get(sig0)
+            key = next(iter(by_len.items())) if len(by_len) == 1 else frozenset(by_len.items())
+        got = first.get(key)
         if got is None:
-            first[sig0] = [a]
+            first[key] = [a]
         else:
             got.append(a)
+    zeros: list[object] = []
+    first_sigs: dict[object, list[int]] = {}
+    for key, group in first.items():
+        sig0: object
+        if isinstance(key, tuple):
+            n, m = cast("tuple[int, int]", key)
+            sig0 = (_zeros(zeros, n), m)
+        else:
+            stand_in = cast("frozenset[tuple[int, int]]", key)
+            sig0 = frozenset([(_zeros(zeros, n), m) for n, m in stand_in])
+        first_sigs[sig0] = group
     touched: set[int] = set()
-    pending: dict[int, dict[object, list[int]]] | None = {0: first} if ids else None
+    pending: dict[int, dict[object, list[int]]] | None = {0: first_sigs} if ids else None
     while pending is not None or touched:
         # signatures of every touched nonterminal, all under the same partition
         groups: dict[int, dict[object, list[int]]] = {}
