@@ -10,7 +10,7 @@ from typing import cast
 from formalgram.transforms.budget import Meter
 from formalgram.transforms.gnf_rules import Body
 
-__all__ = ["minimise"]
+__all__ = ["minimise", "partition", "quotient", "quotient_size"]
 
 
 def _zeros(cache: list[object], n: int) -> object:
@@ -23,7 +23,18 @@ def _zeros(cache: list[object], n: int) -> object:
 def minimise(
     rules: dict[int, dict[Body, int]], start: int, meter: Meter
 ) -> tuple[dict[int, dict[Body, int]], int, list[int]]:
-    """Merge nonterminals with identical rule sets (coarsest stable partition).
+    """Merge nonterminals with identical rule sets: :func:`partition`, then :func:`quotient`.
+
+    Returns the quotient rules keyed by representative (the smallest member of each
+    block, the start for its own block), the start's representative and the
+    representative of each nonterminal (indexable by id, -1 when absent).
+    """
+    reps, rep = partition(rules, start, meter)
+    return quotient(rules, reps, rep), rep[start], rep
+
+
+def partition(rules: dict[int, dict[Body, int]], start: int, meter: Meter) -> tuple[list[int], list[int]]:
+    """The coarsest stable partition of the nonterminals of ``rules``, by refinement.
 
     The partition starts with one block and is refined until every block is stable:
     the *signature* of a nonterminal (its rules with every tail symbol replaced by its
@@ -33,9 +44,9 @@ def minimise(
     nonterminals whose tails mention a member of another part are looked at again, so a
     chain of n nonterminals takes O(n log n) signature computations, not O(n^2).
 
-    Returns the quotient rules keyed by representative (the smallest member of each
-    block, the start for its own block), the start's representative and the
-    representative of each nonterminal (indexable by id, -1 when absent).
+    Returns the representatives (the smallest member of each block, the start for its own
+    block), in the order of their blocks' smallest members, and the representative of each
+    nonterminal (indexable by id, -1 when absent).  Every step is charged to ``meter``.
     """
     ids = sorted(rules)
     top = max(ids) + 1 if ids else 1
@@ -199,25 +210,49 @@ def minimise(
     rep = [-1] * top
     for a in ids:
         rep[a] = rep_of_block[block[a]]
+    return list(rep_of_block.values()), rep
+
+
+def _renames(rules: dict[Body, int], rep: list[int]) -> bool:
+    """Whether some tail symbol of ``rules`` is not its own representative."""
+    for tail in rules:
+        for s in tail:
+            if rep[s] != s:
+                return True
+    return False
+
+
+def quotient(
+    rules: dict[int, dict[Body, int]], reps: list[int], rep: list[int]
+) -> dict[int, dict[Body, int]]:
+    """The rules of the representatives ``reps`` with every tail symbol replaced by its ``rep``.
+
+    Rules that meet are merged (their byte sets united).  Not charged: it writes what
+    :func:`partition` read.
+    """
     out: dict[int, dict[Body, int]] = {}
-    for a in rep_of_block.values():
+    for a in reps:
         tails = rules[a]
         # a rule set none of whose tail symbols is replaced is kept as it is (its tails stay
         # distinct); otherwise the tails are renamed and the rules that meet are merged
-        renamed = False
-        for pair in items[a]:
-            for s in pair[0]:
-                if rep[s] != s:
-                    renamed = True
-                    break
-            if renamed:
-                break
-        if not renamed:
+        if not _renames(tails, rep):
             out[a] = dict(tails)
             continue
-        merged2: dict[Body, int] = {}
+        merged: dict[Body, int] = {}
         for tail, m in tails.items():
-            k2 = tuple([rep[s] for s in tail])
-            merged2[k2] = merged2.get(k2, 0) | m
-        out[a] = merged2
-    return out, rep[start], rep
+            k = tuple([rep[s] for s in tail])
+            merged[k] = merged.get(k, 0) | m
+        out[a] = merged
+    return out
+
+
+def quotient_size(rules: dict[int, dict[Body, int]], reps: list[int], rep: list[int]) -> int:
+    """The number of rules :func:`quotient` would return, without building them."""
+    count = 0
+    for a in reps:
+        tails = rules[a]
+        if not _renames(tails, rep):
+            count += len(tails)
+        else:
+            count += len({tuple([rep[s] for s in tail]) for tail in tails})
+    return count
