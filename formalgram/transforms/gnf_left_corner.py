@@ -129,24 +129,17 @@ class LeftCorner:
         self.lifted_mask: dict[int, int] = {}
         # the same by terminal id (-1: not looked up yet), so a lookup needs no mask hash
         self.lifted_t = [-1] * len(b.masks)
-        # body -> its lifted tail (the same every time: the lifted terminals never change)
-        self.lifted_tails: dict[Body, Body] = {}
         self.cont_of: dict[int, tuple[int, int]] = {}
 
     def lift_tail(self, body: Body) -> Body:
         """``body[1:]`` with each terminal replaced by its shared ``T -> a`` (made on first use)."""
         n = len(body)
         self.meter.spend(n)
-        known = self.lifted_tails.get(body)
-        if known is not None:
-            return known
         i = 1
         while i < n and body[i] >= 0:
             i += 1
         if i == n:
-            tail = body[1:]
-            self.lifted_tails[body] = tail
-            return tail
+            return body[1:]
         out: list[int] = list(body[1:i])
         lifted_t = self.lifted_t
         while i < n:
@@ -168,9 +161,7 @@ class LeftCorner:
                 if t < len(lifted_t):
                     lifted_t[t] = nt
             out.append(nt)
-        lifted = tuple(out)
-        self.lifted_tails[body] = lifted
-        return lifted
+        return tuple(out)
 
     def first_map(self, a: int) -> dict[int, list[tuple[int, Body]]]:
         """Leading symbol ``X`` -> the pairs ``(B, β)`` with ``B`` in LC(a) and a rule ``B -> X β``."""
