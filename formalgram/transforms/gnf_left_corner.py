@@ -625,7 +625,11 @@ class LeftCorner:
                 rules = self.cont_rules(a, x)
             out: dict[Body, int] = {}
             for t, tail in rules:
-                out[tail] = out.get(tail, 0) | masks[~t]
+                m = masks[~t]
+                # one hash when the tail is new (the usual case); a second only to merge
+                old = out.setdefault(tail, m)
+                if old != m:
+                    out[tail] = old | m
             self.b.charge(len(out), nt)
             result[nt] = out
             work = 0

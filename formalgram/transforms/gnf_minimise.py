@@ -241,7 +241,9 @@ def quotient(
         merged: dict[Body, int] = {}
         for tail, m in tails.items():
             k = tuple([rep[s] for s in tail])
-            merged[k] = merged.get(k, 0) | m
+            old = merged.setdefault(k, m)
+            if old != m:
+                merged[k] = old | m
         out[a] = merged
     return out
 
