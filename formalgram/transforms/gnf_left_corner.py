@@ -41,6 +41,8 @@ class Shared:
         # keys, and the work charged
         self.raw: dict[int, tuple[list[tuple[Body, int]], list[object], int]] = {}
         self.idoms: dict[int, tuple[dict[int, int], list[int]]] = {}
+        # pair key of (a, x) -> x and its unit ancestors in LC(a), parents first
+        self.orders: dict[int, list[int]] = {}
         # the offset of the pair keys of ``raw`` (the number of terminals; -1: no user yet)
         self.offset = -1
 
@@ -240,7 +242,21 @@ class LeftCorner:
         ``pair(a, B)`` in ``done`` is not entered.  The unit steps form an acyclic graph (unit
         cycles are merged beforehand); it is walked in post-order on an explicit stack, so
         chains of any length are fine.  Free of charge: the callers charge what they build.
+
+        The walk from scratch (nothing done) is kept in :class:`Shared`: each caller's
+        ``done`` holds, with a symbol, all of its unit ancestors (it adds whole orders), so
+        the walk that skips ``done`` lists the same symbols as the one from scratch, minus
+        those in ``done``, in the same order.
         """
+        key = self.pair(a, x)
+        full = self.shared.orders.get(key)
+        if full is None:
+            full = self.unit_walk(a, x)
+            self.shared.orders[key] = full
+        return [node for node in full if self.pair(a, node) not in done]
+
+    def unit_walk(self, a: int, x: int) -> list[int]:
+        """``x`` and all its unit ancestors in LC(a), each after its unit parents (post-order)."""
         fm = self.first_map(a)
         order: list[int] = []
         # frames: (symbol, index of its next unit step to look at)
@@ -253,7 +269,7 @@ class LeftCorner:
             while i < len(entries):
                 bnt, beta = entries[i]
                 i += 1
-                if not beta and bnt not in listed and self.pair(a, bnt) not in done:
+                if not beta and bnt not in listed:
                     frames[-1] = (node, i)
                     frames.append((bnt, 0))
                     listed.add(bnt)
