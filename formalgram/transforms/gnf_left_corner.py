@@ -43,6 +43,8 @@ class Shared:
         self.idoms: dict[int, tuple[dict[int, int], list[int]]] = {}
         # pair key of (a, x) -> x and its unit ancestors in LC(a), parents first
         self.orders: dict[int, list[int]] = {}
+        # pair key of (a, x) -> the base of the name of [a/x] (before fresh_name's suffix)
+        self.bases: dict[int, str] = {}
         # the offset of the pair keys of ``raw`` (the number of terminals; -1: no user yet)
         self.offset = -1
 
@@ -395,8 +397,13 @@ class LeftCorner:
         if not self.raw_rules(a, x):
             self.ids[key] = -1
             return -1
-        label = self.b.names[x] if x >= 0 else terminal_name(self.b.masks[~x])
-        nt = self.b.fresh(f"{self.b.names[a]}__{label}")
+        base = self.shared.bases.get(key)
+        if base is None:
+            # the names of the table's symbols are the same in every construction
+            label = self.b.names[x] if x >= 0 else terminal_name(self.b.masks[~x])
+            base = f"{self.b.names[a]}__{label}"
+            self.shared.bases[key] = base
+        nt = self.b.fresh(base)
         self.ids[key] = nt
         self.cont_of[nt] = (a, x)
         return nt
