@@ -24,7 +24,11 @@ The conversion is a pipeline of exact rewritings; what keeps the result small is
   :mod:`~formalgram.transforms.gnf_minimise`).
 
 Every construction writes through the rule store of :mod:`~formalgram.transforms.gnf_rules`.
-Correctness: ``proofs/normal_forms.md`` §6.
+The left-corner variants share what depends on the epsilon-free table alone
+(:class:`~formalgram.transforms.gnf_left_corner.Shared`, which replays the work each entry
+charged, so every budget decision is the one an unshared run makes), each construction is
+scored from its partition (:func:`~formalgram.transforms.gnf_minimise.quotient_size`) and
+only the winner's quotient is built.  Correctness: ``proofs/normal_forms.md`` §6.
 """
 
 from __future__ import annotations
