@@ -604,8 +604,13 @@ class LeftCorner:
                     for p2 in upper:
                         out.append((x, p1 + p2))
 
-    def cont_rules(self, a: int, x: int) -> list[tuple[int, Body]]:
-        out: list[tuple[int, Body]] = []
+    def cont_rules(self, a: int, x: int, out: dict[Body, int]) -> int:
+        """Add the GNF rules of ``[A/X]`` to ``out`` (tail -> mask, equal tails merged).
+
+        Returns the number of rules made before merging.
+        """
+        masks = self.b.masks
+        made = 0
         for beta, bnt in self.raw_rules(a, x):
             lifted = self.lift_tail(beta)
             rests: list[Body] = [lifted + c for c in self.conts(a, bnt)]
@@ -614,8 +619,12 @@ class LeftCorner:
             head = beta[0]
             if head < 0:
                 self.meter.spend(len(rests) * (2 + len(lifted)))
+                m = masks[~head]
                 for rest in rests:
-                    out.append((head, rest))
+                    old = out.setdefault(rest, m)
+                    if old != m:
+                        out[rest] = old | m
+                made += len(rests)
             elif rests:
                 tops = self.top_rules(head)
                 tails = self.top_len.get(head, -1)
@@ -627,8 +636,13 @@ class LeftCorner:
                 self.meter.spend(len(rests) * (1 + tails + len(tops) * (3 + len(lifted))))
                 for rest in rests:
                     for t, tail in tops:
-                        out.append((t, tail + rest))
-        return out
+                        key = tail + rest
+                        m = masks[~t]
+                        old = out.setdefault(key, m)
+                        if old != m:
+                            out[key] = old | m
+                made += len(rests) * len(tops)
+        return made
 
     def run(self, start: int) -> dict[int, dict[Body, int]]:
         """GNF rules (tail -> mask) of every nonterminal needed from ``start``."""
@@ -638,21 +652,24 @@ class LeftCorner:
         seen = {start}
         while needed:
             nt = needed.pop()
-            rules: list[tuple[int, Body]]
-            if nt < self.n_orig:
-                rules = self.top_rules(nt)
-            elif nt in self.lifted_mask:
-                rules = [(self.b.terminal(self.lifted_mask[nt]), ())]
-            else:
-                a, x = self.cont_of[nt]
-                rules = self.cont_rules(a, x)
             out: dict[Body, int] = {}
-            for t, tail in rules:
-                m = masks[~t]
-                # one hash when the tail is new (the usual case); a second only to merge
-                old = out.setdefault(tail, m)
-                if old != m:
-                    out[tail] = old | m
+            made: int
+            if nt >= self.n_orig and nt not in self.lifted_mask:
+                a, x = self.cont_of[nt]
+                made = self.cont_rules(a, x, out)
+            else:
+                rules: list[tuple[int, Body]]
+                if nt < self.n_orig:
+                    rules = self.top_rules(nt)
+                else:
+                    rules = [(self.b.terminal(self.lifted_mask[nt]), ())]
+                for t, tail in rules:
+                    m = masks[~t]
+                    # one hash when the tail is new (the usual case); a second only to merge
+                    old = out.setdefault(tail, m)
+                    if old != m:
+                        out[tail] = old | m
+                made = len(rules)
             self.b.charge(len(out), nt)
             result[nt] = out
             work = 0
@@ -662,7 +679,7 @@ class LeftCorner:
                     if sym not in seen:
                         seen.add(sym)
                         needed.append(sym)
-            self.meter.spend(work + len(rules))
+            self.meter.spend(work + made)
         return result
 
 
