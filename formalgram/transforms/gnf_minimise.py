@@ -57,6 +57,11 @@ def partition(rules: dict[int, dict[Body, int]], start: int, meter: Meter) -> tu
     # per nonterminal: its (tail, mask) pairs and the work of one signature of it
     items: list[list[tuple[Body, int]]] = [[] for _ in range(top)]
     sig_work = [0] * top
+    # the first round, with every nonterminal in block 0, is computed on the way: a tail over
+    # blocks is then all zeros, so the nonterminals are grouped by a stand-in signature with
+    # each tail's length in place of its zeros (equal exactly when the signatures are), and
+    # each group gets the true signature, with one shared tuple of zeros per length, below
+    first: dict[object, list[int]] = {}
     work = 0
     for a in ids:
         pairs = list(rules[a].items())
@@ -70,28 +75,6 @@ def partition(rules: dict[int, dict[Body, int]], start: int, meter: Meter) -> tu
                     users[s].append(a)
         sig_work[a] = own
         work += own
-    meter.spend(work)
-    block = [-1] * top
-    # the same block ids as objects: a compiled build then builds the signatures' tuples
-    # from them without boxing every id again
-    block_obj: list[object] = [-1] * top
-    zero: object = 0
-    for a in ids:
-        block[a] = 0
-        block_obj[a] = zero
-    size = [len(ids)]
-    # the signature every member of a block has (None: not computed yet): the frozenset of
-    # its (tail over blocks, merged mask) pairs, or that pair alone when there is one (equal
-    # signatures are still equal objects, and the common one-rule case needs no set)
-    block_sig: list[object | None] = [None]
-    members: list[set[int]] = [set(ids)]
-    # the first round, with every nonterminal in block 0: a tail over blocks is all zeros, so
-    # it is grouped by a stand-in signature with each tail's length in place of its zeros
-    # (equal exactly when the signatures are), and each group gets the true signature, with
-    # one shared tuple of zeros per length, once
-    first: dict[object, list[int]] = {}
-    for a in ids:
-        pairs = items[a]
         key: object
         if len(pairs) == 1:
             tail, m = pairs[0]
@@ -107,6 +90,21 @@ def partition(rules: dict[int, dict[Body, int]], start: int, meter: Meter) -> tu
             first[key] = [a]
         else:
             got.append(a)
+    meter.spend(work)
+    block = [-1] * top
+    # the same block ids as objects: a compiled build then builds the signatures' tuples
+    # from them without boxing every id again
+    block_obj: list[object] = [-1] * top
+    zero: object = 0
+    for a in ids:
+        block[a] = 0
+        block_obj[a] = zero
+    size = [len(ids)]
+    # the signature every member of a block has (None: not computed yet): the frozenset of
+    # its (tail over blocks, merged mask) pairs, or that pair alone when there is one (equal
+    # signatures are still equal objects, and the common one-rule case needs no set)
+    block_sig: list[object | None] = [None]
+    members: list[set[int]] = [set(ids)]
     zeros: list[object] = []
     first_sigs: dict[object, list[int]] = {}
     for key, group in first.items():
