@@ -54,8 +54,7 @@ def partition(rules: dict[int, dict[Body, int]], start: int, meter: Meter) -> tu
     # in the order of ``ids``: ``last[s]`` is the latest user listed)
     users: list[list[int]] = [[] for _ in range(top)]
     last = [-1] * top
-    # per nonterminal: its (tail, mask) pairs and the work of one signature of it
-    items: list[list[tuple[Body, int]]] = [[] for _ in range(top)]
+    # per nonterminal: the work of one signature of it
     sig_work = [0] * top
     # the first round, with every nonterminal in block 0, is computed on the way: a tail over
     # blocks is then all zeros, so the nonterminals are grouped by a stand-in signature with
@@ -64,10 +63,9 @@ def partition(rules: dict[int, dict[Body, int]], start: int, meter: Meter) -> tu
     first: dict[object, list[int]] = {}
     work = 0
     for a in ids:
-        pairs = list(rules[a].items())
-        items[a] = pairs
+        tails = rules[a]
         own = 0
-        for tail, _ in pairs:
+        for tail in tails:
             own += 1 + len(tail)
             for s in tail:
                 if last[s] != a:
@@ -75,13 +73,13 @@ def partition(rules: dict[int, dict[Body, int]], start: int, meter: Meter) -> tu
                     users[s].append(a)
         sig_work[a] = own
         work += own
-        key: object
-        if len(pairs) == 1:
-            tail, m = pairs[0]
-            key = (len(tail), m)
+        key: object = None
+        if len(tails) == 1:
+            for tail, m in tails.items():
+                key = (len(tail), m)
         else:
             by_len: dict[int, int] = {}
-            for tail, m in pairs:
+            for tail, m in tails.items():
                 n = len(tail)
                 by_len[n] = by_len.get(n, 0) | m
             key = next(iter(by_len.items())) if len(by_len) == 1 else frozenset(by_len.items())
@@ -134,14 +132,14 @@ def partition(rules: dict[int, dict[Body, int]], start: int, meter: Meter) -> tu
                 # a block of one cannot split: its signature would only be stored, and a
                 # block's stored signature is read only while some member is not looked at
                 continue
-            pairs = items[a]
-            sig: object
-            if len(pairs) == 1:
-                tail, m = pairs[0]
-                sig = (tuple([block_obj[s] for s in tail]), m)
+            tails = rules[a]
+            sig: object = None
+            if len(tails) == 1:
+                for tail, m in tails.items():
+                    sig = (tuple([block_obj[s] for s in tail]), m)
             else:
                 keyed: list[tuple[object, int]] = [
-                    (tuple([block_obj[s] for s in tail]), m) for tail, m in pairs
+                    (tuple([block_obj[s] for s in tail]), m) for tail, m in tails.items()
                 ]
                 if len({k for k, _ in keyed}) == len(keyed):
                     # no two tails meet: the pairs as they are (one hash of each tail saved)
