@@ -123,7 +123,6 @@ class LeftCorner:
         self.n_orig = len(table)
         self.firsts: dict[int, dict[int, list[tuple[int, Body]]]] = {}
         self.raw: dict[int, list[tuple[Body, int]]] = {}
-        self.raw_keys: dict[int, list[object]] = {}
         self.unit_reach: dict[int, set[int]] = {}
         self.ids: dict[int, int] = {}
         self.top: dict[int, list[tuple[int, Body]]] = {}
@@ -303,7 +302,6 @@ class LeftCorner:
                 if known is not None:
                     self.meter.spend(known[2])
                     raw[self.pair(a, node)] = known[0]
-                    self.raw_keys[self.pair(a, node)] = known[1]
                     continue
             entries = fm.get(node, [])
             out: list[tuple[Body, int]] = []
@@ -325,7 +323,9 @@ class LeftCorner:
                         keys.append(k)
                 elif not self.distribute:
                     below = cast("list[object]", raw.get(self.pair(a, bnt), []))
-                    below_keys = self.raw_keys.get(self.pair(a, bnt), [])
+                    # the keys of a unit-closed list are kept with it in Shared
+                    known = known_raw.get(self.pair(a, bnt))
+                    below_keys = known[1] if known is not None else []
                     work += 3 * len(below)
                     for j in range(len(below)):
                         k = below_keys[j]
@@ -335,7 +335,6 @@ class LeftCorner:
                             keys.append(k)
             self.meter.spend(work)
             raw[self.pair(a, node)] = out
-            self.raw_keys[self.pair(a, node)] = keys
             if not self.distribute:
                 known_raw[self.pair(a, node)] = (out, keys, work)
         return raw[key]
