@@ -45,6 +45,8 @@ class Shared:
         self.orders: dict[int, list[int]] = {}
         # pair key of (a, x) -> the base of the name of [a/x] (before fresh_name's suffix)
         self.bases: dict[int, str] = {}
+        # terminal id -> the base of the name of its lifted ``T -> a``
+        self.lift_bases: dict[int, str] = {}
         # the offset of the pair keys of ``raw`` (the number of terminals; -1: no user yet)
         self.offset = -1
 
@@ -157,7 +159,11 @@ class LeftCorner:
                 mask = self.b.masks[t]
                 got = self.lifted.get(mask)
                 if got is None:
-                    got = self.b.fresh(terminal_name(mask))
+                    base = self.shared.lift_bases.get(t)
+                    if base is None:
+                        base = terminal_name(mask)
+                        self.shared.lift_bases[t] = base
+                    got = self.b.fresh(base)
                     self.lifted[mask] = got
                     self.lifted_mask[got] = mask
                 nt = got
