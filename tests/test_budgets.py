@@ -38,7 +38,10 @@ from formalgram.recognize.earley import DEFAULT_BUDGET as EARLEY_BUDGET
 from formalgram.recognize.enumerate import _INF, _min_lengths
 from formalgram.testing import grammars
 from formalgram.transforms.budget import DEFAULT_BUDGET, WORK_PER_RULE, Meter, work_allowance
-from formalgram.transforms.gnf import Body, _minimise
+from formalgram.transforms.gnf import _LC_VARIANTS, Body, _minimise
+from formalgram.transforms.gnf_left_corner import LeftCorner, Shared
+from formalgram.transforms.gnf_minimise import partition, quotient_size
+from formalgram.transforms.gnf_rules import Builder
 
 MEMORY_LIMIT = 3 << 29  # 1.5 GiB of address space for a child
 TIMEOUT = 120.0  # seconds; a guard against hangs, not a speed requirement
@@ -289,6 +292,42 @@ def test_minimise_matches_naive_refinement(data: st.DataObject) -> None:
     assert start == 0 and rep[0] == 0
     assert set(out) == {rep[a] for a in range(n)}
     assert all(rep[a] == min(b) or 0 in b for b in blocks.values() for a in b)
+    # the size used to score a construction is the size of the quotient
+    reps, rep2 = partition(rules, 0, Meter("test", DEFAULT_BUDGET))
+    assert rep2 == rep and reps == list(out)
+    assert quotient_size(rules, reps, rep) == sum(len(tails) for tails in out.values())
+
+
+@pytest.mark.parametrize(
+    "rel",
+    ["llama_cpp/json.gbnf", "json_schemas/calendar_event.gbnf", "derived/lark_via_xgrammar/c_syncode.gbnf"],
+)
+def test_left_corner_shared_tables_change_nothing(rel: str) -> None:
+    """Each left-corner variant run after the others on one Shared gives the rules, names and
+    charged work of the same variant run alone (the sharing replays what it saved)."""
+    from formalgram.grammar import Grammar as G
+    from formalgram.syntax.gbnf import load
+    from formalgram.transforms.epsilon import remove_epsilon
+    from formalgram.transforms.unit import merge_unit_cycles
+    from formalgram.transforms.useless import remove_useless
+
+    g = remove_useless(load(Path(__file__).resolve().parent / "data" / "grammars" / rel))
+    start_name = g.names[g.start_id]
+    g = remove_epsilon(g)
+    g = G._trusted(g.names, g.masks, g.id_of(start_name), [r for r in g.rules if r[1]], unique=True)
+    g = merge_unit_cycles(remove_useless(g))
+    table: list[list[Body]] = [[] for _ in g.names]
+    for lhs, rhs in g.rules:
+        table[lhs].append(rhs)
+    shared = Shared(table)
+    for factor, distribute, cut, deep in _LC_VARIANTS.values():
+        runs = []
+        for tables in (None, shared):
+            meter = Meter("test", DEFAULT_BUDGET)
+            b = Builder(list(g.names), list(g.masks), DEFAULT_BUDGET, meter)
+            out = LeftCorner(table, b, factor, distribute, cut, deep, tables).run(g.start_id)
+            runs.append((out, b.names, b.masks, meter.work))
+        assert runs[0] == runs[1]
 
 
 def test_minimise_long_chain() -> None:

@@ -36,6 +36,7 @@ from formalgram.recognize import accepts, enumerate_strings
 from formalgram.recognize.enumerate import _INF, _min_lengths, default_alphabet
 from formalgram.testing import grammar_and_strings, grammars
 from formalgram.transforms.gnf import STRATEGIES
+from formalgram.transforms.useless import compact
 
 MAX_LEN = 6
 SETTINGS = settings(
@@ -160,6 +161,10 @@ def test_remove_useless(g: Grammar) -> None:
     _same_language(g, h)
     assert generating(h) == frozenset(range(len(h.names)))
     assert reachable(h) == frozenset(range(len(h.names)))
+    # trimmed and in compact's order already: given back as it is
+    assert remove_useless(h) is h
+    again = compact(h.names, h.masks, h.start_id, h.rules)
+    assert (again.names, again.masks, again.start_id, again.rules) == (h.names, h.masks, h.start_id, h.rules)
 
 
 @SETTINGS

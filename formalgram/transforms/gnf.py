@@ -24,7 +24,11 @@ The conversion is a pipeline of exact rewritings; what keeps the result small is
   :mod:`~formalgram.transforms.gnf_minimise`).
 
 Every construction writes through the rule store of :mod:`~formalgram.transforms.gnf_rules`.
-Correctness: ``proofs/normal_forms.md`` §6.
+The left-corner variants share what depends on the epsilon-free table alone
+(:class:`~formalgram.transforms.gnf_left_corner.Shared`, which replays the work each entry
+charged, so every budget decision is the one an unshared run makes), each construction is
+scored from its partition (:func:`~formalgram.transforms.gnf_minimise.quotient_size`) and
+only the winner's quotient is built.  Correctness: ``proofs/normal_forms.md`` §6.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from formalgram.grammar import Grammar
 from formalgram.transforms.budget import DEFAULT_BUDGET, Meter
 from formalgram.transforms.epsilon import remove_epsilon
 from formalgram.transforms.gnf_check import gnf_violation, is_gnf, require_gnf
-from formalgram.transforms.gnf_left_corner import CutFrame, LeftCorner
-from formalgram.transforms.gnf_minimise import minimise
+from formalgram.transforms.gnf_left_corner import CutFrame, LeftCorner, Shared
+from formalgram.transforms.gnf_minimise import minimise, partition, quotient, quotient_size
 from formalgram.transforms.gnf_rules import Body as Body
 from formalgram.transforms.gnf_rules import Builder, finish, terminal_name
 from formalgram.transforms.gnf_substitution import expand_leftmost, lift_terminals
@@ -200,9 +204,13 @@ def to_gnf(
     base: list[list[Body]] = [[] for _ in g.names]
     for lhs, rhs in g.rules:
         base[lhs].append(rhs)
-    best: tuple[dict[int, dict[Body, int]], int, Builder] | None = None
+    # the best construction so far: its rules, its representatives and the representative of
+    # each nonterminal (the quotient is built for the winner only), its builder and its score
+    best: tuple[dict[int, dict[Body, int]], list[int], list[int], Builder, tuple[int, int]] | None = None
     allowance = meter.allowance
     first_work = 0
+    # what the left-corner variants compute from the table alone, computed once
+    shared = Shared(base)
     for name, (factor, distribute, cut, deep) in _LC_VARIANTS.items():
         if strategy not in ("auto", "left-corner", name):
             continue
@@ -210,14 +218,14 @@ def to_gnf(
         # the start rules: dominator split, unit steps spelled out, cut at children
         # a later variant gives up once clearly larger than the best so far
         # and once it has taken much more work than the first one
-        cap = budget if best is None else min(budget, 2 * best[2].count + 64)
+        cap = budget if best is None else min(budget, 2 * best[3].count + 64)
         b = Builder(list(g.names), list(g.masks), cap, meter)
         before = meter.work
         if best is not None:
             meter.allowance = min(allowance, before + max(_ALTERNATIVE_WORK * first_work, _ALTERNATIVE_FLOOR))
         try:
-            lc = LeftCorner([list(x) for x in base], b, factor, distribute, cut, deep).run(g.start_id)
-            quotient, start, _ = minimise(lc, g.start_id, meter)
+            lc = LeftCorner(base, b, factor, distribute, cut, deep, shared).run(g.start_id)
+            reps, rep = partition(lc, g.start_id, meter)
         except GrammarTooLarge:
             meter.allowance = allowance
             if best is None:
@@ -226,13 +234,14 @@ def to_gnf(
         meter.allowance = allowance
         if best is None:
             first_work = meter.work - before
-        if best is None or _score(quotient, objective) < _score(best[0], objective):
-            best = (quotient, start, b)
+        score = _score(quotient_size(lc, reps, rep), len(reps), objective)
+        if best is None or score < best[4]:
+            best = (lc, reps, rep, b, score)
     if strategy in ("auto", "substitution"):
         # Paull + leftmost substitution: often smaller on shallow grammars, but tails
         # accumulate on deep ones, so in "auto" mode it may not grow past the best
         # left-corner result.
-        cap = budget if best is None else min(budget, 2 * best[2].count + 64)
+        cap = budget if best is None else min(budget, 2 * best[3].count + 64)
         if best is not None:
             meter.allowance = min(
                 allowance, meter.work + max(_ALTERNATIVE_WORK * first_work, _ALTERNATIVE_FLOOR)
@@ -243,17 +252,18 @@ def to_gnf(
             b2 = Builder(names, list(g.masks), cap, meter)
             lift_terminals(table, b2)
             expanded = expand_leftmost(table, g.start_id, b2)
-            q2, s2, _ = minimise(expanded, g.start_id, meter)
-            if best is None or _score(q2, objective) < _score(best[0], objective):
-                best = (q2, s2, b2)
+            reps2, rep2 = partition(expanded, g.start_id, meter)
+            score2 = _score(quotient_size(expanded, reps2, rep2), len(reps2), objective)
+            if best is None or score2 < best[4]:
+                best = (expanded, reps2, rep2, b2, score2)
         except GrammarTooLarge:
             if best is None:
                 raise
         finally:
             meter.allowance = allowance
     assert best is not None
-    quotient, start, b = best
-    return finish(quotient, start, b, start_name, has_eps)
+    rules, reps, rep, b, _ = best
+    return finish(quotient(rules, reps, rep), rep[g.start_id], b, start_name, has_eps)
 
 
 def _size(g: Grammar) -> int:
@@ -261,11 +271,8 @@ def _size(g: Grammar) -> int:
     return len(g.rules) + sum(len(rhs) for _, rhs in g.rules)
 
 
-def _count(rules: dict[int, dict[Body, int]]) -> int:
-    return sum(len(x) for x in rules.values())
-
-
-def _score(rules: dict[int, dict[Body, int]], objective: str) -> tuple[int, int]:
+def _score(rules: int, nonterminals: int, objective: str) -> tuple[int, int]:
+    """What ``objective`` minimises, as a pair compared in order."""
     if objective == "nonterminals":
-        return (len(rules), _count(rules))
-    return (_count(rules), len(rules))
+        return (nonterminals, rules)
+    return (rules, nonterminals)

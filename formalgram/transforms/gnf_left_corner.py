@@ -3,7 +3,8 @@
 :class:`LeftCorner` turns an epsilon-free table of rules without unit cycles straight into
 GNF rules, one continuation nonterminal per pair of a nonterminal and a left corner; its
 variants (dominator split, unit steps spelled out, cut at the children, deep cut) are
-chosen by :func:`formalgram.transforms.gnf.to_gnf`.
+chosen by :func:`formalgram.transforms.gnf.to_gnf`, which runs them on one table and lets them
+share what depends on the table alone (:class:`Shared`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,49 @@ from __future__ import annotations
 from collections.abc import Container
 from typing import cast
 
+from formalgram.transforms.budget import Meter
 from formalgram.transforms.gnf_rules import Body, Builder, terminal_name
 from formalgram.transforms.left_recursion import body_key
 from formalgram.transforms.unit import sccs
 
-__all__ = ["CutFrame", "LeftCorner"]
+__all__ = ["CutFrame", "LeftCorner", "Shared"]
+
+
+class Shared:
+    """What the left-corner variants of one conversion compute from the same table, kept once.
+
+    The components of the left-corner graph, the first maps, the unit reaches, the unit-closed
+    raw continuation bodies and the dominators depend on the table only.  Each entry keeps
+    the steps of work its computation charged, chunk by chunk, and a variant that takes an
+    entry from here charges those chunks again at the point where it would have computed
+    it, so the meter (and with it every budget decision) runs exactly as without sharing.
+    The table must not change while the entries are in use.
+    """
+
+    def __init__(self, table: list[list[Body]]) -> None:
+        self.table = table
+        self.comp: list[int] | None = None
+        self.cyclic: list[bool] = []
+        self.firsts: dict[int, tuple[dict[int, list[tuple[int, Body]]], list[int]]] = {}
+        self.unit_reach: dict[int, tuple[set[int], list[int]]] = {}
+        # pair key of (a, x) (see LeftCorner.pair) -> the unit-closed bodies of [a/x], their
+        # keys, and the work charged
+        self.raw: dict[int, tuple[list[tuple[Body, int]], list[object], int]] = {}
+        self.idoms: dict[int, tuple[dict[int, int], list[int]]] = {}
+        # pair key of (a, x) -> x and its unit ancestors in LC(a), parents first
+        self.orders: dict[int, list[int]] = {}
+        # pair key of (a, x) -> the base of the name of [a/x] (before fresh_name's suffix)
+        self.bases: dict[int, str] = {}
+        # terminal id -> the base of the name of its lifted ``T -> a``
+        self.lift_bases: dict[int, str] = {}
+        # the offset of the pair keys of ``raw`` (the number of terminals; -1: no user yet)
+        self.offset = -1
+
+
+def _replay(meter: Meter, chunks: list[int]) -> None:
+    """Charge ``chunks`` one by one, as the computation that recorded them did."""
+    for k in chunks:
+        meter.spend(k)
 
 
 class LeftCorner:
@@ -46,49 +85,90 @@ class LeftCorner:
         distribute: bool,
         cut: bool = False,
         deep: bool = False,
+        shared: Shared | None = None,
     ) -> None:
         self.cut = cut or deep
         self.deep = deep
+        if shared is None:
+            shared = Shared(table)
+        assert shared.table is table
+        self.shared = shared
         # strongly connected components of the left-corner graph (deep cuts stay acyclic)
         n = len(table)
         b.meter.spend(n + sum(len(bodies) for bodies in table))
-        succ = [[body[0] for body in table[v] if body[0] >= 0] for v in range(n)]
-        self.comp = [0] * n
-        self.cyclic = [False] * n
-        for i, members in enumerate(sccs(n, succ)):
-            for v in members:
-                self.comp[v] = i
-                self.cyclic[v] = len(members) > 1 or v in succ[v]
+        comp = shared.comp
+        if comp is None:
+            succ = [[body[0] for body in table[v] if body[0] >= 0] for v in range(n)]
+            comp = [0] * n
+            cyclic = [False] * n
+            for i, members in enumerate(sccs(n, succ)):
+                for v in members:
+                    comp[v] = i
+                    cyclic[v] = len(members) > 1 or v in succ[v]
+            shared.comp = comp
+            shared.cyclic = cyclic
+        self.comp = comp
+        self.cyclic = shared.cyclic
         self.factor = factor
         self.distribute = distribute
-        self.ups: dict[tuple[int, int], list[int]] = {}
+        # the tables keyed by a pair (a, x) use one int, ``a * stride + x + offset``: the
+        # symbols x of the table are its nonterminals and the terminals ~t, t < len(b.masks)
+        self.offset = len(b.masks)
+        self.stride = self.offset + len(table)
+        if shared.offset < 0:
+            shared.offset = self.offset
+        assert shared.offset == self.offset
+        self.ups: dict[int, list[int]] = {}
         self.table = table
         self.b = b
         self.meter = b.meter
         self.n_orig = len(table)
         self.firsts: dict[int, dict[int, list[tuple[int, Body]]]] = {}
-        self.raw: dict[tuple[int, int], list[tuple[Body, int]]] = {}
-        self.raw_keys: dict[tuple[int, int], list[object]] = {}
+        self.raw: dict[int, list[tuple[Body, int]]] = {}
         self.unit_reach: dict[int, set[int]] = {}
-        self.ids: dict[tuple[int, int], int] = {}
+        self.ids: dict[int, int] = {}
         self.top: dict[int, list[tuple[int, Body]]] = {}
+        # the summed tail lengths of each finished ``top`` list (for the charges of cont_rules)
+        self.top_len: dict[int, int] = {}
         self.lifted: dict[int, int] = {}
         self.lifted_mask: dict[int, int] = {}
+        # the same by terminal id (-1: not looked up yet), so a lookup needs no mask hash
+        self.lifted_t = [-1] * len(b.masks)
         self.cont_of: dict[int, tuple[int, int]] = {}
 
-    def lift(self, body: Body) -> Body:
-        self.meter.spend(1 + len(body))
-        out: list[int] = []
-        for s in body:
+    def lift_tail(self, body: Body) -> Body:
+        """``body[1:]`` with each terminal replaced by its shared ``T -> a`` (made on first use)."""
+        n = len(body)
+        self.meter.spend(n)
+        i = 1
+        while i < n and body[i] >= 0:
+            i += 1
+        if i == n:
+            return body[1:]
+        out: list[int] = list(body[1:i])
+        lifted_t = self.lifted_t
+        while i < n:
+            s = body[i]
+            i += 1
             if s >= 0:
                 out.append(s)
                 continue
-            mask = self.b.masks[~s]
-            nt = self.lifted.get(mask)
-            if nt is None:
-                nt = self.b.fresh(terminal_name(mask))
-                self.lifted[mask] = nt
-                self.lifted_mask[nt] = mask
+            t = ~s
+            nt = lifted_t[t] if t < len(lifted_t) else -1
+            if nt < 0:
+                mask = self.b.masks[t]
+                got = self.lifted.get(mask)
+                if got is None:
+                    base = self.shared.lift_bases.get(t)
+                    if base is None:
+                        base = terminal_name(mask)
+                        self.shared.lift_bases[t] = base
+                    got = self.b.fresh(base)
+                    self.lifted[mask] = got
+                    self.lifted_mask[got] = mask
+                nt = got
+                if t < len(lifted_t):
+                    lifted_t[t] = nt
             out.append(nt)
         return tuple(out)
 
@@ -97,14 +177,22 @@ class LeftCorner:
         got = self.firsts.get(a)
         if got is not None:
             return got
+        known = self.shared.firsts.get(a)
+        if known is not None:
+            _replay(self.meter, known[1])
+            self.firsts[a] = known[0]
+            return known[0]
         table = self.table
         seen = {a}
         order = [a]
+        chunks: list[int] = []
         i = 0
         while i < len(order):
             bodies = table[order[i]]
             # a visit, and an entry of the map (a pair and a sliced body) per rule
-            self.meter.spend(1 + 12 * len(bodies))
+            chunk = 1 + 12 * len(bodies)
+            chunks.append(chunk)
+            self.meter.spend(chunk)
             for body in bodies:
                 x = body[0]
                 if x >= 0 and x not in seen:
@@ -116,6 +204,7 @@ class LeftCorner:
             for body in table[bnt]:
                 fm.setdefault(body[0], []).append((bnt, body[1:]))
         self.firsts[a] = fm
+        self.shared.firsts[a] = (fm, chunks)
         return fm
 
     def nullable(self, a: int, x: int) -> bool:
@@ -124,12 +213,19 @@ class LeftCorner:
             return True
         reach = self.unit_reach.get(a)
         if reach is None:
+            known = self.shared.unit_reach.get(a)
+            if known is not None:
+                _replay(self.meter, known[1])
+                self.unit_reach[a] = known[0]
+                return x in known[0]
             # the symbols reached from ``a`` through rules ``B -> X`` (all of them lie in LC(a))
             table = self.table
             reach = {a}
             stack = [a]
+            chunks: list[int] = []
             while stack:
                 bodies = table[stack.pop()]
+                chunks.append(1 + len(bodies))
                 self.meter.spend(1 + len(bodies))
                 for body in bodies:
                     if len(body) == 1:
@@ -139,16 +235,35 @@ class LeftCorner:
                             if y >= 0:
                                 stack.append(y)
             self.unit_reach[a] = reach
+            self.shared.unit_reach[a] = (reach, chunks)
         return x in reach
 
-    def unit_order(self, a: int, x: int, done: Container[tuple[int, int]]) -> list[int]:
+    def pair(self, a: int, x: int) -> int:
+        """The int key of the pair ``(a, x)`` in the tables keyed by pairs."""
+        return a * self.stride + x + self.offset
+
+    def unit_order(self, a: int, x: int, done: Container[int]) -> list[int]:
         """``x`` and its unit ancestors in LC(a) not yet in ``done``, each after its unit parents.
 
         A unit parent of ``X`` is a ``B`` with a rule ``B -> X``; a symbol ``B`` with
-        ``(a, B)`` in ``done`` is not entered.  The unit steps form an acyclic graph (unit
+        ``pair(a, B)`` in ``done`` is not entered.  The unit steps form an acyclic graph (unit
         cycles are merged beforehand); it is walked in post-order on an explicit stack, so
         chains of any length are fine.  Free of charge: the callers charge what they build.
+
+        The walk from scratch (nothing done) is kept in :class:`Shared`: each caller's
+        ``done`` holds, with a symbol, all of its unit ancestors (it adds whole orders), so
+        the walk that skips ``done`` lists the same symbols as the one from scratch, minus
+        those in ``done``, in the same order.
         """
+        key = self.pair(a, x)
+        full = self.shared.orders.get(key)
+        if full is None:
+            full = self.unit_walk(a, x)
+            self.shared.orders[key] = full
+        return [node for node in full if self.pair(a, node) not in done]
+
+    def unit_walk(self, a: int, x: int) -> list[int]:
+        """``x`` and all its unit ancestors in LC(a), each after its unit parents (post-order)."""
         fm = self.first_map(a)
         order: list[int] = []
         # frames: (symbol, index of its next unit step to look at)
@@ -161,7 +276,7 @@ class LeftCorner:
             while i < len(entries):
                 bnt, beta = entries[i]
                 i += 1
-                if not beta and bnt not in listed and (a, bnt) not in done:
+                if not beta and bnt not in listed:
                     frames[-1] = (node, i)
                     frames.append((bnt, 0))
                     listed.add(bnt)
@@ -180,13 +295,20 @@ class LeftCorner:
         non-empty, and (unless unit steps are spelled out) every body of ``[A/B]`` for each
         unit rule ``B -> X``, first occurrences only, built in :meth:`unit_order`.
         """
-        key = (a, x)
+        key = self.pair(a, x)
         got = self.raw.get(key)
         if got is not None:
             return got
         fm = self.first_map(a)
         raw = self.raw
+        known_raw = self.shared.raw
         for node in [x] if self.distribute else self.unit_order(a, x, raw):
+            if not self.distribute:
+                known = known_raw.get(self.pair(a, node))
+                if known is not None:
+                    self.meter.spend(known[2])
+                    raw[self.pair(a, node)] = known[0]
+                    continue
             entries = fm.get(node, [])
             out: list[tuple[Body, int]] = []
             # deduplicated by body_key (bodies over the terminals ~0 and ~1 would collide);
@@ -206,8 +328,10 @@ class LeftCorner:
                         out.append((beta, bnt))
                         keys.append(k)
                 elif not self.distribute:
-                    below = cast("list[object]", raw.get((a, bnt), []))
-                    below_keys = self.raw_keys.get((a, bnt), [])
+                    below = cast("list[object]", raw.get(self.pair(a, bnt), []))
+                    # the keys of a unit-closed list are kept with it in Shared
+                    known = known_raw.get(self.pair(a, bnt))
+                    below_keys = known[1] if known is not None else []
                     work += 3 * len(below)
                     for j in range(len(below)):
                         k = below_keys[j]
@@ -216,8 +340,9 @@ class LeftCorner:
                             shared.append(below[j])
                             keys.append(k)
             self.meter.spend(work)
-            raw[(a, node)] = out
-            self.raw_keys[(a, node)] = keys
+            raw[self.pair(a, node)] = out
+            if not self.distribute:
+                known_raw[self.pair(a, node)] = (out, keys, work)
         return raw[key]
 
     def up(self, a: int, x: int) -> list[int]:
@@ -226,7 +351,7 @@ class LeftCorner:
         In the order ``X`` first, then the lists of the unit parents ``B`` of ``X`` (rules
         ``B -> X``) one after the other, first occurrences only; built in :meth:`unit_order`.
         """
-        key = (a, x)
+        key = self.pair(a, x)
         got = self.ups.get(key)
         if got is not None:
             return got
@@ -240,14 +365,14 @@ class LeftCorner:
             for bnt, beta in entries:
                 work += 1
                 if not beta:
-                    above = ups.get((a, bnt), [])
+                    above = ups.get(self.pair(a, bnt), [])
                     work += 2 * len(above)
                     for y in above:
                         if y not in seen:
                             seen.add(y)
                             out.append(y)
             self.meter.spend(work)
-            ups[(a, node)] = out
+            ups[self.pair(a, node)] = out
         return ups[key]
 
     def conts(self, a: int, x: int) -> list[Body]:
@@ -270,17 +395,22 @@ class LeftCorner:
 
     def cont_id(self, a: int, x: int) -> int:
         """The nonterminal ``[A/X]`` (created on first use), or -1 when it derives nothing."""
-        key = (a, x)
+        key = self.pair(a, x)
         got = self.ids.get(key)
         if got is not None:
             return got
         if not self.raw_rules(a, x):
             self.ids[key] = -1
             return -1
-        label = self.b.names[x] if x >= 0 else terminal_name(self.b.masks[~x])
-        nt = self.b.fresh(f"{self.b.names[a]}__{label}")
+        base = self.shared.bases.get(key)
+        if base is None:
+            # the names of the table's symbols are the same in every construction
+            label = self.b.names[x] if x >= 0 else terminal_name(self.b.masks[~x])
+            base = f"{self.b.names[a]}__{label}"
+            self.shared.bases[key] = base
+        nt = self.b.fresh(base)
         self.ids[key] = nt
-        self.cont_of[nt] = key
+        self.cont_of[nt] = (a, x)
         return nt
 
     def dominators(self, a: int) -> dict[int, int]:
@@ -289,6 +419,11 @@ class LeftCorner:
         Nodes are the members of LC(a) and the terminals leading their rules; the
         iterative algorithm of Cooper, Harvey and Kennedy on reverse postorder.
         """
+        known = self.shared.idoms.get(a)
+        if known is not None:
+            _replay(self.meter, known[1])
+            return known[0]
+        chunks: list[int] = []
         succ: dict[int, list[int]] = {}
         order: list[int] = []
         seen = {a}
@@ -299,6 +434,7 @@ class LeftCorner:
             if nxt is None:
                 nxt = list(dict.fromkeys([body[0] for body in self.table[v]])) if v >= 0 else []
                 succ[v] = nxt
+                chunks.append(1 + 2 * len(nxt))
                 self.meter.spend(1 + 2 * len(nxt))
             if i < len(nxt):
                 stack[-1] = (v, i + 1)
@@ -338,10 +474,12 @@ class LeftCorner:
                             f2 = idom[f2]
                             steps += 1
                     new = f1
+                chunks.append(steps)
                 self.meter.spend(steps)
                 if idom.get(v) != new:
                     idom[v] = new
                     changed = True
+        self.shared.idoms[a] = (idom, chunks)
         return idom
 
     def top_rules(self, a: int) -> list[tuple[int, Body]]:
@@ -424,7 +562,7 @@ class LeftCorner:
         for body in bodies:
             head = body[0]
             if head < 0:
-                lifted = self.lift(body[1:])
+                lifted = self.lift_tail(body)
                 self.meter.spend(len(self_tails) * (1 + len(lifted)))
                 for q in self_tails:
                     out.append((head, lifted + q))
@@ -471,26 +609,45 @@ class LeftCorner:
                     for p2 in upper:
                         out.append((x, p1 + p2))
 
-    def cont_rules(self, a: int, x: int) -> list[tuple[int, Body]]:
-        out: list[tuple[int, Body]] = []
+    def cont_rules(self, a: int, x: int, out: dict[Body, int]) -> int:
+        """Add the GNF rules of ``[A/X]`` to ``out`` (tail -> mask, equal tails merged).
+
+        Returns the number of rules made before merging.
+        """
+        masks = self.b.masks
+        made = 0
         for beta, bnt in self.raw_rules(a, x):
-            lifted = self.lift(beta[1:])
+            lifted = self.lift_tail(beta)
             rests: list[Body] = [lifted + c for c in self.conts(a, bnt)]
             if self.nullable(a, bnt):
                 rests.append(lifted)
             head = beta[0]
             if head < 0:
                 self.meter.spend(len(rests) * (2 + len(lifted)))
+                m = masks[~head]
                 for rest in rests:
-                    out.append((head, rest))
+                    old = out.setdefault(rest, m)
+                    if old != m:
+                        out[rest] = old | m
+                made += len(rests)
             elif rests:
                 tops = self.top_rules(head)
-                tails = sum(len(tail) for _, tail in tops)
+                tails = self.top_len.get(head, -1)
+                if tails < 0:
+                    tails = 0
+                    for top in tops:
+                        tails += len(top[1])
+                    self.top_len[head] = tails
                 self.meter.spend(len(rests) * (1 + tails + len(tops) * (3 + len(lifted))))
                 for rest in rests:
                     for t, tail in tops:
-                        out.append((t, tail + rest))
-        return out
+                        key = tail + rest
+                        m = masks[~t]
+                        old = out.setdefault(key, m)
+                        if old != m:
+                            out[key] = old | m
+                made += len(rests) * len(tops)
+        return made
 
     def run(self, start: int) -> dict[int, dict[Body, int]]:
         """GNF rules (tail -> mask) of every nonterminal needed from ``start``."""
@@ -500,17 +657,24 @@ class LeftCorner:
         seen = {start}
         while needed:
             nt = needed.pop()
-            rules: list[tuple[int, Body]]
-            if nt < self.n_orig:
-                rules = self.top_rules(nt)
-            elif nt in self.lifted_mask:
-                rules = [(self.b.terminal(self.lifted_mask[nt]), ())]
-            else:
-                a, x = self.cont_of[nt]
-                rules = self.cont_rules(a, x)
             out: dict[Body, int] = {}
-            for t, tail in rules:
-                out[tail] = out.get(tail, 0) | masks[~t]
+            made: int
+            if nt >= self.n_orig and nt not in self.lifted_mask:
+                a, x = self.cont_of[nt]
+                made = self.cont_rules(a, x, out)
+            else:
+                rules: list[tuple[int, Body]]
+                if nt < self.n_orig:
+                    rules = self.top_rules(nt)
+                else:
+                    rules = [(self.b.terminal(self.lifted_mask[nt]), ())]
+                for t, tail in rules:
+                    m = masks[~t]
+                    # one hash when the tail is new (the usual case); a second only to merge
+                    old = out.setdefault(tail, m)
+                    if old != m:
+                        out[tail] = old | m
+                made = len(rules)
             self.b.charge(len(out), nt)
             result[nt] = out
             work = 0
@@ -520,7 +684,7 @@ class LeftCorner:
                     if sym not in seen:
                         seen.add(sym)
                         needed.append(sym)
-            self.meter.spend(work + len(rules))
+            self.meter.spend(work + made)
         return result
 
 

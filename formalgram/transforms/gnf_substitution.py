@@ -19,7 +19,10 @@ def lift_terminals(table: list[list[Body]], b: Builder) -> None:
         new: list[Body] = []
         b.meter.spend(1 + sum(len(body) for body in table[a]))
         for body in table[a]:
-            if any(s < 0 for s in body[1:]):
+            i = 1
+            while i < len(body) and body[i] >= 0:
+                i += 1
+            if i < len(body):
                 items = [body[0]]
                 for s in body[1:]:
                     if s < 0:
@@ -74,7 +77,10 @@ def expand_leftmost(table: list[list[Body]], start: int, b: Builder) -> dict[int
                 x = body[0]
                 rest = body[1:]
                 if x < 0:
-                    out[rest] = out.get(rest, 0) | masks[~x]
+                    m = masks[~x]
+                    old = out.setdefault(rest, m)
+                    if old != m:
+                        out[rest] = old | m
                     b.meter.spend(len(body))
                 else:
                     subs = gnf[x]
@@ -82,7 +88,9 @@ def expand_leftmost(table: list[list[Body]], start: int, b: Builder) -> dict[int
                     b.meter.spend(len(subs) * len(body) + sum(len(tail) for tail in subs))
                     for tail, m in subs.items():
                         key = tail + rest
-                        out[key] = out.get(key, 0) | m
+                        old = out.setdefault(key, m)
+                        if old != m:
+                            out[key] = old | m
                     if b.count + len(out) > b.budget:
                         b.charge(len(out), a)
             b.charge(len(out), a)

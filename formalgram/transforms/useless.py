@@ -84,6 +84,44 @@ def compact(
     return Grammar._trusted(new_names, new_masks, new_start, out, unique=unique)
 
 
+def _already_compact(names: Sequence[str], masks: Sequence[int], start: int, rules: Sequence[IdRule]) -> bool:
+    """Whether :func:`compact` would give back ids, names, masks and rules unchanged.
+
+    It would when every name and mask is used and the order of first use (the start, then
+    each rule's right-hand side before its left-hand side, as :func:`compact` numbers them)
+    is the order of the ids; the caller guarantees distinct names and masks.
+    """
+    nt_map = [-1] * len(names)
+    t_map = [-1] * len(masks)
+    nts = 0
+    ts = 0
+    if start != 0:
+        return False
+    nt_map[0] = 0
+    nts = 1
+    for lhs, rhs in rules:
+        for s in rhs:
+            if s >= 0:
+                if nt_map[s] < 0:
+                    if s != nts:
+                        return False
+                    nt_map[s] = s
+                    nts += 1
+            else:
+                t = ~s
+                if t_map[t] < 0:
+                    if t != ts:
+                        return False
+                    t_map[t] = t
+                    ts += 1
+        if nt_map[lhs] < 0:
+            if lhs != nts:
+                return False
+            nt_map[lhs] = lhs
+            nts += 1
+    return nts == len(names) and ts == len(masks)
+
+
 def remove_useless(g: Grammar) -> Grammar:
     """Drop non-generating symbols, then unreachable ones.
 
@@ -100,8 +138,10 @@ def remove_useless(g: Grammar) -> Grammar:
     Returns
     -------
     Grammar
-        A new grammar with ``L(result) == L(g)`` (the empty string included), in which
-        every nonterminal is reachable from the start and generates some string.
+        A grammar with ``L(result) == L(g)`` (the empty string included), in which
+        every nonterminal is reachable from the start and generates some string, over
+        dense ids in the order of first use (as :func:`compact` numbers them): ``g``
+        itself when it is already so.
 
     Raises
     ------
@@ -128,10 +168,15 @@ def remove_useless(g: Grammar) -> Grammar:
             f"the start symbol {g.names[g.start_id]!r} generates no string: the language is empty"
         )
     rules = g.rules
+    kept = generating_rules(g, gen)
     # a subset of g's rules over g's ids: trusted (g is valid, its rules unique)
-    g1 = Grammar._trusted(
-        g.names, g.masks, g.start_id, [rules[ri] for ri in generating_rules(g, gen)], unique=True
+    g1 = (
+        g
+        if len(kept) == len(rules)
+        else Grammar._trusted(g.names, g.masks, g.start_id, [rules[ri] for ri in kept], unique=True)
     )
     reach = reachable(g1)
+    if len(reach) == len(g1.names) and _already_compact(g1.names, g1.masks, g1.start_id, g1.rules):
+        return g1
     final = [r for r in g1.rules if r[0] in reach]
     return compact(g1.names, g1.masks, g1.start_id, final, unique=True)
