@@ -292,10 +292,12 @@ def test_kernel_can_be_turned_off() -> None:
 
 
 @pytest.mark.parametrize("rel", ["json_schemas/invoice.gbnf", "llama_cpp/arithmetic.gbnf"])
-def test_domains_recorded_by_the_kernel_give_the_native_tables(rel: str) -> None:
-    """``compress(..., domains=True)`` records the domains from the kernel's tables; the native
-    engine's tables built from them equal those built from a fresh Python search of the
-    representatives (``build_tables`` of classes without domains)."""
+def test_domains_recorded_by_the_kernel_give_the_native_tables(
+    rel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compress(..., domains=True)`` records the domains from the kernel's tables, and
+    ``build_tables`` of classes without domains searches their representatives with the
+    kernel; the native engine's tables from either equal those from the Python search."""
     from bench.domains_bench import same_tables
     from formalgram_cfgzip.engines.native.tables import build_tables
 
@@ -306,7 +308,41 @@ def test_domains_recorded_by_the_kernel_give_the_native_tables(rel: str) -> None
     assert recorded.stats["search_kernel"] == 1.0
     plain = compress(text, vocab, progress=False)
     assert np.array_equal(recorded.token_class, plain.token_class)
-    assert same_tables(build_tables(recorded, text), build_tables(plain, text))
+    by_kernel = build_tables(plain, text)
+    monkeypatch.setenv("FORMALGRAM_NO_CSEARCH", "1")
+    by_python = build_tables(plain, text)
+    assert same_tables(build_tables(recorded, text), by_python)
+    assert same_tables(by_kernel, by_python)
+
+
+def test_domain_roots_by_the_kernel_name_the_python_searchs_sets() -> None:
+    """``domain_roots`` with the kernel: equal roots exactly where the Python search's roots are
+    equal, -1 for the same tokens (no text, or valid nowhere)."""
+    from formalgram_cfgzip.search.domains import domain_roots
+
+    text = grammar("llama_cpp/json.gbnf").read_text()
+    gnf = to_gnf(remove_useless(parse_gbnf(text)))
+    tokens: list[bytes | None] = [
+        None,
+        b"",
+        b"{",
+        b"[",
+        b'{"a',
+        b"1",
+        b"12",
+        b"}",
+        b"]]",
+        b"\x00",
+        b'"x"',
+        b"true",
+    ]
+    got = domain_roots(NativeSearch(gnf, MODULE), tokens)
+    want = domain_roots(DisplacementSearch(gnf), tokens)
+    assert [r < 0 for r in got] == [r < 0 for r in want] and got.count(-1) >= 3
+    pairs = {}
+    for a, b in zip(got, want, strict=True):
+        assert pairs.setdefault(a, b) == b
+    assert len(set(pairs.values())) == len(pairs)
 
 
 @pytest.mark.heavy

@@ -198,13 +198,15 @@ def representative_texts(
     return [None if k in textless or not 0 <= r < n else tokens[r] for k, r in enumerate(representatives)]
 
 
-def domain_roots(search: DisplacementSearch, tokens: Sequence[bytes | None]) -> list[int]:
+def domain_roots(search: DisplacementSearch | NativeSearch, tokens: Sequence[bytes | None]) -> list[int]:
     """The domain root of each token: the trie node of the set of its reversed popped sequences.
 
     Parameters
     ----------
-    search : DisplacementSearch
-        A search over the GNF the classes were computed on.
+    search : DisplacementSearch or NativeSearch
+        A search over the GNF the classes were computed on.  The search kernel walks the
+        tokens' trie in one call; when it hands the walk over, the roots are nodes of its
+        fallback (:meth:`NativeSearch.answered`).
     tokens : sequence of bytes or None
         One byte string per class (its representative), ``None`` or ``b""`` for a class
         with no text (stop, invalid).
@@ -232,11 +234,47 @@ def domain_roots(search: DisplacementSearch, tokens: Sequence[bytes | None]) -> 
     >>> a == b, c, d
     (True, -1, -1)
     """
+    if isinstance(search, NativeSearch):
+        found = _kernel_roots(search, tokens)
+        if found is not None:
+            return found
+        search = search.fallback()
     roots: list[int] = []
     for data in tokens:
         node = search.run(data) if data else DEAD
         r = search.popped(node)
         roots.append(r if r != DEAD else -1)
+    return roots
+
+
+def _kernel_roots(search: NativeSearch, tokens: Sequence[bytes | None]) -> list[int] | None:
+    """:func:`domain_roots` by one walk of the kernel over the tokens' trie (``None``: handed over)."""
+    from formalgram_cfgzip.search.driver import build_trie  # the driver imports nothing from here
+
+    texts = [(i, t) for i, t in enumerate(tokens) if t]
+    roots = [-1] * len(tokens)
+    if not texts:
+        return roots
+    lengths = np.asarray([len(t) for _, t in texts], dtype=np.int64)
+    offsets = np.zeros(len(texts), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    trie = build_trie(np.frombuffer(b"".join(t for _, t in texts), dtype=np.uint8), offsets, lengths)
+    popped: list[int] = []
+    codes = search.walk(
+        list(trie.parents),
+        list(trie.labels),
+        list(trie.end_positions),
+        list(trie.end_nodes),
+        np.frombuffer(search.byte_class, dtype=np.uint8),
+        len(texts),
+        1 << 62,
+        popped,
+    )
+    if codes is None:
+        return None
+    for (i, _), code in zip(texts, codes.tolist(), strict=True):
+        if code >= 0 and popped[code] != DEAD:
+            roots[i] = popped[code]
     return roots
 
 

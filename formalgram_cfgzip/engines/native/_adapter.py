@@ -32,7 +32,6 @@ from formalgram_cfgzip.engines.base import (
 )
 from formalgram_cfgzip.errors import CacheError, ClassesMismatchError, EngineError, TokenIdError
 from formalgram_cfgzip.expand import MaskExpander
-from formalgram_cfgzip.search.displacement import DisplacementSearch
 from formalgram_cfgzip.search.domains import (
     ClassDomains,
     DomainAutomaton,
@@ -42,6 +41,7 @@ from formalgram_cfgzip.search.domains import (
     gnf_digest,
     representative_texts,
 )
+from formalgram_cfgzip.search.native import NativeSearch, new_search
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
@@ -50,7 +50,6 @@ __all__ = [
     "ClassDomains",
     "ClassesMismatchError",
     "CompiledGrammar",
-    "DisplacementSearch",
     "DomainAutomaton",
     "EngineError",
     "EngineMatcher",
@@ -59,6 +58,7 @@ __all__ = [
     "GrammarError",
     "GrammarTooLarge",
     "MaskExpander",
+    "NativeSearch",
     "TokenClasses",
     "TokenIdError",
     "Vocabulary",
@@ -70,6 +70,7 @@ __all__ = [
     "domain_roots",
     "gnf_digest",
     "grammar_fingerprint",
+    "new_search",
     "parse_grammar",
     "prepare_compressed",
     "read_cache",

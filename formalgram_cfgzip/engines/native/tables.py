@@ -30,9 +30,9 @@ from formalgram_cfgzip.engines.native._adapter import (
     CacheError,
     ClassDomains,
     ClassesMismatchError,
-    DisplacementSearch,
     DomainAutomaton,
     Grammar,
+    NativeSearch,
     TokenClasses,
     class_domains,
     class_gnf,
@@ -40,6 +40,7 @@ from formalgram_cfgzip.engines.native._adapter import (
     domain_roots,
     gnf_digest,
     grammar_fingerprint,
+    new_search,
     read_cache,
     representative_texts,
     write_cache,
@@ -452,9 +453,12 @@ def build_tables(
 
 
 def _search_domains(classes: TokenClasses, gnf: Grammar, max_states: int) -> ClassDomains:
-    """The classes' domains by a displacement search of their representatives over ``gnf``."""
-    search = DisplacementSearch(gnf)
+    """The classes' domains by a displacement search of their representatives over ``gnf``
+    (the search kernel when built)."""
+    search = new_search(gnf)
     texts = representative_texts(
         classes.vocab.tokens, classes.representatives.tolist(), (classes.invalid_class, classes.stop_class)
     )
-    return class_domains(search, domain_roots(search, texts), max_states=max_states)
+    roots = domain_roots(search, texts)
+    tables = search.answered() if isinstance(search, NativeSearch) else search
+    return class_domains(tables, roots, max_states=max_states)
