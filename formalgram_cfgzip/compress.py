@@ -47,7 +47,7 @@ from formalgram_cfgzip.search.driver import (
     token_table,
     token_trie,
 )
-from formalgram_cfgzip.search.native import NativeSearch, new_search
+from formalgram_cfgzip.search.native import NativeSearch, answering, new_search
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
@@ -360,10 +360,9 @@ def _run(
     t_pick = 0.0
     # the C kernel (when built) searches in this process: several times faster than worker
     # processes running the Python search, so `workers` applies to the Python search only
-    native = True
     search: Search
     if trial is None:
-        search = new_search(gnf, native=native, max_states=max_states, memory_budget=memory_budget)
+        search = new_search(gnf, max_states=max_states, memory_budget=memory_budget)
     else:
         gnf, search = pick_specialization(
             gnf,
@@ -374,7 +373,7 @@ def _run(
             SPECIALIZE_TRIAL,
             SPECIALIZE_SAMPLE,
             prepared.sample_trie(SPECIALIZE_SAMPLE),
-            native,
+            native=True,
         )
         specialized = gnf is trial
         trial_outcome = float(specialized)
@@ -386,14 +385,14 @@ def _run(
         gnf, search, toks, in_process, progress, max_states, memory_budget, prepared.trie, code_roots
     )
     t6 = time.perf_counter()
+    # the search that answered the walk (the kernel's, or the Python search it handed the
+    # walk to): the domain roots are nodes of its tables
+    tables = answering(search)
     vocab = prepared.vocab
     token_class, reps_arr, stop_class, invalid_class = number_classes(vocab, toks, codes)
     t7 = time.perf_counter()
     found: ClassDomains | None = None
     if code_roots is not None:
-        # the roots are nodes of the search that answered the walk (the kernel's, or the
-        # Python search it handed the walk to)
-        tables = search.answered() if isinstance(search, NativeSearch) else search
         roots = _class_roots(vocab, toks, codes, reps_arr, (stop_class, invalid_class), code_roots, tables)
         found = class_domains(tables, roots)
     t8 = time.perf_counter()
@@ -407,7 +406,7 @@ def _run(
         "expansions": float(expansions),
         "work": float(work),
         "specialized": float(specialized),
-        "search_kernel": float(isinstance(search, NativeSearch) and search.answered() is search),
+        "search_kernel": float(isinstance(tables, NativeSearch)),
         "specialize_trial": trial_outcome,
         "specialize_trial_seconds": t_pick,
         "parse_seconds": t_parse,
@@ -448,10 +447,7 @@ def _class_roots(
     """
     rep_list = reps.tolist()
     if not code_roots and bool(np.any(codes >= 0)):
-        # worker processes searched, so the search here is the Python one (its tables
-        # still empty): it runs the representatives
-        python = search.fallback() if isinstance(search, NativeSearch) else search
-        return domain_roots(python, representative_texts(vocab.tokens, rep_list, textless))
+        return domain_roots(search, representative_texts(vocab.tokens, rep_list, textless))
     searched = np.full(vocab.logit_width, -1, dtype=np.int64)
     searched[toks.ids] = np.arange(toks.ids.size, dtype=np.int64)
     roots: list[int] = []

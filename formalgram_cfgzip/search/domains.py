@@ -34,6 +34,7 @@ from formalgram.pda import PDA
 from formalgram_cfgzip.cache import read_cache, write_cache
 from formalgram_cfgzip.errors import CacheError
 from formalgram_cfgzip.search.displacement import DEAD, DisplacementSearch
+from formalgram_cfgzip.search.driver import build_trie, walk_trie
 from formalgram_cfgzip.search.native import NativeSearch
 
 __all__ = [
@@ -204,9 +205,10 @@ def domain_roots(search: DisplacementSearch | NativeSearch, tokens: Sequence[byt
     Parameters
     ----------
     search : DisplacementSearch or NativeSearch
-        A search over the GNF the classes were computed on.  The search kernel walks the
-        tokens' trie in one call; when it hands the walk over, the roots are nodes of its
-        fallback (:meth:`NativeSearch.answered`).
+        A search over the GNF the classes were computed on; the roots are nodes of the
+        search that answers the walk over the tokens' trie
+        (:func:`~formalgram_cfgzip.search.native.answering`: the kernel's fallback when it
+        hands the walk over).
     tokens : sequence of bytes or None
         One byte string per class (its representative), ``None`` or ``b""`` for a class
         with no text (stop, invalid).
@@ -221,8 +223,9 @@ def domain_roots(search: DisplacementSearch | NativeSearch, tokens: Sequence[byt
 
     Notes
     -----
-    One search step per distinct (state, byte class) pair of the tokens (memoised by the
-    search), plus :meth:`DisplacementSearch.popped` of each final set.
+    :func:`~formalgram_cfgzip.search.driver.walk_trie` over the tokens' trie (one search
+    step per distinct (state, byte class) pair per level), plus
+    :meth:`DisplacementSearch.popped` of each distinct displacement.
     :func:`~formalgram_cfgzip.compress.compress` with ``domains=True`` takes the roots from
     its own search instead, as it codes each displacement.
 
@@ -234,23 +237,6 @@ def domain_roots(search: DisplacementSearch | NativeSearch, tokens: Sequence[byt
     >>> a == b, c, d
     (True, -1, -1)
     """
-    if isinstance(search, NativeSearch):
-        found = _kernel_roots(search, tokens)
-        if found is not None:
-            return found
-        search = search.fallback()
-    roots: list[int] = []
-    for data in tokens:
-        node = search.run(data) if data else DEAD
-        r = search.popped(node)
-        roots.append(r if r != DEAD else -1)
-    return roots
-
-
-def _kernel_roots(search: NativeSearch, tokens: Sequence[bytes | None]) -> list[int] | None:
-    """:func:`domain_roots` by one walk of the kernel over the tokens' trie (``None``: handed over)."""
-    from formalgram_cfgzip.search.driver import build_trie  # the driver imports nothing from here
-
     texts = [(i, t) for i, t in enumerate(tokens) if t]
     roots = [-1] * len(tokens)
     if not texts:
@@ -259,19 +245,9 @@ def _kernel_roots(search: NativeSearch, tokens: Sequence[bytes | None]) -> list[
     offsets = np.zeros(len(texts), dtype=np.int64)
     np.cumsum(lengths[:-1], out=offsets[1:])
     trie = build_trie(np.frombuffer(b"".join(t for _, t in texts), dtype=np.uint8), offsets, lengths)
-    popped: list[int] = []
-    codes = search.walk(
-        list(trie.parents),
-        list(trie.labels),
-        list(trie.end_positions),
-        list(trie.end_nodes),
-        np.frombuffer(search.byte_class, dtype=np.uint8),
-        len(texts),
-        1 << 62,
-        popped,
-    )
-    if codes is None:
-        return None
+    popped: list[int] = []  # per code, its domain root
+    class_of = np.frombuffer(bytes(search.byte_class), dtype=np.uint8)
+    codes, _ = walk_trie(search, trie, class_of, len(texts), False, 1 << 40, False, popped)
     for (i, _), code in zip(texts, codes.tolist(), strict=True):
         if code >= 0 and popped[code] != DEAD:
             roots[i] = popped[code]

@@ -589,7 +589,7 @@ def walk_trie(
                 list(trie.end_nodes),
                 class_of,
                 count,
-                min(reset_cells, 1 << 58) * NATIVE_CELLS,
+                reset_cells * NATIVE_CELLS,
                 domains,
             )
             if found is not None:

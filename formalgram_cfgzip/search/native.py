@@ -30,7 +30,7 @@ from formalgram.grammar import Grammar
 from formalgram.pda import PDA
 from formalgram_cfgzip.search.displacement import DisplacementSearch
 
-__all__ = ["NativeSearch", "c_module", "new_search"]
+__all__ = ["NativeSearch", "answering", "c_module", "new_search"]
 
 _NO_LIMIT = (1 << 63) - 1  # the kernel's limits are int64
 
@@ -349,3 +349,30 @@ def new_search(
         except ValueError:
             pass
     return DisplacementSearch(gnf, max_states=max_states, max_work=max_work, memory_budget=memory_budget)
+
+
+def answering(search: DisplacementSearch | NativeSearch) -> DisplacementSearch | NativeSearch:
+    """The search whose tables hold what the last walk of ``search`` found (its domain roots).
+
+    Parameters
+    ----------
+    search : DisplacementSearch or NativeSearch
+
+    Returns
+    -------
+    DisplacementSearch or NativeSearch
+        ``search`` itself, or for the kernel's search the fallback it handed that walk to
+        (:meth:`NativeSearch.answered`).
+
+    Notes
+    -----
+    O(1).
+
+    Examples
+    --------
+    >>> from formalgram import parse_gbnf, to_gnf
+    >>> python = new_search(to_gnf(parse_gbnf('root ::= "a"+')), native=False)
+    >>> answering(python) is python
+    True
+    """
+    return search.answered() if isinstance(search, NativeSearch) else search

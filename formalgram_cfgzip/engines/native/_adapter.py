@@ -41,7 +41,7 @@ from formalgram_cfgzip.search.domains import (
     gnf_digest,
     representative_texts,
 )
-from formalgram_cfgzip.search.native import NativeSearch, new_search
+from formalgram_cfgzip.search.native import answering, new_search
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
@@ -58,10 +58,10 @@ __all__ = [
     "GrammarError",
     "GrammarTooLarge",
     "MaskExpander",
-    "NativeSearch",
     "TokenClasses",
     "TokenIdError",
     "Vocabulary",
+    "answering",
     "class_domains",
     "class_gnf",
     "class_vocabulary",

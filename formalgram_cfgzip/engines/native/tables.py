@@ -32,8 +32,8 @@ from formalgram_cfgzip.engines.native._adapter import (
     ClassesMismatchError,
     DomainAutomaton,
     Grammar,
-    NativeSearch,
     TokenClasses,
+    answering,
     class_domains,
     class_gnf,
     classes_fingerprint,
@@ -460,5 +460,4 @@ def _search_domains(classes: TokenClasses, gnf: Grammar, max_states: int) -> Cla
         classes.vocab.tokens, classes.representatives.tolist(), (classes.invalid_class, classes.stop_class)
     )
     roots = domain_roots(search, texts)
-    tables = search.answered() if isinstance(search, NativeSearch) else search
-    return class_domains(tables, roots, max_states=max_states)
+    return class_domains(answering(search), roots, max_states=max_states)
