@@ -291,7 +291,7 @@ table_bytes(const Search *s)
     b += s->ecap * (int64_t)sizeof(Edge) + s->scap * (int64_t)sizeof(int32_t);
     b += s->kcap * (int64_t)sizeof(int32_t) + s->uscap * (int64_t)sizeof(int32_t);
     b += s->ucap * (int64_t)(sizeof(int64_t) + sizeof(int32_t) + sizeof(uint64_t) + sizeof(int32_t));
-    b += (s->memo.cap + s->bts.cap + s->flt.cap + s->belc.cap + s->keys.cap) * (int64_t)sizeof(Slot);
+    b += (s->memo.cap + s->bts.cap + s->flt.cap + s->belc.cap + s->keys.cap + s->pops.cap) * (int64_t)sizeof(Slot);
     b += s->bte.cap * (int64_t)sizeof(Edge) + s->zs.cap * (int64_t)sizeof(int32_t);
     return b;
 }
