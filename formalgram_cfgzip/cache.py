@@ -161,9 +161,9 @@ def grammar_fingerprint(grammar: Grammar | str, *, start: str = "root") -> str:
     False
     """
     if isinstance(grammar, str):
-        from formalgram.syntax.gbnf import parse_gbnf
+        from formalgram_cfgzip.grammar_text import read_grammar
 
-        g = parse_gbnf(grammar, start=start)
+        g = read_grammar(grammar, start)
     else:
         g = grammar
     names = g.names

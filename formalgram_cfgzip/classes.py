@@ -627,11 +627,11 @@ def _mismatch(tc: TokenClasses, grammar: Grammar | str, sample: int, seed: int) 
 
     ``sample = -1`` searches every token.  ``""`` if no difference was found.
     """
-    from formalgram.syntax.gbnf import parse_gbnf
     from formalgram.transforms.gnf import to_gnf
     from formalgram.transforms.specialize import specialize_terminal_symbols
     from formalgram.transforms.useless import remove_useless
     from formalgram_cfgzip.compress import number_classes  # it imports this module
+    from formalgram_cfgzip.grammar_text import read_grammar
     from formalgram_cfgzip.search.native import new_search
 
     vocab = tc.vocab
@@ -651,7 +651,7 @@ def _mismatch(tc: TokenClasses, grammar: Grammar | str, sample: int, seed: int) 
     specialized = tc.stats.get("specialized")
     if specialized not in (0.0, 1.0):
         return "its stats do not say which form of the grammar was searched ('specialized' is missing)"
-    g = parse_gbnf(grammar) if isinstance(grammar, str) else grammar
+    g = read_grammar(grammar) if isinstance(grammar, str) else grammar
     gnf = to_gnf(remove_useless(g), budget=_GNF_BUDGET)
     if specialized:
         gnf = specialize_terminal_symbols(gnf)

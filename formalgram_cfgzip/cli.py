@@ -137,8 +137,8 @@ def compress_options(args: argparse.Namespace) -> CompressOptions:
 
 def cmd_compress(args: argparse.Namespace) -> int:
     """``formalgram-cfgzip compress``: compute the classes, save them, print a summary."""
-    from formalgram.syntax.gbnf import parse_gbnf
     from formalgram_cfgzip.classes import compress
+    from formalgram_cfgzip.grammar_text import read_grammar
     from formalgram_cfgzip.vocabulary import Vocabulary
 
     if (args.grammar is None) == (args.json_schema is None):
@@ -156,7 +156,7 @@ def cmd_compress(args: argparse.Namespace) -> int:
     else:
         text = _read_grammar(args.grammar)
     start = start or "root"
-    grammar = parse_gbnf(text, start=start)
+    grammar = read_grammar(text, start)
     vocab = Vocabulary.load(args.tokenizer)
     t0 = time.perf_counter()
     classes = compress(grammar, vocab, domains=args.native, **compress_options(args))

@@ -281,9 +281,9 @@ def compress(
 def _read(grammar: Grammar | str) -> tuple[Grammar, str]:
     """The grammar, and the fingerprint of its text (``""`` when given as a Grammar)."""
     if isinstance(grammar, str):
-        from formalgram.syntax.gbnf import parse_gbnf
+        from formalgram_cfgzip.grammar_text import read_grammar
 
-        return parse_gbnf(grammar), fingerprint_text(grammar)
+        return read_grammar(grammar), fingerprint_text(grammar)
     return grammar, ""
 
 

@@ -351,9 +351,9 @@ def run_demo(
     accepts and one printed line.  Without a stop token in the vocabulary the end of the
     text is judged by the Earley recognizer (within its default budget).
     """
-    from formalgram.syntax.gbnf import parse_gbnf
     from formalgram_cfgzip.classes import compress
     from formalgram_cfgzip.engines import compile_full, compile_grammar
+    from formalgram_cfgzip.grammar_text import read_grammar
     from formalgram_cfgzip.vocabulary import Vocabulary
 
     if grammar is not None and schema is not None:
@@ -365,7 +365,7 @@ def run_demo(
         grammar = grammar or "builtin:minic"
         grammar_text = _read_grammar(grammar)
         what = grammar
-    g = parse_gbnf(grammar_text)
+    g = read_grammar(grammar_text)
     data = _read_text(text) if text is not None else example_text(grammar=grammar, schema=schema)
     print(f"grammar    {what}: {len(g.rules)} rules, {len(g.names)} nonterminals")
     source = {None: f"the built-in example of {schema or grammar}", "-": "standard input"}.get(text, text)

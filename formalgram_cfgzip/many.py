@@ -380,13 +380,13 @@ def run_job(job: Job, out_dir: str) -> JobResult:
     t0 = time.perf_counter()
     directory = grammar_sha = vocab_sha = ""
     try:
-        from formalgram.syntax.gbnf import parse_gbnf
         from formalgram_cfgzip.cache import grammar_fingerprint
         from formalgram_cfgzip.classes import TokenClasses
         from formalgram_cfgzip.compress import cache_entry_name
+        from formalgram_cfgzip.grammar_text import read_grammar
 
         text = _grammar_text(job)
-        grammar = parse_gbnf(text)
+        grammar = read_grammar(text)
         grammar_sha = grammar_fingerprint(grammar)
         compressor = _compressor(job)
         vocab = compressor.vocab

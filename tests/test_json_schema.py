@@ -7,8 +7,9 @@ dataset's documents in several renderings and on their mutations, and for ``patt
 (the schemas' own and generated ones) on generated strings.  (2) The classes computed
 from the text are lossless for the masks XGrammar enforces from its own, unmodified
 grammar over the full Llama-3 vocabulary, on seeded walks; and for llguidance enforcing
-the same text.  (3) The facts the pattern refusals rest on are pinned against XGrammar's
-own matcher.
+the same text.  (3) ``pattern``s stay XGrammar's ``Regex(...)`` macros and are read from
+XGrammar's own automaton, including where XGrammar's reading differs from the pattern's
+textbook one; those differences are pinned against XGrammar's own matcher.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 
 from formalgram import accepts, is_prefix, parse_gbnf
 from formalgram_cfgzip.errors import EngineError
+from formalgram_cfgzip.grammar_text import read_grammar
 from formalgram_cfgzip.json_schema import from_json_schema, xgrammar_core_gbnf
 
 xgr = pytest.importorskip("xgrammar")
@@ -35,13 +37,12 @@ pytestmark = pytest.mark.xgrammar
 # The default run reads the schemas written for these tests (tests/data/json_schemas, valid
 # instances under "examples"); the json-mode-eval schemas of the shared corpus are heavy cases.
 SCHEMAS = SHARED_GRAMMARS / "json_schemas" / "json_mode_eval"
-# the schemas whose XGrammar grammar keeps a Regex(...) macro (a "pattern")
+# the schemas whose XGrammar grammar keeps a Regex(...) macro (a "pattern"); JME_1's
+# "^(/[^/]+)+$" and JME_24's "^/dev/[^/]+(/[^/]+)*$" hold a negated class, which XGrammar's
+# automaton encodes with overlong UTF-8 sequences
 WITH_PATTERNS = {"JME_1", "JME_18", "JME_24", "JME_26"} | {
     p.stem for p in JSON_SCHEMAS.glob("*.json") if '"pattern"' in p.read_text(encoding="utf-8")
 }
-# ... and those among them refused: JME_1's "^(/[^/]+)+$" and JME_24's "^/dev/[^/]+(/[^/]+)*$"
-# have a negated class, which XGrammar's automaton encodes with overlong UTF-8 sequences
-REFUSED = {"JME_1", "JME_24"}
 CORPORA = ["repo", pytest.param("shared", marks=pytest.mark.heavy)]
 OPTION_SETS: list[dict[str, Any]] = [
     {},
@@ -122,22 +123,20 @@ def _documents(case: dict[str, Any], options: dict[str, Any], rng: random.Random
 
 
 @pytest.mark.parametrize("corpus", CORPORA)
-def test_every_schema_parses_in_both_or_is_refused_for_its_pattern(corpus: str) -> None:
+def test_every_schema_parses_in_both(corpus: str) -> None:
     files = _schema_files(corpus)
     assert files
     for n, path in enumerate(files):
         schema = _case(path)["schema"]
         # every schema with XGrammar's defaults, every fifth with the other option sets too
         for options in OPTION_SETS if n % 5 == 0 or path.stem in WITH_PATTERNS else OPTION_SETS[:1]:
-            if path.stem in REFUSED:
-                with pytest.raises(EngineError, match=r"the JSON Schema pattern '.+' \(XGrammar's Regex"):
-                    from_json_schema(schema, **options)
-                continue
             text = from_json_schema(schema, **options)
-            parse_gbnf(text)  # formalgram reads it
+            read_grammar(text)  # formalgram reads it, macros from XGrammar's automata
             xgr.Grammar.from_ebnf(text)  # and so does XGrammar
-            assert "(=" not in text and "-1}" not in text and "Regex(" not in text
-            if path.stem in WITH_PATTERNS:  # the macro was there and is expanded
+            assert "(=" not in text and "-1}" not in text
+            # a pattern stays XGrammar's macro, exactly where XGrammar's own grammar has one
+            assert ("Regex(" in text) == (path.stem in WITH_PATTERNS)
+            if path.stem in WITH_PATTERNS:
                 assert "Regex(" in str(xgr.Grammar.from_json_schema(json.dumps(schema), **options))
 
 
@@ -149,7 +148,7 @@ def test_text_has_the_language_of_xgrammars_own_grammar(corpus: str, stride: int
     """Every schema written for the tests (a quarter of the shared ones per heavy case), each
     with one option set, on its documents and their mutations."""
     step = 1 if corpus == "repo" else 4
-    files = [p for p in _schema_files(corpus) if p.stem not in REFUSED][stride::step]
+    files = _schema_files(corpus)[stride::step]
     assert files
     rng = random.Random(stride)
     problems = []
@@ -157,7 +156,7 @@ def test_text_has_the_language_of_xgrammars_own_grammar(corpus: str, stride: int
         case = _case(path)
         options = OPTION_SETS[(n + stride) % len(OPTION_SETS)]
         text = from_json_schema(case["schema"], **options)
-        ours = parse_gbnf(text)
+        ours = read_grammar(text)
         theirs = _xgrammar_verdicts(xgr.Grammar.from_json_schema(json.dumps(case["schema"]), **options))
         for doc in _documents(case, options, rng):
             if (accepts(ours, doc), is_prefix(ours, doc)) != theirs(doc):
@@ -186,8 +185,8 @@ def test_refusals_are_typed() -> None:
         from_json_schema("{not json")
     with pytest.raises(EngineError, match="not a JSON value"):
         from_json_schema({"type": object()})  # type: ignore[dict-item]
-    with pytest.raises(EngineError, match=r"the JSON Schema pattern '\^\[\^a\]\+\$'"):
-        from_json_schema({"type": "string", "pattern": "^[^a]+$"})
+    with pytest.raises(EngineError, match=r"XGrammar cannot convert the schema.*Backreference"):
+        from_json_schema({"type": "string", "pattern": "(a)\\1"})
 
 
 def test_llguidance_exposes_no_grammar_text_for_a_schema() -> None:
@@ -200,13 +199,14 @@ def test_llguidance_exposes_no_grammar_text_for_a_schema() -> None:
     assert grammar["json_schema"]["properties"] == schema["properties"]
 
 
-def test_rewrite_keeps_literals_and_refuses_macros() -> None:
+def test_rewrite_keeps_literals_and_regex_macros_and_refuses_other_macros() -> None:
     assert xgrammar_core_gbnf('a ::= ("{0, -1}" [(=)]{0, -1})') == 'a ::= ("{0, -1}" [(=)]{0,})'
     assert xgrammar_core_gbnf('a ::= (("x")) (=("(=" [)]))\nb ::= a{2, -1}') == 'a ::= (("x"))\nb ::= a{2,}'
-    expanded = 'a ::= "x"\nb ::= ("x" ([0-9]+) [a-z ])'
-    assert xgrammar_core_gbnf('a ::= "x"\nb ::= ("x" Regex("[0-9]+", json_string=true) [a-z ])') == expanded
-    with pytest.raises(EngineError, match=r"line 2: XGrammar keeps the macro Regex"):
-        xgrammar_core_gbnf('a ::= "x"\nb ::= Regex("[0-9]+")')  # not inside a JSON string
+    for text in (
+        'a ::= "x"\nb ::= ("x" Regex("[0-9]+", json_string=true) [a-z ])',
+        'a ::= "x"\nb ::= Regex("[0-9\\"(]+\\)")',
+    ):
+        assert xgrammar_core_gbnf(text) == text
     with pytest.raises(EngineError, match=r"line 2: XGrammar keeps the macro TagDispatch"):
         xgrammar_core_gbnf('a ::= "x"\nb ::= TagDispatch(("<", a))')
     with pytest.raises(EngineError, match="unterminated"):
@@ -229,7 +229,7 @@ REPO_PATTERNS = sorted(
     set().union(*(_patterns(json.loads(p.read_text())) for p in JSON_SCHEMAS.glob("*.json")))
 )
 
-# simple ECMA-262 patterns of the shapes the rewrite expands (and some it refuses)
+# simple ECMA-262 patterns, among them the shapes XGrammar reads loosely
 _ATOMS = [
     "a",
     "b",
@@ -253,6 +253,11 @@ _ATOMS = [
     "[\\u00e0-\\u00ff]",
     "[\\u4e00-\\u9fff]",
     "\\u00e9",
+    ".",
+    "[^/]",
+    "\\W",
+    "\\D",
+    "[\\^a]",
 ]
 _QUANTIFIERS = ["", "", "", "?", "*", "+", "{2}", "{1,3}", "{2,}", "*?"]
 
@@ -289,18 +294,14 @@ def _strings_for(pattern: str) -> st.SearchStrategy[bytes]:
     )
 
 
-def _pattern_oracles(pattern: str) -> tuple[Any, Any, Any] | None:
+def _pattern_oracles(pattern: str) -> tuple[Any, Any, Any]:
     """(XGrammar on its own grammar, formalgram on the text, XGrammar on the text) for a
-    ``{"type": "string", "pattern": ...}`` schema, None when the pattern is refused."""
+    ``{"type": "string", "pattern": ...}`` schema."""
     schema = {"type": "string", "pattern": pattern}
     own = xgr.Grammar.from_json_schema(json.dumps(schema))
-    try:
-        text = from_json_schema(schema)
-    except EngineError as exc:
-        assert pattern in str(exc) or repr(pattern) in str(exc)
-        return None
-    assert "Regex(" in str(own), "XGrammar kept no macro; the test would not test the rewrite"
-    return _xgrammar_verdicts(own), parse_gbnf(text), _xgrammar_verdicts(xgr.Grammar.from_ebnf(text))
+    text = from_json_schema(schema)
+    assert "Regex(" in str(own) and "Regex(" in text, "no macro; the test would not test the reading"
+    return _xgrammar_verdicts(own), read_grammar(text), _xgrammar_verdicts(xgr.Grammar.from_ebnf(text))
 
 
 def _check_strings(pattern: str, oracles: tuple[Any, Any, Any], samples: list[bytes]) -> list[bytes]:
@@ -317,7 +318,6 @@ def _check_strings(pattern: str, oracles: tuple[Any, Any, Any], samples: list[by
 @pytest.mark.parametrize("pattern", REPO_PATTERNS)
 def test_the_schemas_patterns_have_xgrammars_language(pattern: str) -> None:
     oracles = _pattern_oracles(pattern)
-    assert oracles is not None, f"{pattern!r} is refused"
 
     @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(st.lists(_strings_for(pattern), min_size=1, max_size=8))
@@ -329,48 +329,42 @@ def test_the_schemas_patterns_have_xgrammars_language(pattern: str) -> None:
 
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(_simple_patterns(), st.data())
-def test_generated_patterns_have_xgrammars_language_or_are_refused(pattern: str, data: st.DataObject) -> None:
+def test_generated_patterns_have_xgrammars_language(pattern: str, data: st.DataObject) -> None:
     oracles = _pattern_oracles(pattern)
-    if oracles is None:
-        return
     samples = data.draw(st.lists(_strings_for(pattern), min_size=4, max_size=12))
     assert _check_strings(pattern, oracles, samples) == []
 
 
 @pytest.mark.parametrize(
-    ("pattern", "why", "theirs_accepts", "not_in_pattern"),
+    ("pattern", "theirs_accepts", "not_in_pattern"),
     [
         # a negated class, '.', \W: XGrammar's automaton takes overlong and surrogate sequences
-        ("^[^/]+$", "overlong or surrogate", b'"\xe0\x80\x80"', None),
-        (".", "overlong or surrogate", b'"\xed\xa0\x80"', None),
-        ("a\\W", "overlong or surrogate", b'"a\xf0\x80\x80\x80"', None),
+        ("^[^/]+$", b'"\xe0\x80\x80"', None),
+        (".", b'"\xed\xa0\x80"', None),
+        ("a\\W", b'"a\xf0\x80\x80\x80"', None),
         # an optional group holding a variable repetition: XGrammar takes "b" for (ab*)?
-        ("(ab*)?", "made optional or repeated without bound", b'"b"', "(ab*)?"),
-        ("(ab{0,2}){2,}", "made optional or repeated without bound", b'"aabbbab"', "(ab{0,2}){2,}"),
-        ("((ab*))?", "made optional or repeated without bound", b'"b"', "((ab*))?"),  # nested
-        # XGrammar's regex converter reads [\^a] as [^a]
-        ("[\\^a]", "reads", None, None),
-        ("(?i)ab", "assertions, names, flags", None, None),
-        ("a^b", "not at an end", None, None),
-        ("a|", "empty alternative", None, None),
-        ("[a\\bz]", "is not supported", None, None),
+        ("(ab*)?", b'"b"', "(ab*)?"),
+        ("(ab{0,2}){2,}", b'"aabbbab"', "(ab{0,2}){2,}"),
+        ("((ab*))?", b'"b"', "((ab*))?"),  # nested
+        # a lazy quantifier is the greedy one under a whole-string match
+        ("^https://x/.+?$", b'"https://x/a?b"', None),
     ],
 )
-def test_pattern_refusals_are_typed_and_rest_on_xgrammars_behaviour(
-    pattern: str, why: str, theirs_accepts: bytes | None, not_in_pattern: str | None
+def test_xgrammars_own_reading_of_a_pattern_is_the_one_read(
+    pattern: str, theirs_accepts: bytes, not_in_pattern: str | None
 ) -> None:
+    """Where XGrammar's automaton is not the pattern's textbook language, the text's grammar
+    is XGrammar's: it accepts what XGrammar accepts and the pattern does not."""
     schema = {"type": "string", "pattern": pattern}
-    with pytest.raises(EngineError, match=re.escape(repr(pattern)) + ".*" + re.escape(why)):
-        from_json_schema(schema)
-    if theirs_accepts is not None:  # the fact the refusal rests on, on XGrammar's own grammar
-        accepted, _ = _xgrammar_verdicts(xgr.Grammar.from_json_schema(json.dumps(schema)))(theirs_accepts)
-        assert accepted
-        body = theirs_accepts[1:-1]
-        if not_in_pattern is not None:  # the pattern does not hold it (Python's reading agrees here)
-            assert re.fullmatch(not_in_pattern, body.decode()) is None
-        else:  # not UTF-8 at all
-            with pytest.raises(UnicodeDecodeError):
-                body.decode()
+    accepted, _ = _xgrammar_verdicts(xgr.Grammar.from_json_schema(json.dumps(schema)))(theirs_accepts)
+    assert accepted  # the fact: XGrammar's own grammar takes it
+    assert accepts(read_grammar(from_json_schema(schema)), theirs_accepts)
+    body = theirs_accepts[1:-1]
+    if not_in_pattern is not None:  # the pattern does not hold it (Python's reading agrees here)
+        assert re.fullmatch(not_in_pattern, body.decode()) is None
+    elif pattern != "^https://x/.+?$":  # not UTF-8 at all
+        with pytest.raises(UnicodeDecodeError):
+            body.decode()
 
 
 def test_xgrammar_reads_json_string_patterns_as_a_whole_string_without_json_escapes() -> None:
@@ -385,10 +379,10 @@ def test_xgrammar_reads_json_string_patterns_as_a_whole_string_without_json_esca
         assert verdict(b'"ab\\tc"')[1] is False  # nor the JSON escape for it
         assert verdict(b'"1ab"')[1] is False  # a whole-string match
     text = from_json_schema({"type": "string", "pattern": "[a-z\\s]+"})
-    assert accepts(parse_gbnf(text), b'"ab c"') and not is_prefix(parse_gbnf(text), b'"ab\t')
+    assert accepts(read_grammar(text), b'"ab c"') and not is_prefix(read_grammar(text), b'"ab\t')
 
 
-def test_key_patterns_and_escaped_punctuation_are_expanded_too() -> None:
+def test_key_patterns_and_escaped_punctuation_are_read_too() -> None:
     """patternProperties and propertyNames keep the same macro; a pattern with '?' prints
     escaped (``\\?``) and is read back as the schema's pattern."""
     cases = [
@@ -403,7 +397,7 @@ def test_key_patterns_and_escaped_punctuation_are_expanded_too() -> None:
     for schema, good, bad in cases:
         own = xgr.Grammar.from_json_schema(json.dumps(schema))
         assert "Regex(" in str(own)
-        ours = parse_gbnf(from_json_schema(schema))
+        ours = read_grammar(from_json_schema(schema))
         theirs = _xgrammar_verdicts(own)
         for doc in (good, bad, good[:-1], bad[:-1]):
             assert (accepts(ours, doc), is_prefix(ours, doc)) == theirs(doc)
@@ -442,6 +436,41 @@ def test_classes_lossless_against_xgrammars_own_grammar(name: str, options: dict
     full = engines.compile_full(vocab, own)
     assert differential_walk(compressed, full, steps=40, seed=1, batch=1, bias="long") == []
     assert differential_walk(compressed, full, steps=20, seed=2, batch=8, bias="stop") == []
+
+
+# patterns XGrammar reads loosely or with its own automaton (overlong UTF-8 under '.' and
+# negated classes, lazy quantifiers, \w, large counted repetitions, an optional group holding
+# a variable repetition)
+LOOSE_PATTERNS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "url": {"type": "string", "pattern": "^https://example\\.org/.+?$"},
+        "handle": {"type": "string", "pattern": "^[\\+\\w-]{5,96}$"},
+        "path": {"type": "string", "pattern": "^(/[^/]+)+$"},
+        "escaped": {"type": "string", "pattern": "^([a-z]|%[0-9a-fA-F]{2})*$"},
+        "loose": {"type": "string", "pattern": "^(ab*)?c$"},
+        "note": {"type": "string", "maxLength": 40},
+    },
+    "required": ["url", "handle", "path"],
+}
+
+
+@pytest.mark.parametrize("engine", ["xgrammar", "native"])
+def test_classes_lossless_on_loosely_read_patterns(engine: str) -> None:
+    """Classes computed from XGrammar's own automata of the patterns give XGrammar's masks."""
+    from test_engines import differential_walk
+
+    from formalgram_cfgzip import Vocabulary, compress, engines
+
+    vocab = Vocabulary.builtin("llama3")
+    text = from_json_schema(LOOSE_PATTERNS_SCHEMA)
+    assert text.count("Regex(") == 5
+    classes = compress(text, vocab, progress=False, domains=engine == "native")
+    compressed = engines.compile(classes, text, engine=engine)  # type: ignore[arg-type]
+    own = str(xgr.Grammar.from_json_schema(json.dumps(LOOSE_PATTERNS_SCHEMA)))
+    full = engines.compile_full(vocab, own)
+    assert differential_walk(compressed, full, steps=60, seed=4, batch=1, bias="long") == []
+    assert differential_walk(compressed, full, steps=30, seed=5, batch=4, bias="stop") == []
 
 
 def test_llguidance_enforcing_the_text_is_lossless_too() -> None:

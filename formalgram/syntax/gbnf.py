@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from formalgram.errors import GrammarSyntaxError, UnsupportedConstruct
-from formalgram.grammar import Grammar
+from formalgram.automaton import EPSILON, ByteAutomaton, RegexReader
+from formalgram.errors import FormalgramError, GrammarSyntaxError, UnsupportedConstruct
+from formalgram.grammar import Grammar, fresh_name
 from formalgram.syntax.lark import parse_lark
 from formalgram.syntax.lower import lower_rules
 from formalgram.syntax.nodes import (
@@ -352,6 +353,50 @@ class _Lexer:
                     lo, hi = RAW_BASE + lo_v, RAW_BASE + hi_v
             ranges.append((lo, hi))
 
+    def read_regex_macro(self, at: int) -> tuple[str, bool]:
+        """The arguments of ``Regex("pattern"[, json_string=true|false])``, read from just
+        after its ``(`` to its ``)`` (``at``: where the macro's name starts, for errors)."""
+        text = self.text
+        n = len(text)
+
+        def skip() -> None:
+            while self.pos < n and text[self.pos] in " \t":
+                self.pos += 1
+
+        skip()
+        if self.pos >= n or text[self.pos] != '"':
+            raise self.error("Regex(...) takes a string literal (the pattern) first")
+        tok = _Token(T_STRING, self.line, self.pos - self.line_start + 1, False)
+        self.read_string(tok)
+        if any(c >= RAW_BASE for c in tok.chars):
+            raise self.error("a Regex(...) pattern cannot contain raw bytes \\x{HH}", at)
+        pattern = "".join(chr(c) for c in tok.chars)
+        json_string = False
+        skip()
+        if self.pos < n and text[self.pos] == ",":
+            self.pos += 1
+            skip()
+            if not text.startswith("json_string", self.pos):
+                raise self.error("the only option of Regex(...) is json_string=true or json_string=false")
+            self.pos += len("json_string")
+            skip()
+            if self.pos >= n or text[self.pos] != "=":
+                raise self.error("expected '=' after json_string")
+            self.pos += 1
+            skip()
+            if text.startswith("true", self.pos):
+                json_string = True
+                self.pos += 4
+            elif text.startswith("false", self.pos):
+                self.pos += 5
+            else:
+                raise self.error("json_string must be true or false")
+            skip()
+        if self.pos >= n or text[self.pos] != ")":
+            raise self.error("expected ')' to close Regex(...)")
+        self.pos += 1
+        return pattern, json_string
+
     def read_repeat(self, tok: _Token) -> None:
         text = self.text
         n = len(text)
@@ -395,7 +440,9 @@ class _Lexer:
 class _Parser:
     """Tokens -> rules of syntax trees, with an explicit stack of open groups."""
 
-    def __init__(self, source: Source, lexer: _Lexer, lookahead: str, max_depth: int) -> None:
+    def __init__(
+        self, source: Source, lexer: _Lexer, lookahead: str, max_depth: int, regex: RegexReader | None = None
+    ) -> None:
         self.source = source
         self.lexer = lexer
         # a window of two tokens, read on demand (an error is found without reading further)
@@ -404,6 +451,9 @@ class _Parser:
         self.lookahead = lookahead
         self.max_depth = max_depth
         self.refs: list[Node] = []
+        self.regex = regex
+        # each distinct Regex(...) macro: its automaton and the references standing for it
+        self.macros: dict[tuple[str, bool], tuple[ByteAutomaton, list[Node]]] = {}
 
     def error_at(self, tok: _Token, message: str) -> GrammarSyntaxError:
         return self.source.error(message, tok.line, tok.col)
@@ -494,13 +544,12 @@ class _Parser:
                     and nxt.col == tok.col + len(tok.text)
                     and tok.text in _MACRO_NAMES
                 ):
-                    raise self.source.unsupported(
-                        "macro", f"XGrammar macro {tok.text}(...) is not supported", tok.line, tok.col
-                    )
-                node = Node(REF, tok.line, tok.col)
-                node.name = tok.text
-                self.refs.append(node)
-                self.advance()
+                    node = self.macro(tok)
+                else:
+                    node = Node(REF, tok.line, tok.col)
+                    node.name = tok.text
+                    self.refs.append(node)
+                    self.advance()
             elif kind == T_STRING:
                 node = Node(STRING, tok.line, tok.col)
                 node.chars = tok.chars
@@ -548,6 +597,96 @@ class _Parser:
                 first_inner = inner_alts[0]
                 node = group(inner_alts, first_inner.line, first_inner.col)
             seq.children.append(self.postfix(node))
+
+    def macro(self, tok: _Token) -> Node:
+        """An XGrammar macro at ``tok`` (its name; the ``(`` follows): ``Regex(...)`` read by the
+        reader into a reference to its automaton's rules, any other refused."""
+        if tok.text != "Regex" or self.regex is None:
+            hint = (
+                ": pass regex= (a reader of the engine's own automaton, such as "
+                "formalgram_cfgzip.xgrammar_regex.regex_automaton) to read it"
+                if tok.text == "Regex"
+                else ""
+            )
+            raise self.source.unsupported(
+                "macro", f"XGrammar macro {tok.text}(...) is not supported{hint}", tok.line, tok.col
+            )
+        at = self.lexer.pos - 1 - len(tok.text)  # where the name starts, on this line
+        pattern, json_string = self.lexer.read_regex_macro(at)
+        key = (pattern, json_string)
+        known = self.macros.get(key)
+        if known is None:
+            try:
+                automaton = self.regex(pattern, json_string)
+            except (FormalgramError, ValueError) as exc:
+                raise self.source.unsupported("Regex", str(exc), tok.line, tok.col) from exc
+            known = (automaton, [])
+            self.macros[key] = known
+        node = Node(REF, tok.line, tok.col)
+        known[1].append(node)
+        # the window of two tokens restarts after the macro's ')'
+        self.cur = self.lexer.next()
+        self.nxt = self.lexer.next()
+        return node
+
+    def macro_rules(self, taken: set[str]) -> list[tuple[str, Node]]:
+        """The rules of every automaton met, one per state (names made fresh against
+        ``taken``), with the macros' references pointed at their start states."""
+        out: list[tuple[str, Node]] = []
+        counters: dict[str, int] = {}
+        for automaton, refs in self.macros.values():
+            line, col = refs[0].line, refs[0].col
+            names: list[str] = []
+            for _ in range(automaton.num_states):
+                names.append(fresh_name("regex", taken, counters))
+                taken.add(names[-1])
+            for ref in refs:
+                ref.name = names[automaton.start]
+            # per state: the byte ranges to each target, the ε-targets, and whether it accepts
+            ranges: list[dict[int, list[tuple[int, int]]]] = [{} for _ in names]
+            for src, lo, hi, dst in automaton.edges:
+                ranges[src].setdefault(dst, []).append((lo, hi))
+            finals = set(automaton.finals)
+            calls: list[list[tuple[int, int, int, int]]] = [[] for _ in names]
+            for src, entry, lo, hi, dst in automaton.calls:
+                calls[src].append((entry, lo, hi, dst))
+            for state, name in enumerate(names):
+                body = Node(ALT, line, col)
+                for entry, lo, hi, dst in calls[state]:
+                    seq = Node(SEQ, line, col)
+                    inner = Node(REF, line, col)
+                    inner.name = names[entry]
+                    seq.children.append(inner if lo == hi == 1 else repeat(inner, lo, hi, line, col))
+                    target = Node(REF, line, col)
+                    target.name = names[dst]
+                    seq.children.append(target)
+                    body.children.append(seq)
+                for dst, spans in ranges[state].items():
+                    seq = Node(SEQ, line, col)
+                    target = Node(REF, line, col)
+                    target.name = names[dst]
+                    byte_spans = [(lo, hi) for lo, hi in spans if lo != EPSILON]
+                    if byte_spans:
+                        cls = Node(CLASS, line, col)
+                        cls.raw = True
+                        cls.ranges = tuple(sorted(byte_spans))
+                        seq.children.append(cls)
+                        seq.children.append(target)
+                        body.children.append(seq)
+                    if len(byte_spans) < len(spans):  # an ε-edge too
+                        eps = Node(SEQ, line, col)
+                        eps_target = Node(REF, line, col)
+                        eps_target.name = names[dst]
+                        eps.children.append(eps_target)
+                        body.children.append(eps)
+                if state in finals:
+                    body.children.append(Node(SEQ, line, col))
+                if not body.children:  # a state that neither accepts nor moves
+                    dead = Node(SEQ, line, col)
+                    dead.children.append(Node(CLASS, line, col))
+                    body.children.append(dead)
+                out.append((name, body))
+        return out
 
     def postfix(self, node: Node) -> Node:
         """``node`` with the postfix operators that follow it (at most 8)."""
@@ -604,6 +743,7 @@ def parse_gbnf(
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_depth: int = DEFAULT_MAX_DEPTH,
     max_repeat: int = DEFAULT_MAX_REPEAT,
+    regex: RegexReader | None = None,
 ) -> Grammar:
     """Parse GBNF / XGrammar EBNF text into a byte-level :class:`Grammar`.
 
@@ -626,6 +766,13 @@ def parse_gbnf(
     max_repeat : int
         Budget for symbols created by ``{m,n}`` expansion, in total (``x{m,n}`` costs
         ``m*|x| + (n-m)*(|x|+1)`` symbols, ``|x|`` the lowered width of ``x``).
+    regex : callable or None
+        How to read XGrammar's ``Regex("pattern", json_string=true)`` macro: ``regex(pattern,
+        json_string)`` returns the :class:`~formalgram.automaton.ByteAutomaton` whose byte
+        language the macro stands for (the engine's own automaton: XGrammar's is not the
+        pattern's textbook reading everywhere; ``formalgram_cfgzip`` reads it from XGrammar
+        itself).  Its states become rules named ``regex``, ``regex_1``, ...  ``None``
+        (default): the macro is refused.
 
     Returns
     -------
@@ -669,7 +816,7 @@ def parse_gbnf(
     if text.startswith("\ufeff"):
         text = text[1:]
     source = Source(text)
-    parser = _Parser(source, _Lexer(text), lookahead, max_depth)
+    parser = _Parser(source, _Lexer(text), lookahead, max_depth, regex)
     rules = parser.parse_rules()
     if not rules:
         raise source.error("empty grammar: no rule is defined", 1, 1)
@@ -687,7 +834,10 @@ def parse_gbnf(
             raise source.error(f"rule '{ref.name}' is not defined{hint}", ref.line, ref.col)
     if start not in defined:
         raise source.error(f"start rule '{start}' is not defined", 1, 1)
-    return lower_rules([(tok.text, body) for tok, body in rules], start, source, max_repeat=max_repeat)
+    named = [(tok.text, body) for tok, body in rules]
+    if parser.macros:
+        named += parser.macro_rules(set(defined))
+    return lower_rules(named, start, source, max_repeat=max_repeat)
 
 
 def load(path: str | os.PathLike[str], start: str | None = None, **kw: object) -> Grammar:

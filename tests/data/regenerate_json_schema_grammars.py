@@ -4,15 +4,19 @@ Each schema goes through ``formalgram_cfgzip.from_json_schema``: XGrammar's own 
 ``xgrammar.Grammar.from_json_schema``, with the options the shared corpus used for its
 JSON-schema grammars (the defaults, ``any_whitespace=True`` and ``strict_mode=True``),
 printed with ``str(grammar)`` and rewritten into GBNF that formalgram reads (and so
-``compress``) without changing its language: ``Regex("...", json_string=true)`` macros
-(how XGrammar keeps a ``pattern``) become the pattern's grammar from
-``xgrammar.testing._regex_to_ebnf`` narrowed to what a JSON string holds unescaped, or
-the schema is refused; lookahead assertions ``(= ...)`` are removed; ``x{m, -1}`` becomes
-``x{m,}`` (the module docstring of ``formalgram_cfgzip/json_schema.py`` says why each is
-exact).
+``compress``) without changing its language: lookahead assertions ``(= ...)`` are removed
+and ``x{m, -1}`` becomes ``x{m,}`` (``formalgram_cfgzip/json_schema.py`` says why each is
+exact).  ``from_json_schema`` keeps the ``Regex("...", json_string=true)`` macros (how
+XGrammar keeps a ``pattern``), which only ``formalgram_cfgzip.grammar_text.read_grammar``
+reads (from XGrammar's own automaton); so that these files stay plain GBNF for the tests of
+formalgram alone, this script writes each macro as the pattern's grammar from
+``xgrammar.testing._regex_to_ebnf``, which the schemas here keep to ASCII classes, literals
+and counted repetitions.
 
-The script then checks that formalgram and XGrammar both read the result and that both
-accept every instance in the schema's ``examples``.  Run from the repository root::
+The script then checks that formalgram and XGrammar both read the result, that both accept
+every instance in the schema's ``examples``, and that the expanded text has the language of
+the macro-keeping one (``read_grammar``) on those instances and on their mutations.  Run
+from the repository root::
 
     python tests/data/regenerate_json_schema_grammars.py          # rewrite the files
     python tests/data/regenerate_json_schema_grammars.py --check  # compare, write nothing
@@ -33,9 +37,20 @@ OUT = HERE / "grammars" / "json_schemas"
 
 def convert(schema_path: Path) -> str:
     """The grammar text (with its header) for one schema file."""
+    import re
+
+    from xgrammar.testing import _regex_to_ebnf
+
     from formalgram_cfgzip.json_schema import from_json_schema
 
-    body = from_json_schema(schema_path.read_text(encoding="utf-8"), any_whitespace=True, strict_mode=True)
+    kept = from_json_schema(schema_path.read_text(encoding="utf-8"), any_whitespace=True, strict_mode=True)
+
+    def expand(m: re.Match[str]) -> str:
+        pattern = re.sub(r"\\(.)", r"\1", m.group(1))  # the printed literal's escapes (\\, \", \?)
+        return "(" + _regex_to_ebnf(pattern.removeprefix("^").removesuffix("$"), False).strip() + ")"
+
+    body = re.sub(r'Regex\("((?:[^"\\]|\\.)*)", json_string=true\)', expand, kept)
+    check_language(kept, body, schema_path)
     version = importlib.metadata.version("xgrammar")
     header = [
         f"# Generated from tests/data/json_schemas/{schema_path.name} by tests/data/{Path(__file__).name}:",
@@ -62,6 +77,25 @@ def check_examples(schema_path: Path, text: str) -> None:
             ok = bool(matcher.accept_string(data)) and bool(matcher.is_terminated())
             if not (ok and accepts(g, data)):
                 raise SystemExit(f"{schema_path.name}: an example is rejected: {data[:120]!r}")
+
+
+def check_language(kept: str, expanded: str, schema_path: Path) -> None:
+    """The expanded text and the macro-keeping one agree on the examples and their mutations."""
+    from formalgram import accepts, parse_gbnf
+    from formalgram_cfgzip.grammar_text import read_grammar
+
+    ours, theirs = parse_gbnf(expanded), read_grammar(kept)
+    for doc in json.loads(schema_path.read_text(encoding="utf-8"))["examples"]:
+        data = json.dumps(doc).encode()
+        for k in range(len(data)):
+            for probe in (
+                data,
+                data[:k] + data[k + 1 :],
+                data[:k] + b"Z" + data[k:],
+                data[:k] + b"\xe0" + data[k:],
+            ):
+                if accepts(ours, probe) != accepts(theirs, probe):
+                    raise SystemExit(f"{schema_path.name}: the expansion reads {probe[:120]!r} differently")
 
 
 def main(argv: list[str] | None = None) -> int:

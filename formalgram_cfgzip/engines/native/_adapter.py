@@ -18,7 +18,6 @@ from formalgram.analysis import generating, reachable
 from formalgram.errors import FormalgramError, GrammarError, GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram.pda import PDA
-from formalgram.syntax.gbnf import parse_gbnf
 from formalgram.transforms.gnf import to_gnf
 from formalgram.transforms.specialize import specialize_terminal_symbols
 from formalgram.transforms.useless import remove_useless
@@ -32,6 +31,7 @@ from formalgram_cfgzip.engines.base import (
 )
 from formalgram_cfgzip.errors import CacheError, ClassesMismatchError, EngineError, TokenIdError
 from formalgram_cfgzip.expand import MaskExpander
+from formalgram_cfgzip.grammar_text import read_grammar
 from formalgram_cfgzip.search.domains import (
     ClassDomains,
     DomainAutomaton,
@@ -81,7 +81,7 @@ __all__ = [
 
 def parse_grammar(grammar: Grammar | str) -> Grammar:
     """``grammar`` itself, or the grammar of GBNF text (start rule ``root``), as ``compress`` reads it."""
-    return parse_gbnf(grammar) if isinstance(grammar, str) else grammar
+    return read_grammar(grammar) if isinstance(grammar, str) else grammar
 
 
 def class_gnf(grammar: Grammar | str, *, specialized: bool, gnf_budget: int = 2_000_000) -> Grammar:
