@@ -14,7 +14,9 @@ one engine after the other on the same schema, this measures:
   - ``classes``: :func:`~formalgram_cfgzip.json_schema.from_json_schema`, then
     :meth:`Compressor.compress <formalgram_cfgzip.compress.Compressor.compress>` (cache off) and
     XGrammar over the class representatives (``compile_grammar(..., engine="xgrammar")``);
-  - ``native``: the same with ``Compressor(..., domains=True)`` and ``engine="native"``;
+  - ``native``: the same with ``Compressor(..., domains=True)`` and ``engine="native"``
+    (both compressors with the options of a compression per request, :data:`PER_REQUEST`:
+    the plain GNF of the fast construction);
   - ``progressive``: :func:`~formalgram_cfgzip.engines.progressive.compile_json_schema`, the
     engine a server would use: XGrammar's full-vocabulary masks at once, the native engine's
     once the classes are ready (``--progressive-wait`` waits for them before the walk, so its
@@ -62,6 +64,8 @@ ENGINES = ("xgrammar", "classes", "native", "progressive", "glrmask", "llguidanc
 # engines whose language is XGrammar's reading of the schema: their masks must equal XGrammar's
 XGRAMMAR_LANGUAGE = ("classes", "native", "progressive")
 WORKER_MEMORY = 16 << 30  # address-space limit of the worker process
+# the compressor options of a compression per request (what the engines below use)
+PER_REQUEST: dict[str, Any] = {"domains": True, "specialize": False, "gnf_strategy": "fast"}
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,9 @@ def load_cases(data_dir: Path, sample: int | None, seed: int) -> list[Case]:
 class Walker:
     """What every engine offers the benchmark: compile a schema, then a state to walk."""
 
-    def __init__(self, vocab_name: str, engines: Sequence[str], progressive_wait: bool) -> None:
+    def __init__(
+        self, vocab_name: str, engines: Sequence[str], progressive_wait: bool, timeout: float
+    ) -> None:
         from formalgram_cfgzip import Vocabulary
         from formalgram_cfgzip.compress import Compressor
 
@@ -115,12 +121,19 @@ class Walker:
         import quicktok
 
         self.encoder = quicktok.get_encoding(vocab_name)
-        self.compressors = {
-            "classes": Compressor(self.vocab, cache_size=0),
-        }
-        self.compressors["native"] = Compressor(
-            self.compressors["classes"].prepared, cache_size=0, domains=True
-        )
+        # per request: the plain GNF of the fast construction (the first mask matters more
+        # than the number of classes); the native engine's domains recorded by the search
+        classes_options = {k: v for k, v in PER_REQUEST.items() if k != "domains"}
+        self.compressors = {"classes": Compressor(self.vocab, cache_size=0, **classes_options)}
+        prepared = self.compressors["classes"].prepared
+        self.compressors["native"] = Compressor(prepared, cache_size=0, **PER_REQUEST)
+        # the progressive engine compresses in a worker process beside this one
+        from formalgram_cfgzip.background import BackgroundCompressor
+
+        self.background: Any = None
+        if "progressive" in engines:
+            self.background = BackgroundCompressor(self.vocab, timeout=timeout, **PER_REQUEST)
+        self.settle: Any = None
         self._xgr_info: Any = None
         self._glr_vocab: Any = None
         self._llg_tokenizer: Any = None
@@ -176,11 +189,11 @@ class Walker:
             from formalgram_cfgzip.engines.progressive import compile_json_schema
 
             t0 = time.perf_counter()
-            compiled_p = compile_json_schema(schema, self.compressors["native"], max_threads=1)
+            compiled_p = compile_json_schema(
+                schema, self.background, max_threads=1, compress_timeout=self.background.timeout
+            )
             stages["compile"] = time.perf_counter() - t0
-            if self.progressive_wait:
-                compiled_p.wait()
-                stages["ready"] = time.perf_counter() - t0
+            self.settle = compiled_p
             return stages, lambda: OursState(compiled_p)
         if engine == "glrmask":
             import glrmask
@@ -222,6 +235,13 @@ class Walker:
             t1 = time.perf_counter()
             state.fill(bitmask)
             t2 = time.perf_counter()
+            if engine == "progressive":
+                grammar = self.settle
+                if self.progressive_wait:  # the walk's masks: the classes' engine's
+                    grammar.wait()
+                    state = new_state()
+                stages["xgrammar_ready"] = grammar.full_seconds or -1.0
+                stages["classes_ready"] = grammar.compressed_seconds or -1.0
         except Exception as exc:
             out.update(compiled=False, error=f"{type(exc).__name__}: {str(exc)[:300]}")
             out["seconds"] = time.perf_counter() - t0
@@ -324,12 +344,14 @@ class LLGuidanceState:
         return bool(self.m.is_accepting())
 
 
-def _worker(conn: Connection, vocab: str, engines: Sequence[str], progressive_wait: bool) -> None:
+def _worker(
+    conn: Connection, vocab: str, engines: Sequence[str], progressive_wait: bool, timeout: float
+) -> None:
     """The worker loop: receives (engine, case, invalid limit), answers the record."""
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
-    walker = Walker(vocab, engines, progressive_wait)
+    walker = Walker(vocab, engines, progressive_wait, timeout)
     conn.send("ready")
     while True:
         job = conn.recv()
@@ -352,9 +374,10 @@ def _worker(conn: Connection, vocab: str, engines: Sequence[str], progressive_wa
 class Pool:
     """One warm worker process, restarted when it runs past the time limit or dies."""
 
-    def __init__(self, vocab: str, engines: Sequence[str], progressive_wait: bool) -> None:
+    def __init__(self, vocab: str, engines: Sequence[str], progressive_wait: bool, timeout: float) -> None:
         self.vocab = vocab
         self.engines = list(engines)
+        self.timeout = timeout
         self.progressive_wait = progressive_wait
         self.ctx = mp.get_context("spawn")
         self.proc: Any = None
@@ -363,7 +386,9 @@ class Pool:
     def _start(self) -> Connection:
         parent, child = self.ctx.Pipe()
         self.proc = self.ctx.Process(
-            target=_worker, args=(child, self.vocab, self.engines, self.progressive_wait), daemon=True
+            target=_worker,
+            args=(child, self.vocab, self.engines, self.progressive_wait, self.timeout),
+            daemon=True,
         )
         self.proc.start()
         if parent.recv() != "ready":
@@ -651,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
             done.add((r["schema"], r["engine"]))
     sink = args.out.open("a", encoding="utf-8") if args.out is not None else None
     print(f"{len(cases)} schemas, engines {', '.join(engines)}, vocabulary {args.vocab}", file=sys.stderr)
-    pool = Pool(args.vocab, engines, args.progressive_wait)
+    pool = Pool(args.vocab, engines, args.progressive_wait, args.timeout)
     t_start = time.perf_counter()
     try:
         for i, case in enumerate(cases):

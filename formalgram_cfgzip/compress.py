@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import os
 import resource
+import threading
 import time
 import warnings
 from collections import OrderedDict
@@ -52,6 +53,7 @@ from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
     "SPECIALIZE_LIMIT",
+    "SPECIALIZE_RATIO",
     "SPECIALIZE_SAMPLE",
     "SPECIALIZE_TRIAL",
     "Compressor",
@@ -65,6 +67,7 @@ __all__ = [
 SPECIALIZE_LIMIT = 2500  # largest stack alphabet for which single-byte symbols are specialised at once
 SPECIALIZE_TRIAL = 4  # above it, specialise if that costs at most this many times the plain search...
 SPECIALIZE_SAMPLE = 8  # ...measured on every 8th searched token
+SPECIALIZE_RATIO = 64  # no trial (the plain GNF) when specialising multiplies the alphabet by more
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,6 +170,7 @@ def compress(
     memory_budget: int | None = 4 << 30,
     specialize: bool | None = None,
     domains: bool = False,
+    gnf_strategy: str = "auto",
 ) -> TokenClasses:
     """Compute classes of interchangeable tokens for ``grammar`` over ``vocab`` (CFGzip).
 
@@ -208,7 +212,12 @@ def compress(
         small (:data:`SPECIALIZE_LIMIT`), and above it only when a trial on every
         :data:`SPECIALIZE_SAMPLE`-th token shows that the specialised search costs at most
         :data:`SPECIALIZE_TRIAL` times the plain one (a deterministic work count, so the
-        choice does not depend on the machine; the trial's tables are reused).
+        choice does not depend on the machine; the trial's tables are reused); never when
+        specialising multiplies the stack alphabet by more than :data:`SPECIALIZE_RATIO`
+        (JSON schemas with large enumerations: hundreds of times, and setting up the
+        specialised search alone took seconds).  Per request, where the first mask matters
+        more than the number of classes, ``False`` is the cheaper choice (MaskBench schemas:
+        median 17 against 22 ms, 99th percentile 1.9 against 11.5 s).
         ``stats["specialized"]`` tells which was used, ``stats["specialize_trial"]`` the
         trial's outcome (-1: no trial, 0: plain kept, 1: specialised kept).
     domains : bool
@@ -221,6 +230,11 @@ def compress(
         displacement; :meth:`TokenClasses.save` keeps the domains with the classes.
         With ``workers > 1`` the roots are taken by a search of the representatives in
         this process (the workers' tables stay in the workers).
+    gnf_strategy : str
+        The GNF construction (:func:`formalgram.to_gnf`'s ``strategy``): ``"auto"`` tries
+        them all and keeps the smallest; ``"fast"`` runs one (a third of the conversion's
+        time on JSON-schema grammars, and a search as cheap), what a compression per
+        request wants.  Every strategy gives lossless classes.
 
     Returns
     -------
@@ -275,6 +289,7 @@ def compress(
             specialize,
             t0,
             domains,
+            gnf_strategy,
         )
 
 
@@ -322,6 +337,7 @@ def _run(
     specialize: bool | None,
     t0: float,
     domains: bool = False,
+    gnf_strategy: str = "auto",
 ) -> TokenClasses:
     """The pipeline after parsing (``t0``: when the call started, parsing included); the
     callers run it under :class:`_CollectorPaused`."""
@@ -338,7 +354,7 @@ def _run(
     t1 = time.perf_counter()
     trimmed = remove_useless(g)
     t2 = time.perf_counter()
-    gnf = to_gnf(trimmed, budget=gnf_budget)
+    gnf = to_gnf(trimmed, budget=gnf_budget, strategy=gnf_strategy)
     t3 = time.perf_counter()
     # Copying single-byte symbols per occurrence sharpens adjacency (fewer, larger classes) but
     # multiplies the stack alphabet.  By default: done at once while the alphabet stays small,
@@ -350,8 +366,10 @@ def _run(
         if specialize or len(special.names) <= max(SPECIALIZE_LIMIT, 4 * len(gnf.names)):
             gnf = special
             specialized = True
-        else:
+        elif len(special.names) <= SPECIALIZE_RATIO * len(gnf.names):
             trial = special
+        # else: an alphabet that many times larger costs seconds to set up before the trial's
+        # work count can even start; the plain GNF, as a lost trial would give
     t4 = time.perf_counter()
     t_gnf = t4 - t0
 
@@ -513,7 +531,7 @@ class Compressor:
         and its canonical fingerprint); 0 for none.
     cache_dir : path or None
         Directory of saved results (created when needed); ``None`` for none.
-    workers, gnf_budget, max_states, memory_budget, specialize, domains
+    workers, gnf_budget, max_states, memory_budget, specialize, domains, gnf_strategy
         As in :func:`compress` (with ``domains``, the cache directory's entries keep them).
 
     Attributes
@@ -532,7 +550,10 @@ class Compressor:
     -----
     Preparing costs O(total token bytes) numpy work (tenths of a second for a 128k-token
     vocabulary).  The cached :class:`TokenClasses` are shared between callers: do not
-    modify their arrays.  Not thread-safe: one compressor per thread.
+    modify their arrays.  Thread-safe: calls from several threads run one at a time (the
+    pipeline holds the interpreter anyway), so a server can share one compressor between
+    requests and background compressions
+    (:func:`formalgram_cfgzip.engines.progressive.compile_progressive`).
 
     Examples
     --------
@@ -555,6 +576,7 @@ class Compressor:
         memory_budget: int | None = 4 << 30,
         specialize: bool | None = None,
         domains: bool = False,
+        gnf_strategy: str = "auto",
     ) -> None:
         if cache_size < 0:
             raise CacheError(f"cache_size must be at least 0, got {cache_size}")
@@ -567,10 +589,12 @@ class Compressor:
         self.memory_budget = memory_budget
         self.specialize = specialize
         self.domains = domains
+        self.gnf_strategy = gnf_strategy
         self.hits = 0
         self.disk_hits = 0
         self.misses = 0
         self._lru: OrderedDict[str, TokenClasses] = OrderedDict()
+        self._lock = threading.Lock()
 
     @property
     def vocab(self) -> Vocabulary:
@@ -605,6 +629,11 @@ class Compressor:
         A repeated text costs one hash of it; a new text its parse and canonical
         fingerprint, then the grammar's pipeline (:func:`compress`) unless a cache has it.
         """
+        with self._lock:
+            return self._compress(grammar, progress)
+
+    def _compress(self, grammar: Grammar | str, progress: bool) -> TokenClasses:
+        """:meth:`compress` under the compressor's lock."""
         t0 = time.perf_counter()
         text_sha = ""
         if isinstance(grammar, str):
@@ -637,6 +666,7 @@ class Compressor:
                         self.specialize,
                         t0,
                         self.domains,
+                        self.gnf_strategy,
                     )
                 self.misses += 1
                 if self.cache_dir is not None:
@@ -652,7 +682,8 @@ class Compressor:
 
     def clear(self) -> None:
         """Empty the in-memory cache (the cache directory is kept); O(entries)."""
-        self._lru.clear()
+        with self._lock:
+            self._lru.clear()
 
     def _entry(self, fp: str) -> Path:
         assert self.cache_dir is not None

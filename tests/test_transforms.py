@@ -432,3 +432,20 @@ def test_budget_small_family_ok() -> None:
     h = to_gnf(g)
     assert is_gnf(h)
     _same_language(g, h, 17)
+
+
+def test_fast_strategy_falls_back_to_the_plain_construction_on_long_left_chains() -> None:
+    """The deep cut is quadratic on a long left chain: "fast" gives it a bounded share of work,
+    then builds the plain construction; the language is kept either way."""
+    from formalgram import parse_gbnf
+    from formalgram.transforms.gnf import to_gnf
+
+    text = (
+        "root ::= a0\n" + "".join(f'a{i} ::= a{i + 1} "x" | "y"\n' for i in range(3000)) + 'a3000 ::= "z"\n'
+    )
+    g = parse_gbnf(text)
+    h = to_gnf(g, strategy="fast")
+    assert is_gnf(h)
+    assert len(h.rules) == len(to_gnf(g, strategy="left-corner:plain").rules)
+    for w in (b"z" + b"x" * 3000, b"y", b"yxx", b"z" + b"x" * 2999, b"zx", b"x"):
+        assert accepts(h, w) == accepts(g, w)

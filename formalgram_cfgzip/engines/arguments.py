@@ -86,7 +86,9 @@ def prepare_compressed(
     return class_vocabulary(classes)
 
 
-def prepare_full(vocab: Vocabulary, grammar_text: str, *, root: str, max_threads: int | None) -> list[bytes]:
+def prepare_full(
+    vocab: Vocabulary, grammar_text: str, *, root: str, max_threads: int | None
+) -> tuple[bytes, ...]:
     """The start of both backends' ``compile_full``: check the options and return
     :func:`full_engine_tokens`.
 

@@ -46,7 +46,9 @@ from formalgram_cfgzip.engines.tokens import (
     class_vocabulary,
     engine_vocabulary,
     full_engine_tokens,
+    full_never,
     grammar_matches,
+    never_allowed,
     per_vocabulary,
 )
 from formalgram_cfgzip.errors import (
@@ -77,6 +79,7 @@ __all__ = [
     "class_vocabulary",
     "engine_vocabulary",
     "full_engine_tokens",
+    "full_never",
     "grammar_matches",
     "per_vocabulary",
     "prepare_compressed",
@@ -137,6 +140,7 @@ class CompiledGrammar(ABC):
         classes: TokenClasses | None,
         engine_tokens: Sequence[bytes],
         stop_ids: Sequence[int],
+        never: npt.NDArray[np.bool_] | None = None,
     ) -> None:
         engine_size = len(engine_tokens)
         self.vocab = vocab
@@ -158,10 +162,9 @@ class CompiledGrammar(ABC):
         self.direct_fill = classes is None and self.engine_words == self.token_words
         rem = self.logit_width % 32
         self._pad_mask = np.int32((1 << rem) - 1) if rem else None
-        never = np.array([not t for t in engine_tokens], dtype=bool)
-        never[list(stop_ids)] = False
-        #: engine ids that the policy never allows (empty bytes, not a stop token)
-        self.never = never
+        #: engine ids that the policy never allows (empty bytes, not a stop token); the
+        #: full-vocabulary engines pass their vocabulary's one (:func:`full_never`)
+        self.never = never_allowed(engine_tokens, stop_ids) if never is None else never
 
     @property
     def compressed(self) -> bool:

@@ -365,7 +365,7 @@ def compile_full(
     >>> m.accept_token(2), m.accept_token(0)
     (True, False)
     """
-    tokens = prepare_full(vocab, grammar_text, root=root, max_threads=max_threads)
+    tokens = list(prepare_full(vocab, grammar_text, root=root, max_threads=max_threads))
     eos = sorted(vocab.stop_ids)
     if not eos:
         eos = [len(tokens)]

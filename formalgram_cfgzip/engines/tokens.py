@@ -30,8 +30,11 @@ vocabulary (:func:`per_vocabulary`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
 
 from formalgram_cfgzip.errors import ClassesMismatchError
 
@@ -44,7 +47,9 @@ __all__ = [
     "class_vocabulary",
     "engine_vocabulary",
     "full_engine_tokens",
+    "full_never",
     "grammar_matches",
+    "never_allowed",
     "per_vocabulary",
 ]
 
@@ -203,15 +208,54 @@ def class_vocabulary(classes: TokenClasses) -> list[bytes]:
     return out
 
 
-def full_engine_tokens(vocab: Vocabulary) -> list[bytes]:
+def full_engine_tokens(vocab: Vocabulary) -> tuple[bytes, ...]:
     """The bytes of every logit index for the full-vocabulary engine: :func:`engine_vocabulary`
-    with the padding ids (``size .. logit_width - 1``) as ``b""``."""
-    tokens = engine_vocabulary(vocab)
-    tokens.extend([b""] * (vocab.logit_width - len(tokens)))
+    with the padding ids (``size .. logit_width - 1``) as ``b""``.
+
+    Notes
+    -----
+    O(logit_width) once per vocabulary (by fingerprint), then a lookup: every full-vocabulary
+    compile of a new grammar (a JSON Schema per request) reads it.
+    """
+
+    def build() -> tuple[bytes, ...]:
+        tokens = engine_vocabulary(vocab)
+        tokens.extend([b""] * (vocab.logit_width - len(tokens)))
+        return tuple(tokens)
+
+    tokens: tuple[bytes, ...] = per_vocabulary(_full_tokens_cache, vocab, build)
     return tokens
 
 
+def never_allowed(engine_tokens: Sequence[bytes], stop_ids: Iterable[int]) -> npt.NDArray[np.bool_]:
+    """Per engine id, whether the special-token policy never allows it: empty bytes, and not
+    a stop token.
+
+    Examples
+    --------
+    >>> never_allowed([b"a", b"", b""], [2]).tolist()
+    [False, True, False]
+    """
+    never = np.array([not t for t in engine_tokens], dtype=bool)
+    never[list(stop_ids)] = False
+    return never
+
+
+def full_never(vocab: Vocabulary) -> npt.NDArray[np.bool_]:
+    """:func:`never_allowed` of :func:`full_engine_tokens`: once per vocabulary, read-only."""
+
+    def build() -> npt.NDArray[np.bool_]:
+        never = never_allowed(full_engine_tokens(vocab), vocab.stop_ids)
+        never.setflags(write=False)
+        return never
+
+    never: npt.NDArray[np.bool_] = per_vocabulary(_full_never_cache, vocab, build)
+    return never
+
+
 _vocab_cache_lock = threading.Lock()
+_full_tokens_cache: dict[str, tuple[bytes, ...]] = {}
+_full_never_cache: dict[str, npt.NDArray[np.bool_]] = {}
 
 
 def per_vocabulary(cache: dict[str, Any], vocab: Vocabulary, build: Callable[[], Any]) -> Any:

@@ -31,6 +31,7 @@ from formalgram_cfgzip.engines.base import (
     EngineError,
     EngineMatcher,
     full_engine_tokens,
+    full_never,
     per_vocabulary,
     prepare_compressed,
     prepare_full,
@@ -102,13 +103,15 @@ class XGrammarCompiled(CompiledGrammar):
         self,
         vocab: Vocabulary,
         classes: TokenClasses | None,
-        engine_tokens: list[bytes],
+        engine_tokens: Sequence[bytes],
         stop_ids: list[int],
         engine_grammar: Any,
         *,
         max_threads: int,
     ) -> None:
-        super().__init__(vocab, classes, engine_tokens, stop_ids)
+        super().__init__(
+            vocab, classes, engine_tokens, stop_ids, None if classes is not None else full_never(vocab)
+        )
         self.engine_grammar = engine_grammar
         self._max_threads = max_threads
         self._batch: Any = None
@@ -224,7 +227,7 @@ def full_tokenizer_info(vocab: Vocabulary) -> Any:
         _full_tokenizer_cache,
         vocab,
         lambda: _xgr().TokenizerInfo(
-            full_engine_tokens(vocab),
+            list(full_engine_tokens(vocab)),
             vocab_size=vocab.logit_width,
             stop_token_ids=sorted(vocab.stop_ids),
         ),

@@ -1,0 +1,441 @@
+"""A grammar whose first masks come from whichever engine is ready first: XGrammar over the full
+vocabulary, or the classes' engine once the grammar is compressed.
+
+A request with a new grammar (a JSON Schema per request) must have its first mask as soon as
+possible, and every later mask as fast as possible.  :func:`compile_progressive` starts both at
+once, each on a thread of its own: XGrammar compiling the grammar over the full vocabulary
+(:func:`~formalgram_cfgzip.engines.compile_full`), and the compression of the grammar
+(:meth:`Compressor.compress <formalgram_cfgzip.compress.Compressor.compress>`) followed by the
+compile of the classes' engine (the native engine by default).  The returned
+:class:`ProgressiveGrammar` answers at once; its matchers' first fill waits for the first engine
+ready.  A matcher on XGrammar moves to the classes' engine at the first call after that engine
+is ready, between two tokens: it replays the tokens it accepted into a matcher of the new engine
+and goes on from there.  Both engines give the full-vocabulary mask of the same grammar text,
+bit for bit (the classes are lossless for XGrammar's masks), so the move never shows in the
+masks; it only changes their speed.
+
+So the time to the first mask is the lesser of XGrammar's compile and the compression (plus the
+classes' engine compile), and a compression that fails (a grammar beyond its budgets) or runs
+past ``compress_timeout`` leaves the grammar on XGrammar's masks for good; XGrammar failing to
+compile leaves it on the classes' engine.  Only when both fail is the grammar refused, with
+both reasons (:class:`~formalgram_cfgzip.errors.EngineError`).
+
+Threads: the two compiles run on threads of their own; XGrammar's compile releases the
+interpreter.  A compression in this process mostly holds it, and cannot be stopped when its
+time is up (its result is then not used); a
+:class:`~formalgram_cfgzip.background.BackgroundCompressor` runs it in a worker process
+instead, which is what a server wants: nothing waits for it, and its time limit is hard.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from formalgram_cfgzip.errors import EngineError
+
+if TYPE_CHECKING:
+    from formalgram_cfgzip.background import BackgroundCompressor
+    from formalgram_cfgzip.compress import Compressor
+    from formalgram_cfgzip.engines import EngineName
+    from formalgram_cfgzip.engines.base import CompiledGrammar, EngineMatcher
+    from formalgram_cfgzip.vocabulary import Vocabulary
+
+__all__ = ["ProgressiveGrammar", "ProgressiveMatcher", "compile_json_schema", "compile_progressive"]
+
+
+class ProgressiveGrammar:
+    """A grammar served by XGrammar over the full vocabulary until its classes' engine is ready.
+
+    Made by :func:`compile_progressive` or :func:`compile_json_schema`; see the module docstring.
+
+    Attributes
+    ----------
+    vocab : Vocabulary
+        The vocabulary.
+    grammar_text : str
+        The grammar text both engines compile.
+    logit_width, token_words : int
+        Logits, and 32-bit words of a full-vocabulary bitmask row.
+    started : float
+        ``time.perf_counter()`` when the compiles started.
+    full_seconds, compressed_seconds : float or None
+        Seconds from ``started`` until each engine was ready (``None``: not yet, or failed).
+    full_error, compressed_error : BaseException or None
+        Why an engine failed (``None``: it did not, or has not finished).
+    """
+
+    def __init__(
+        self,
+        compressor: Compressor | BackgroundCompressor,
+        grammar_text: str,
+        *,
+        engine: EngineName,
+        root: str,
+        max_threads: int,
+        compress_timeout: float | None,
+        full: bool,
+    ) -> None:
+        self.vocab: Vocabulary = compressor.vocab
+        self.grammar_text = grammar_text
+        self.logit_width = self.vocab.logit_width
+        self.token_words = (self.logit_width + 31) // 32
+        self.compress_timeout = compress_timeout
+        self.full_seconds: float | None = None
+        self.compressed_seconds: float | None = None
+        self.full_error: BaseException | None = None
+        self.compressed_error: BaseException | None = None
+        self._full: CompiledGrammar | None = None
+        self._compressed: CompiledGrammar | None = None
+        self._changed = threading.Condition()
+        self._full_done = not full
+        self._compressed_done = False
+        if not full:
+            self.full_error = EngineError("the full-vocabulary engine was not asked for (full=False)")
+        self.started = time.perf_counter()
+        threads = [
+            threading.Thread(
+                target=self._compile_compressed,
+                args=(compressor, engine, root),
+                daemon=True,
+                name="progressive-classes",
+            )
+        ]
+        if full:
+            # not a daemon: XGrammar's compile must not be cut off by the interpreter's exit
+            threads.append(
+                threading.Thread(
+                    target=self._compile_full, args=(root, max_threads), daemon=False, name="progressive-full"
+                )
+            )
+        for t in threads:
+            t.start()
+
+    # -- the two compiles -------------------------------------------------------------------
+
+    def _compile_full(self, root: str, max_threads: int) -> None:
+        from formalgram_cfgzip.engines import compile_full
+
+        try:
+            compiled = compile_full(self.vocab, self.grammar_text, root=root, max_threads=max_threads)
+        except BaseException as exc:  # reported through full_error, never raised on this thread
+            with self._changed:
+                self.full_error = exc
+                self._full_done = True
+                self._changed.notify_all()
+            return
+        with self._changed:
+            self._full = compiled
+            self.full_seconds = time.perf_counter() - self.started
+            self._full_done = True
+            self._changed.notify_all()
+
+    def _compile_compressed(
+        self, compressor: Compressor | BackgroundCompressor, engine: EngineName, root: str
+    ) -> None:
+        from formalgram_cfgzip.background import BackgroundCompressor
+        from formalgram_cfgzip.engines import compile_grammar
+
+        try:
+            if root != "root":
+                raise EngineError(f"compression reads the start rule 'root', not {root!r}")
+            if isinstance(compressor, BackgroundCompressor):
+                classes = compressor.submit(self.grammar_text, timeout=self.compress_timeout).result()
+            else:
+                classes = compressor.compress(self.grammar_text)
+            compiled = compile_grammar(classes, self.grammar_text, engine=engine, check=False)
+        except BaseException as exc:  # reported through compressed_error
+            with self._changed:
+                self.compressed_error = exc
+                self._compressed_done = True
+                self._changed.notify_all()
+            return
+        seconds = time.perf_counter() - self.started
+        with self._changed:
+            if self.compress_timeout is not None and seconds > self.compress_timeout:
+                self.compressed_error = EngineError(
+                    f"the compression took {seconds:.1f} s, past compress_timeout={self.compress_timeout} s"
+                )
+            else:
+                self._compressed = compiled
+                self.compressed_seconds = seconds
+            self._compressed_done = True
+            self._changed.notify_all()
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """Whether the classes' engine serves the masks now."""
+        return self._compressed is not None
+
+    @property
+    def compressed(self) -> CompiledGrammar | None:
+        """The classes' engine, once ready."""
+        return self._compressed
+
+    @property
+    def full(self) -> CompiledGrammar | None:
+        """XGrammar over the full vocabulary, once compiled."""
+        return self._full
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the classes' engine is ready or has failed; whether it is ready.
+
+        With ``compress_timeout`` set, waiting ends at that time after :attr:`started` too.
+        """
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        if self.compress_timeout is not None:
+            cut = self.started + self.compress_timeout
+            deadline = cut if deadline is None else min(deadline, cut)
+        with self._changed:
+            while not self._compressed_done:
+                left = None if deadline is None else deadline - time.perf_counter()
+                if left is not None and left <= 0:
+                    break
+                self._changed.wait(left)
+            return self._compressed is not None
+
+    def current(self) -> CompiledGrammar:
+        """The engine to use now: the classes' engine when ready, else XGrammar's, waiting for
+        the first of them to be ready.
+
+        Raises
+        ------
+        EngineError
+            If both engines failed (both reasons in the message).
+        """
+        compressed = self._compressed
+        if compressed is not None:
+            return compressed
+        with self._changed:
+            while True:
+                if self._compressed is not None:
+                    return self._compressed
+                if self._full is not None:
+                    return self._full
+                if self._full_done and self._compressed_done:
+                    raise EngineError(
+                        "neither engine could compile the grammar: XGrammar over the full vocabulary: "
+                        f"{self.full_error}; the classes: {self.compressed_error}"
+                    )
+                self._changed.wait()
+
+    # -- matchers and bitmasks --------------------------------------------------------------------
+
+    def matcher(self) -> ProgressiveMatcher:
+        """A matcher of one sequence (see :class:`ProgressiveMatcher`)."""
+        return ProgressiveMatcher(self)
+
+    def allocate_token_bitmask(self, batch: int = 1) -> npt.NDArray[np.int32]:
+        """Zeroed full-vocabulary bitmask rows, ``(batch, token_words)`` int32."""
+        return np.zeros((batch, self.token_words), dtype=np.int32)
+
+
+class ProgressiveMatcher:
+    """A matcher of a :class:`ProgressiveGrammar`: XGrammar's until the classes' engine is ready.
+
+    Meets :class:`~formalgram_cfgzip.engines.matcher.Matcher`.  The move to the classes'
+    engine happens at the first call after it is ready: the tokens accepted so far are replayed
+    into a fresh matcher of that engine (O(tokens) once).
+
+    Attributes
+    ----------
+    grammar : ProgressiveGrammar
+    moved_at : int or None
+        How many tokens had been accepted when the matcher moved to the classes' engine
+        (``None``: it has not).
+    """
+
+    def __init__(self, grammar: ProgressiveGrammar) -> None:
+        self.grammar = grammar
+        self._inner: EngineMatcher | None = None
+        self._on_compressed = False
+        self._tokens: list[int] = []
+        self._stopped = False
+        self.moved_at: int | None = None
+
+    def _engine(self) -> EngineMatcher:
+        inner = self._inner
+        if self._on_compressed and inner is not None:
+            return inner
+        compiled = self.grammar.current()
+        if inner is None or compiled is self.grammar.compressed:
+            fresh = compiled.matcher()
+            for token in self._tokens:
+                if not fresh.accept_token(token):
+                    raise EngineError(
+                        f"the classes' engine refused token {token}, which XGrammar accepted: the engines "
+                        "disagree on this grammar (a bug; please report it with the grammar)"
+                    )
+            self._inner = inner = fresh
+            if compiled is self.grammar.compressed:
+                self._on_compressed = True
+                self.moved_at = len(self._tokens)
+        return inner
+
+    @property
+    def on_classes(self) -> bool:
+        """Whether the masks now come from the classes' engine."""
+        return self._on_compressed
+
+    def accept_token(self, token_id: int) -> bool:
+        """Advance by a real token id; ``False`` (state unchanged) if the grammar forbids it."""
+        ok = self._engine().accept_token(token_id)
+        if ok:
+            self._tokens.append(int(token_id))
+        return ok
+
+    def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
+        """Write the full-vocabulary mask into row ``index`` of ``bitmask``."""
+        self._engine().fill_next_token_bitmask(bitmask, index)
+
+    def fill_next_class_bitmask(self, class_bitmask: Any, index: int = 0) -> None:
+        """The classes' engine's own mask; only once the matcher is on it.
+
+        Raises
+        ------
+        EngineError
+            While the matcher is on XGrammar's full-vocabulary masks (no classes yet).
+        """
+        inner = self._engine()
+        if not self._on_compressed:
+            raise EngineError(
+                "class masks exist once the classes' engine is ready (see ProgressiveGrammar.wait)"
+            )
+        inner.fill_next_class_bitmask(class_bitmask, index)
+
+    def rollback(self, num_tokens: int = 1) -> None:
+        """Undo the last ``num_tokens`` accepted tokens."""
+        self._engine().rollback(num_tokens)
+        if num_tokens > 0:
+            del self._tokens[-num_tokens:]
+
+    def reset(self) -> None:
+        """Back to the initial state."""
+        self._engine().reset()
+        self._tokens.clear()
+
+    def is_terminated(self) -> bool:
+        """Whether a stop token was accepted."""
+        return self._engine().is_terminated()
+
+
+def compile_progressive(
+    compressor: Compressor | BackgroundCompressor,
+    grammar_text: str,
+    *,
+    engine: EngineName = "native",
+    root: str = "root",
+    max_threads: int = 1,
+    compress_timeout: float | None = 30.0,
+    full: bool = True,
+) -> ProgressiveGrammar:
+    """Start XGrammar over the full vocabulary and the compression of ``grammar_text`` at once.
+
+    Parameters
+    ----------
+    compressor : Compressor or BackgroundCompressor
+        Compresses the grammar (its options and caches apply; ``domains=True`` spares the
+        native engine a second search, and ``specialize=False`` is the cheaper choice per
+        request).  Shared safely by any number of progressive grammars.  A
+        :class:`~formalgram_cfgzip.background.BackgroundCompressor` compresses in a worker
+        process: the caller's other threads (the fills of the requests being decoded) never
+        wait for the compression, and ``compress_timeout`` stops it for good.  A plain
+        :class:`~formalgram_cfgzip.compress.Compressor` compresses on a thread of this
+        process, which holds the interpreter while it runs.
+    grammar_text : str
+        GBNF / XGrammar EBNF text.
+    engine : {"native", "xgrammar", "llguidance"}
+        The engine over the classes.
+    root : str
+        The start rule (compression reads ``root``).
+    max_threads : int
+        XGrammar's compile threads.
+    compress_timeout : float or None
+        Seconds after which a compression still running is no longer used (the grammar stays
+        on XGrammar's masks); ``None`` for no limit.
+    full : bool
+        Also compile XGrammar over the full vocabulary (``False``: the classes' engine only, a
+        first fill then waits for it).
+
+    Returns
+    -------
+    ProgressiveGrammar
+        At once; the compiles go on in the background.
+
+    Notes
+    -----
+    Time to the first mask: the lesser of XGrammar's compile and the compression plus the
+    classes' engine's compile.  Memory: both engines while both are alive.
+
+    Examples
+    --------
+    >>> from formalgram_cfgzip import Vocabulary
+    >>> from formalgram_cfgzip.compress import Compressor
+    >>> vocab = Vocabulary([b"[", b"]", b"[]", b"x", b"</s>"], special_ids=[4], stop_ids=[4])
+    >>> g = compile_progressive(Compressor(vocab, domains=True), 'root ::= "[" "x"* "]"')
+    >>> m = g.matcher()
+    >>> m.accept_token(0), m.accept_token(3), m.accept_token(2)
+    (True, True, False)
+    >>> g.wait(), m.accept_token(1), m.on_classes, m.is_terminated()
+    (True, True, True, False)
+    """
+    return ProgressiveGrammar(
+        compressor,
+        grammar_text,
+        engine=engine,
+        root=root,
+        max_threads=max_threads,
+        compress_timeout=compress_timeout,
+        full=full,
+    )
+
+
+def compile_json_schema(
+    schema: str | Mapping[str, Any] | bool,
+    compressor: Compressor | BackgroundCompressor,
+    *,
+    engine: EngineName = "native",
+    max_threads: int = 1,
+    compress_timeout: float | None = 30.0,
+    **options: Any,
+) -> ProgressiveGrammar:
+    """:func:`compile_progressive` of XGrammar's grammar for a JSON Schema.
+
+    Parameters
+    ----------
+    schema : str, mapping or bool
+        The schema.
+    compressor, engine, max_threads, compress_timeout
+        As :func:`compile_progressive`.
+    **options
+        XGrammar's converter options (:func:`formalgram_cfgzip.json_schema.from_json_schema`).
+
+    Returns
+    -------
+    ProgressiveGrammar
+
+    Raises
+    ------
+    EngineError
+        If XGrammar's converter refuses the schema.
+
+    Notes
+    -----
+    The conversion (about a millisecond), then :func:`compile_progressive`.
+    """
+    from formalgram_cfgzip.json_schema import from_json_schema
+
+    return compile_progressive(
+        compressor,
+        from_json_schema(schema, **options),
+        engine=engine,
+        max_threads=max_threads,
+        compress_timeout=compress_timeout,
+    )
