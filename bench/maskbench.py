@@ -18,9 +18,12 @@ one engine after the other on the same schema, this measures:
     (both compressors with the options of a compression per request, :data:`PER_REQUEST`:
     the plain GNF of the fast construction);
   - ``progressive``: :func:`~formalgram_cfgzip.engines.progressive.compile_json_schema`, the
-    engine a server would use: XGrammar's full-vocabulary masks at once, the native engine's
-    once the classes are ready (``--progressive-wait`` waits for them before the walk, so its
-    masks are the native engine's);
+    engine a server would use: XGrammar's compile over the full vocabulary and the
+    compression started at once, the first mask from whichever is ready first; the
+    compression is tried in this process within :data:`QUICK_WORK` units of search work and,
+    past them, handed to a worker process (:class:`~formalgram_cfgzip.background.BackgroundCompressor`);
+    the walk's masks are XGrammar's until the classes are ready (``--progressive-wait``
+    waits for them before the walk, so that its masks are the native engine's);
   - ``glrmask`` (PyPI ``glrmask``) and ``llguidance`` as peers, each with its own reading of
     JSON Schema (so their masks are not compared with XGrammar's).
 
@@ -66,6 +69,8 @@ XGRAMMAR_LANGUAGE = ("classes", "native", "progressive")
 WORKER_MEMORY = 16 << 30  # address-space limit of the worker process
 # the compressor options of a compression per request (what the engines below use)
 PER_REQUEST: dict[str, Any] = {"domains": True, "specialize": False, "gnf_strategy": "fast"}
+# the progressive engine's quick attempt in the serving process (about 30-40 ms of search)
+QUICK_WORK = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,8 @@ class Walker:
         # the progressive engine compresses in a worker process beside this one
         from formalgram_cfgzip.background import BackgroundCompressor
 
+        # ... after a quick attempt in this process, within QUICK_WORK units of search work
+        self.compressors["quick"] = Compressor(prepared, cache_size=0, max_work=QUICK_WORK, **PER_REQUEST)
         self.background: Any = None
         if "progressive" in engines:
             self.background = BackgroundCompressor(self.vocab, timeout=timeout, **PER_REQUEST)
@@ -190,7 +197,11 @@ class Walker:
 
             t0 = time.perf_counter()
             compiled_p = compile_json_schema(
-                schema, self.background, max_threads=1, compress_timeout=self.background.timeout
+                schema,
+                self.compressors["quick"],
+                max_threads=1,
+                compress_timeout=self.background.timeout,
+                background=self.background,
             )
             stages["compile"] = time.perf_counter() - t0
             self.settle = compiled_p

@@ -18,6 +18,7 @@ import hashlib
 import os
 import secrets
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -41,6 +42,7 @@ __all__ = [
     "classes_fingerprint",
     "compress",
     "grammar_fingerprint",
+    "searched_strategy",
 ]
 
 ALGORITHM_VERSION = "cfgzip-displacement-1"
@@ -465,6 +467,24 @@ def compress(
     )
 
 
+def searched_strategy(stats: Mapping[str, float]) -> str:
+    """The GNF construction ``compress`` searched, read from its classes' ``stats``.
+
+    What re-derives the searched grammar (the native engine's tables, cache verification)
+    must convert with the same construction.  Classes that do not record it were made with
+    ``"auto"``.
+
+    Examples
+    --------
+    >>> searched_strategy({"gnf_strategy": 1.0}), searched_strategy({})
+    ('fast', 'auto')
+    """
+    from formalgram.transforms.gnf import STRATEGIES
+
+    code = int(stats.get("gnf_strategy", 0.0))
+    return STRATEGIES[code] if 0 <= code < len(STRATEGIES) else "auto"
+
+
 def classes_fingerprint(classes: TokenClasses) -> str:
     """SHA-256 of the classes themselves (class of every logit index, representatives, stop
     and invalid class): what binds saved tables to the very classes they were built for.
@@ -652,7 +672,7 @@ def _mismatch(tc: TokenClasses, grammar: Grammar | str, sample: int, seed: int) 
     if specialized not in (0.0, 1.0):
         return "its stats do not say which form of the grammar was searched ('specialized' is missing)"
     g = read_grammar(grammar) if isinstance(grammar, str) else grammar
-    gnf = to_gnf(remove_useless(g), budget=_GNF_BUDGET)
+    gnf = to_gnf(remove_useless(g), budget=_GNF_BUDGET, strategy=searched_strategy(tc.stats))
     if specialized:
         gnf = specialize_terminal_symbols(gnf)
     # the search kernel when built (the same classes as the Python search, array for array)

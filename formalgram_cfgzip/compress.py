@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from formalgram.analysis import generating
 from formalgram.grammar import Grammar
+from formalgram.transforms.gnf import STRATEGIES as GNF_STRATEGIES
 from formalgram.transforms.gnf import to_gnf
 from formalgram.transforms.specialize import specialize_terminal_symbols
 from formalgram.transforms.useless import remove_useless
@@ -171,6 +172,7 @@ def compress(
     specialize: bool | None = None,
     domains: bool = False,
     gnf_strategy: str = "auto",
+    max_work: int | None = None,
 ) -> TokenClasses:
     """Compute classes of interchangeable tokens for ``grammar`` over ``vocab`` (CFGzip).
 
@@ -235,6 +237,10 @@ def compress(
         them all and keeps the smallest; ``"fast"`` runs one (a third of the conversion's
         time on JSON-schema grammars, and a search as cheap), what a compression per
         request wants.  Every strategy gives lossless classes.
+    max_work : int or None
+        Units of work the displacement search may take (a deterministic count: about 30-40 ns
+        each on the compiled build); ``None`` for no limit.  A quick attempt before handing a
+        grammar to a worker process (:mod:`formalgram_cfgzip.engines.progressive`) sets it.
 
     Returns
     -------
@@ -290,6 +296,7 @@ def compress(
             t0,
             domains,
             gnf_strategy,
+            max_work,
         )
 
 
@@ -338,6 +345,7 @@ def _run(
     t0: float,
     domains: bool = False,
     gnf_strategy: str = "auto",
+    max_work: int | None = None,
 ) -> TokenClasses:
     """The pipeline after parsing (``t0``: when the call started, parsing included); the
     callers run it under :class:`_CollectorPaused`."""
@@ -397,6 +405,8 @@ def _run(
         trial_outcome = float(specialized)
         t_pick = time.perf_counter() - t4
     t5 = time.perf_counter()
+    if max_work is not None:
+        search.max_work = max_work
     code_roots: list[int] | None = [] if domains else None
     in_process = 1 if isinstance(search, NativeSearch) else workers
     codes, expansions, work = search_vocabulary(
@@ -424,6 +434,9 @@ def _run(
         "expansions": float(expansions),
         "work": float(work),
         "specialized": float(specialized),
+        # which GNF construction was searched (an index into formalgram.transforms.gnf.STRATEGIES):
+        # what re-derives the search's grammar (native tables, cache verification) must use it
+        "gnf_strategy": float(GNF_STRATEGIES.index(gnf_strategy)),
         "search_kernel": float(isinstance(tables, NativeSearch)),
         "specialize_trial": trial_outcome,
         "specialize_trial_seconds": t_pick,
@@ -531,7 +544,7 @@ class Compressor:
         and its canonical fingerprint); 0 for none.
     cache_dir : path or None
         Directory of saved results (created when needed); ``None`` for none.
-    workers, gnf_budget, max_states, memory_budget, specialize, domains, gnf_strategy
+    workers, gnf_budget, max_states, memory_budget, specialize, domains, gnf_strategy, max_work
         As in :func:`compress` (with ``domains``, the cache directory's entries keep them).
 
     Attributes
@@ -577,6 +590,7 @@ class Compressor:
         specialize: bool | None = None,
         domains: bool = False,
         gnf_strategy: str = "auto",
+        max_work: int | None = None,
     ) -> None:
         if cache_size < 0:
             raise CacheError(f"cache_size must be at least 0, got {cache_size}")
@@ -590,6 +604,7 @@ class Compressor:
         self.specialize = specialize
         self.domains = domains
         self.gnf_strategy = gnf_strategy
+        self.max_work = max_work
         self.hits = 0
         self.disk_hits = 0
         self.misses = 0
@@ -667,6 +682,7 @@ class Compressor:
                         t0,
                         self.domains,
                         self.gnf_strategy,
+                        self.max_work,
                     )
                 self.misses += 1
                 if self.cache_dir is not None:

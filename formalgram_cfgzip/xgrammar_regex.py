@@ -25,6 +25,7 @@ guessing.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, Final
 
 from formalgram.automaton import EPSILON, ByteAutomaton
@@ -86,6 +87,7 @@ def _xgrammar() -> Any:
     return xgrammar
 
 
+@lru_cache(maxsize=4096)
 def regex_automaton(pattern: str, json_string: bool) -> ByteAutomaton:
     r"""The byte automaton XGrammar builds for ``Regex(pattern, json_string=...)``.
 
@@ -111,7 +113,9 @@ def regex_automaton(pattern: str, json_string: bool) -> ByteAutomaton:
     Notes
     -----
     One XGrammar compile of a one-rule grammar over a one-token vocabulary (about a
-    millisecond for the patterns of JSON schemas), plus a pass over the printed automaton.
+    millisecond for the patterns of JSON schemas), plus a pass over the printed automaton;
+    the last 4,096 automata read are kept (the reading is a function of its arguments and
+    of the installed XGrammar), so a pattern that recurs across schemas costs a lookup.
 
     Examples
     --------

@@ -68,6 +68,9 @@ class ProgressiveGrammar:
         Seconds from ``started`` until each engine was ready (``None``: not yet, or failed).
     full_error, compressed_error : BaseException or None
         Why an engine failed (``None``: it did not, or has not finished).
+    handed_over : bool
+        Whether the compression went past the in-process compressor's budgets and was handed
+        to the background compressor.
     """
 
     def __init__(
@@ -80,6 +83,7 @@ class ProgressiveGrammar:
         max_threads: int,
         compress_timeout: float | None,
         full: bool,
+        background: BackgroundCompressor | None = None,
     ) -> None:
         self.vocab: Vocabulary = compressor.vocab
         self.grammar_text = grammar_text
@@ -90,6 +94,7 @@ class ProgressiveGrammar:
         self.compressed_seconds: float | None = None
         self.full_error: BaseException | None = None
         self.compressed_error: BaseException | None = None
+        self.handed_over = False
         self._full: CompiledGrammar | None = None
         self._compressed: CompiledGrammar | None = None
         self._changed = threading.Condition()
@@ -101,7 +106,7 @@ class ProgressiveGrammar:
         threads = [
             threading.Thread(
                 target=self._compile_compressed,
-                args=(compressor, engine, root),
+                args=(compressor, background, engine, root),
                 daemon=True,
                 name="progressive-classes",
             )
@@ -136,8 +141,13 @@ class ProgressiveGrammar:
             self._changed.notify_all()
 
     def _compile_compressed(
-        self, compressor: Compressor | BackgroundCompressor, engine: EngineName, root: str
+        self,
+        compressor: Compressor | BackgroundCompressor,
+        background: BackgroundCompressor | None,
+        engine: EngineName,
+        root: str,
     ) -> None:
+        from formalgram.errors import GrammarTooLarge
         from formalgram_cfgzip.background import BackgroundCompressor
         from formalgram_cfgzip.engines import compile_grammar
 
@@ -147,7 +157,14 @@ class ProgressiveGrammar:
             if isinstance(compressor, BackgroundCompressor):
                 classes = compressor.submit(self.grammar_text, timeout=self.compress_timeout).result()
             else:
-                classes = compressor.compress(self.grammar_text)
+                try:
+                    classes = compressor.compress(self.grammar_text)
+                except GrammarTooLarge:
+                    if background is None:
+                        raise
+                    # past the quick attempt's budgets: the rest in the worker process
+                    self.handed_over = True
+                    classes = background.submit(self.grammar_text, timeout=self.compress_timeout).result()
             compiled = compile_grammar(classes, self.grammar_text, engine=engine, check=False)
         except BaseException as exc:  # reported through compressed_error
             with self._changed:
@@ -335,6 +352,7 @@ def compile_progressive(
     max_threads: int = 1,
     compress_timeout: float | None = 30.0,
     full: bool = True,
+    background: BackgroundCompressor | None = None,
 ) -> ProgressiveGrammar:
     """Start XGrammar over the full vocabulary and the compression of ``grammar_text`` at once.
 
@@ -363,6 +381,13 @@ def compile_progressive(
     full : bool
         Also compile XGrammar over the full vocabulary (``False``: the classes' engine only, a
         first fill then waits for it).
+    background : BackgroundCompressor or None
+        Where a grammar goes that is past ``compressor``'s budgets (a
+        :class:`~formalgram.errors.GrammarTooLarge`): with ``compressor`` an in-process
+        :class:`~formalgram_cfgzip.compress.Compressor` with small budgets (``max_work``,
+        ``gnf_budget``), small grammars compress here at once, racing XGrammar's compile
+        without the worker's round trip, and large ones in the worker process, with no stall
+        of this process beyond the quick attempt.  The recommended setup for a server.
 
     Returns
     -------
@@ -394,6 +419,7 @@ def compile_progressive(
         max_threads=max_threads,
         compress_timeout=compress_timeout,
         full=full,
+        background=background,
     )
 
 
@@ -404,6 +430,7 @@ def compile_json_schema(
     engine: EngineName = "native",
     max_threads: int = 1,
     compress_timeout: float | None = 30.0,
+    background: BackgroundCompressor | None = None,
     **options: Any,
 ) -> ProgressiveGrammar:
     """:func:`compile_progressive` of XGrammar's grammar for a JSON Schema.
@@ -412,7 +439,7 @@ def compile_json_schema(
     ----------
     schema : str, mapping or bool
         The schema.
-    compressor, engine, max_threads, compress_timeout
+    compressor, engine, max_threads, compress_timeout, background
         As :func:`compile_progressive`.
     **options
         XGrammar's converter options (:func:`formalgram_cfgzip.json_schema.from_json_schema`).
@@ -438,4 +465,5 @@ def compile_json_schema(
         engine=engine,
         max_threads=max_threads,
         compress_timeout=compress_timeout,
+        background=background,
     )

@@ -22,7 +22,7 @@ from formalgram.transforms.gnf import to_gnf
 from formalgram.transforms.specialize import specialize_terminal_symbols
 from formalgram.transforms.useless import remove_useless
 from formalgram_cfgzip.cache import grammar_fingerprint, read_cache, write_cache
-from formalgram_cfgzip.classes import TokenClasses, classes_fingerprint
+from formalgram_cfgzip.classes import TokenClasses, classes_fingerprint, searched_strategy
 from formalgram_cfgzip.engines.base import (
     CompiledGrammar,
     EngineMatcher,
@@ -75,6 +75,7 @@ __all__ = [
     "prepare_compressed",
     "read_cache",
     "representative_texts",
+    "searched_strategy",
     "write_cache",
 ]
 
@@ -84,7 +85,9 @@ def parse_grammar(grammar: Grammar | str) -> Grammar:
     return read_grammar(grammar) if isinstance(grammar, str) else grammar
 
 
-def class_gnf(grammar: Grammar | str, *, specialized: bool, gnf_budget: int = 2_000_000) -> Grammar:
+def class_gnf(
+    grammar: Grammar | str, *, specialized: bool, gnf_budget: int = 2_000_000, strategy: str = "auto"
+) -> Grammar:
     """The GNF grammar ``compress`` searched: trimmed, converted, specialised when it was.
 
     Parameters
@@ -95,6 +98,8 @@ def class_gnf(grammar: Grammar | str, *, specialized: bool, gnf_budget: int = 2_
         ``classes.stats["specialized"]``: whether single-byte symbols were copied per occurrence.
     gnf_budget : int, keyword-only
         Size budget of the conversion (``compress``'s default).
+    strategy : str, keyword-only
+        The GNF construction the search used (:func:`searched_strategy` of the classes).
 
     Returns
     -------
@@ -107,7 +112,7 @@ def class_gnf(grammar: Grammar | str, *, specialized: bool, gnf_budget: int = 2_
     GrammarTooLarge, EmptyLanguageError, GrammarSyntaxError
         As :func:`~formalgram_cfgzip.classes.compress`.
     """
-    gnf = to_gnf(remove_useless(parse_grammar(grammar)), budget=gnf_budget)
+    gnf = to_gnf(remove_useless(parse_grammar(grammar)), budget=gnf_budget, strategy=strategy)
     if specialized:
         gnf = specialize_terminal_symbols(gnf)
     live = generating(gnf)

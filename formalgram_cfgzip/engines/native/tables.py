@@ -43,6 +43,7 @@ from formalgram_cfgzip.engines.native._adapter import (
     new_search,
     read_cache,
     representative_texts,
+    searched_strategy,
     write_cache,
 )
 
@@ -405,7 +406,11 @@ def build_tables(
         gnf = (
             kept
             if kept is not None
-            else class_gnf(grammar, specialized=bool(classes.stats.get("specialized", 0.0)))
+            else class_gnf(
+                grammar,
+                specialized=bool(classes.stats.get("specialized", 0.0)),
+                strategy=searched_strategy(classes.stats),
+            )
         )
     t_gnf = time.perf_counter() - t0
     own_pda = found.pda if found is not None and gnf is kept else None

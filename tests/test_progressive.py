@@ -1,0 +1,229 @@
+"""The progressive engine and the background compressor.
+
+Oracle: XGrammar used directly (``GrammarCompiler.compile_json_schema`` over the full Llama-3
+vocabulary, its own matcher): a progressive matcher's masks must be XGrammar's at every step,
+before, at and after its move to the classes' engine, and after rollbacks across the move.  The
+background compressor is checked against the Earley recognizer through the classes it returns
+(every class's representative and members agree on a sample of prefixes), and for its failure
+paths (a time limit, a crash of its worker, a bad grammar, closing) by their typed errors.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+from _data import JSON_SCHEMAS
+
+from formalgram import is_prefix
+from formalgram_cfgzip import Vocabulary
+from formalgram_cfgzip.background import BackgroundCompressor
+from formalgram_cfgzip.compress import Compressor
+from formalgram_cfgzip.errors import EngineError
+from formalgram_cfgzip.grammar_text import read_grammar
+
+xgr = pytest.importorskip("xgrammar")
+pytestmark = pytest.mark.xgrammar
+
+PER_REQUEST: dict[str, Any] = {"domains": True, "specialize": False, "gnf_strategy": "fast"}
+
+
+@pytest.fixture(scope="module")
+def llama3() -> Vocabulary:
+    pytest.importorskip("quicktok")
+    return Vocabulary.builtin("llama3")
+
+
+class _HeldCompressor:
+    """A compressor whose compressions wait until released (to place the move in a walk)."""
+
+    def __init__(self, inner: Compressor) -> None:
+        self.inner = inner
+        self.vocab = inner.vocab
+        self.release = threading.Event()
+
+    def compress(self, text: str) -> Any:
+        self.release.wait()
+        return self.inner.compress(text)
+
+
+def _raw_xgrammar(vocab: Vocabulary, schema: dict[str, Any]) -> Any:
+    from formalgram_cfgzip.engines.xgrammar import full_tokenizer_info
+
+    compiler = xgr.GrammarCompiler(full_tokenizer_info(vocab), max_threads=1, cache_enabled=False)
+    return xgr.GrammarMatcher(compiler.compile_json_schema(json.dumps(schema)))
+
+
+def _mask(fill: Any, width: int) -> np.ndarray:
+    bm = np.zeros((1, (width + 31) // 32), dtype=np.int32)
+    fill(bm)
+    return bm[0]
+
+
+def _walk_against_xgrammar(
+    vocab: Vocabulary, schema: dict[str, Any], matcher: Any, steps: int, seed: int, on_step: Any = None
+) -> list[int]:
+    """Walk ``matcher`` and raw XGrammar side by side; the steps where the masks differ."""
+    ref = _raw_xgrammar(vocab, schema)
+    rng = np.random.default_rng(seed)
+    stops = set(vocab.stop_ids)
+    bad = []
+    for step in range(steps):
+        if on_step is not None:
+            on_step(step, matcher, ref)
+        ours = _mask(matcher.fill_next_token_bitmask, vocab.logit_width)
+        theirs = _mask(ref.fill_next_token_bitmask, vocab.logit_width)
+        if not np.array_equal(ours, theirs):
+            bad.append(step)
+        allowed = np.flatnonzero(np.unpackbits(theirs.view(np.uint8), bitorder="little")[: vocab.logit_width])
+        allowed = [int(t) for t in allowed if int(t) not in stops]
+        if not allowed:
+            break
+        # long tokens half of the time: the walk gets through the document
+        lengths = np.array([len(vocab.tokens[t] or b"") for t in allowed])
+        pick = (
+            allowed[int(np.argmax(lengths))]
+            if rng.random() < 0.5
+            else allowed[int(rng.integers(len(allowed)))]
+        )
+        assert matcher.accept_token(pick) and ref.accept_token(pick)
+    return bad
+
+
+def _schema(name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads((JSON_SCHEMAS / f"{name}.json").read_text(encoding="utf-8"))
+    schema.pop("examples", None)
+    return schema
+
+
+@pytest.mark.parametrize("move_at", [0, 7, 25])
+def test_masks_are_xgrammars_before_at_and_after_the_move(llama3: Vocabulary, move_at: int) -> None:
+    from formalgram_cfgzip.engines.progressive import compile_json_schema
+
+    schema = _schema("invoice")
+    held = _HeldCompressor(Compressor(llama3, cache_size=0, **PER_REQUEST))
+    grammar = compile_json_schema(schema, held)  # type: ignore[arg-type]
+    matcher = grammar.matcher()
+
+    def on_step(step: int, m: Any, ref: Any) -> None:
+        if step == move_at:
+            held.release.set()
+            assert grammar.wait(timeout=120)
+        assert m.on_classes == (step > move_at)  # moves at the first call after the engine is ready
+        if step == move_at + 5:  # a rollback across the move: three tokens back, both sides
+            m.rollback(3)
+            ref.rollback(3)
+
+    bad = _walk_against_xgrammar(llama3, schema, matcher, steps=60, seed=move_at, on_step=on_step)
+    assert bad == []
+    assert matcher.moved_at is not None and grammar.full_seconds is not None
+
+
+def test_background_compression_is_lossless_and_in_order(llama3: Vocabulary) -> None:
+    from formalgram_cfgzip.engines.progressive import compile_json_schema
+
+    bg = BackgroundCompressor(llama3, timeout=120, **PER_REQUEST)
+    try:
+        schemas = [_schema("recipe"), _schema("sensor_reading")]
+        grammars = [compile_json_schema(s, bg) for s in schemas]
+        for schema, grammar in zip(schemas, grammars, strict=True):
+            assert grammar.wait(timeout=120), grammar.compressed_error
+            assert _walk_against_xgrammar(llama3, schema, grammar.matcher(), steps=40, seed=1) == []
+        assert bg.restarts == 0
+    finally:
+        bg.close()
+
+
+def test_classes_from_the_worker_agree_with_earley() -> None:
+    text = 'root ::= "[" item ("," item)* "]"\nitem ::= [a-c]+ | "(" item ")"'
+    vocab = Vocabulary([b"[", b"]", b",", b"a", b"ab", b"abc", b"(", b")", b"((", b"a,", b"],", b"x"])
+    bg = BackgroundCompressor(vocab, timeout=60)
+    try:
+        classes = bg.submit(text).result(timeout=60)
+    finally:
+        bg.close()
+    g = read_grammar(text)
+    prefixes = [b"", b"[", b"[a", b"[(", b"[a,", b"[((", b"[a,b"]
+    for t, cls in enumerate(classes.token_class.tolist()):
+        rep = int(classes.representatives[cls])
+        if rep < 0 or cls in (classes.invalid_class, classes.stop_class):
+            continue
+        for p in prefixes:
+            member, representative = vocab.tokens[t], vocab.tokens[rep]
+            assert member is not None and representative is not None
+            assert is_prefix(g, p + member) == is_prefix(g, p + representative), (t, rep, p)
+
+
+def test_background_failures_are_typed_and_the_worker_recovers() -> None:
+    vocab = Vocabulary([b"a", b"b", b"ab"])
+    bg = BackgroundCompressor(vocab, timeout=60)
+    try:
+        with pytest.raises(EngineError, match="the compression failed: GrammarSyntaxError"):
+            bg.submit("root ::= (").result(timeout=60)
+        # a grammar whose conversion takes seconds, stopped at its time limit
+        slow = (
+            'root ::= x "b"\nx ::= '
+            + " | ".join(f'"{chr(97 + i % 26) * (1 + i % 7)}" x' for i in range(400))
+            + ' | "a"'
+        )
+        with pytest.raises(EngineError, match="past its time limit"):
+            bg.submit(slow, timeout=0.001).result(timeout=60)
+        assert bg.restarts == 1
+        # a worker that dies mid-job fails that job only
+        job = bg.submit(slow)
+        while bg._proc is None or not bg._proc.is_alive():
+            threading.Event().wait(0.01)
+        bg._proc.kill()
+        with pytest.raises(EngineError, match=r"worker died|past its time limit|failed"):
+            job.result(timeout=60)
+        assert bg.submit('root ::= "a" "b"').result(timeout=60).num_classes >= 2
+    finally:
+        bg.close()
+    with pytest.raises(EngineError, match="closed"):
+        bg.submit('root ::= "a"')
+
+
+def test_progressive_failures(llama3: Vocabulary) -> None:
+    from formalgram_cfgzip.engines.progressive import compile_progressive
+
+    compressor = Compressor(llama3, cache_size=0, **PER_REQUEST)
+    # neither engine reads it: both reasons reach the caller
+    broken = compile_progressive(compressor, 'root ::= "a" undefined_rule')
+    with pytest.raises(EngineError, match=r"neither engine.*XGrammar.*classes"):
+        broken.matcher().fill_next_token_bitmask(broken.allocate_token_bitmask())
+    # a compression past its time limit leaves the grammar on XGrammar's masks
+    held = _HeldCompressor(compressor)
+    late = compile_progressive(held, 'root ::= "a"+', compress_timeout=0.05)  # type: ignore[arg-type]
+    assert not late.wait()
+    held.release.set()
+    m = late.matcher()
+    assert m.accept_token(llama3.tokens.index(b"a"))
+    assert not m.on_classes
+    with pytest.raises(EngineError, match="class masks exist once"):
+        m.fill_next_class_bitmask(np.zeros((1, 8), dtype=np.int32))
+    # the classes' engine alone (no XGrammar): the first fill waits for it
+    only = compile_progressive(compressor, 'root ::= "a"+', full=False)
+    m = only.matcher()
+    m.fill_next_token_bitmask(only.allocate_token_bitmask())
+    assert m.on_classes and only.full is None
+
+
+def test_a_grammar_past_the_quick_budget_goes_to_the_worker(llama3: Vocabulary) -> None:
+    from formalgram_cfgzip.engines.progressive import compile_json_schema
+
+    schema = _schema("geo_feature")
+    quick = Compressor(llama3, cache_size=0, max_work=10, **PER_REQUEST)  # too little for any schema
+    bg = BackgroundCompressor(llama3, timeout=120, **PER_REQUEST)
+    try:
+        grammar = compile_json_schema(schema, quick, background=bg)
+        assert grammar.wait(timeout=120), grammar.compressed_error
+        assert grammar.handed_over
+        assert _walk_against_xgrammar(llama3, schema, grammar.matcher(), steps=40, seed=2) == []
+    finally:
+        bg.close()
+    # without a background compressor the budget's error is the compression's failure
+    alone = compile_json_schema(schema, quick)
+    assert not alone.wait(timeout=120) and "displacement search" in str(alone.compressed_error)
