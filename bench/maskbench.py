@@ -298,6 +298,10 @@ class Walker:
             refused += not ok
         out.update(invalid=min(len(case.invalid), invalid_limit), invalid_refused=refused)
         out["seconds"] = time.perf_counter() - t0
+        if engine == "progressive":  # done with it: its compression must not hold the worker
+            out["stages"]["classes_ready"] = self.settle.compressed_seconds or -1.0
+            out["stages"]["handed_over"] = float(self.settle.handed_over)
+            self.settle.close()
         return out
 
 

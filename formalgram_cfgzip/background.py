@@ -62,10 +62,18 @@ class CompressionJob:
     seconds: float | None = None
     submitted: float = field(default_factory=time.perf_counter)
     _done: threading.Event = field(default_factory=threading.Event, repr=False)
+    _owner: BackgroundCompressor | None = field(default=None, repr=False)
 
     def done(self) -> bool:
         """Whether the job has finished (with classes or an error)."""
         return self._done.is_set()
+
+    def cancel(self) -> None:
+        """Give the job up: dropped from the queue, or its worker ended if it is running (a
+        fresh worker takes the next job).  Nothing happens to a finished job."""
+        owner = self._owner
+        if owner is not None and not self.done():
+            owner._cancel(self)
 
     def result(self, timeout: float | None = None) -> TokenClasses:
         """The classes, waiting up to ``timeout`` seconds.
@@ -162,6 +170,8 @@ class BackgroundCompressor:
         self._proc: Any = None
         self._conn: Connection | None = None
         self._serial = 0
+        self._running: CompressionJob | None = None
+        self._cancelled: CompressionJob | None = None
         self._thread = threading.Thread(target=self._serve, daemon=True, name="formalgram-background")
         self._thread.start()
 
@@ -184,13 +194,28 @@ class BackgroundCompressor:
         EngineError
             If the compressor is closed.
         """
-        job = CompressionJob(text, self.timeout if timeout is None else timeout)
+        job = CompressionJob(text, self.timeout if timeout is None else timeout, _owner=self)
         with self._wake:
             if self._closed:
                 raise EngineError("the background compressor is closed")
             self._queue.append(job)
             self._wake.notify()
         return job
+
+    def _cancel(self, job: CompressionJob) -> None:
+        with self._wake:
+            if job in self._queue:
+                self._queue.remove(job)
+                queued = True
+            else:
+                queued = False
+                self._cancelled = job if self._running is job else None
+        if queued:
+            job._finish(None, EngineError("the compression was cancelled"))
+        elif self._cancelled is job:
+            proc = self._proc
+            if proc is not None:
+                proc.kill()  # the serving thread sees the pipe close, and cleans up
 
     def close(self) -> None:
         """End the worker and fail the queued jobs; idempotent."""
@@ -250,7 +275,12 @@ class BackgroundCompressor:
                 if self._closed:
                     return
                 job = self._queue.popleft()
-            self._run(job)
+                self._running = job
+            try:
+                self._run(job)
+            finally:
+                with self._wake:
+                    self._running = None
 
     def _run(self, job: CompressionJob) -> None:
         self._serial += 1
@@ -267,7 +297,11 @@ class BackgroundCompressor:
         except (EOFError, OSError) as exc:
             self._stop_worker(kill=True)
             self.restarts += 1
-            job._finish(None, EngineError(f"the compression worker died ({exc or type(exc).__name__})"))
+            if self._cancelled is job:
+                self._cancelled = None
+                job._finish(None, EngineError("the compression was cancelled"))
+            else:
+                job._finish(None, EngineError(f"the compression worker died ({exc or type(exc).__name__})"))
             return
         except BaseException as exc:  # a failure to start the worker, reported on the job
             job._finish(None, exc)

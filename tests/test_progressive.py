@@ -158,17 +158,13 @@ def test_classes_from_the_worker_agree_with_earley() -> None:
 
 
 def test_background_failures_are_typed_and_the_worker_recovers() -> None:
-    vocab = Vocabulary([b"a", b"b", b"ab"])
+    vocab = Vocabulary([b"a", b"b", b"ab", b"c"])
     bg = BackgroundCompressor(vocab, timeout=60)
     try:
         with pytest.raises(EngineError, match="the compression failed: GrammarSyntaxError"):
             bg.submit("root ::= (").result(timeout=60)
-        # a grammar whose conversion takes seconds, stopped at its time limit
-        slow = (
-            'root ::= x "b"\nx ::= '
-            + " | ".join(f'"{chr(97 + i % 26) * (1 + i % 7)}" x' for i in range(400))
-            + ' | "a"'
-        )
+        # a grammar whose compression takes seconds, stopped at its time limit
+        slow = "root ::= [a-c]{0,40000}"
         with pytest.raises(EngineError, match="past its time limit"):
             bg.submit(slow, timeout=0.001).result(timeout=60)
         assert bg.restarts == 1
@@ -179,6 +175,16 @@ def test_background_failures_are_typed_and_the_worker_recovers() -> None:
         bg._proc.kill()
         with pytest.raises(EngineError, match=r"worker died|past its time limit|failed"):
             job.result(timeout=60)
+        assert bg.submit('root ::= "a" "b"').result(timeout=60).num_classes >= 2
+        # cancelling: a queued job is dropped, a running one ends its worker
+        running, queued = bg.submit(slow), bg.submit(slow)
+        while bg._running is not running:
+            threading.Event().wait(0.01)
+        queued.cancel()
+        running.cancel()
+        for job in (queued, running):
+            with pytest.raises(EngineError, match="cancelled"):
+                job.result(timeout=60)
         assert bg.submit('root ::= "a" "b"').result(timeout=60).num_classes >= 2
     finally:
         bg.close()

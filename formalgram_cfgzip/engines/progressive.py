@@ -40,7 +40,8 @@ import numpy.typing as npt
 from formalgram_cfgzip.errors import EngineError
 
 if TYPE_CHECKING:
-    from formalgram_cfgzip.background import BackgroundCompressor
+    from formalgram_cfgzip.background import BackgroundCompressor, CompressionJob
+    from formalgram_cfgzip.classes import TokenClasses
     from formalgram_cfgzip.compress import Compressor
     from formalgram_cfgzip.engines import EngineName
     from formalgram_cfgzip.engines.base import CompiledGrammar, EngineMatcher
@@ -95,6 +96,8 @@ class ProgressiveGrammar:
         self.full_error: BaseException | None = None
         self.compressed_error: BaseException | None = None
         self.handed_over = False
+        self._job: CompressionJob | None = None
+        self._closed = False
         self._full: CompiledGrammar | None = None
         self._compressed: CompiledGrammar | None = None
         self._changed = threading.Condition()
@@ -155,7 +158,7 @@ class ProgressiveGrammar:
             if root != "root":
                 raise EngineError(f"compression reads the start rule 'root', not {root!r}")
             if isinstance(compressor, BackgroundCompressor):
-                classes = compressor.submit(self.grammar_text, timeout=self.compress_timeout).result()
+                classes = self._in_background(compressor)
             else:
                 try:
                     classes = compressor.compress(self.grammar_text)
@@ -164,7 +167,7 @@ class ProgressiveGrammar:
                         raise
                     # past the quick attempt's budgets: the rest in the worker process
                     self.handed_over = True
-                    classes = background.submit(self.grammar_text, timeout=self.compress_timeout).result()
+                    classes = self._in_background(background)
             compiled = compile_grammar(classes, self.grammar_text, engine=engine, check=False)
         except BaseException as exc:  # reported through compressed_error
             with self._changed:
@@ -183,6 +186,23 @@ class ProgressiveGrammar:
                 self.compressed_seconds = seconds
             self._compressed_done = True
             self._changed.notify_all()
+
+    def _in_background(self, background: BackgroundCompressor) -> TokenClasses:
+        with self._changed:
+            if self._closed:
+                raise EngineError("the grammar was closed")
+            self._job = background.submit(self.grammar_text, timeout=self.compress_timeout)
+        return self._job.result()
+
+    def close(self) -> None:
+        """Give up a compression still running in a background compressor (its worker is
+        ended; the engines ready so far keep serving).  Call it when the grammar is no longer
+        needed, so that its compression does not hold the worker for the next one."""
+        with self._changed:
+            self._closed = True
+            job = self._job
+        if job is not None:
+            job.cancel()
 
     # -- state ----------------------------------------------------------------------------------
 
