@@ -230,6 +230,21 @@ def test_a_grammar_past_the_quick_budget_goes_to_the_worker(llama3: Vocabulary) 
         assert _walk_against_xgrammar(llama3, schema, grammar.matcher(), steps=40, seed=2) == []
     finally:
         bg.close()
+    # within the budget, a grammar predicted cheap is compressed at once: no XGrammar compile
+    roomy = Compressor(llama3, cache_size=0, max_work=10_000_000, **PER_REQUEST)
+    bg = BackgroundCompressor(llama3, timeout=120, **PER_REQUEST)
+    try:
+        grammar = compile_json_schema(schema, roomy, background=bg)
+        assert grammar.path == "quick" and grammar.ready and grammar.full is None
+        assert _walk_against_xgrammar(llama3, schema, grammar.matcher(), steps=40, seed=3) == []
+        # predicted large (a long maxLength string): the race, the compression in the worker
+        big = {"type": "string", "maxLength": 300}
+        raced = compile_json_schema(big, roomy, background=bg)
+        assert raced.path == "race" and not raced.handed_over
+        assert raced.wait(timeout=120)
+        assert _walk_against_xgrammar(llama3, big, raced.matcher(), steps=30, seed=4) == []
+    finally:
+        bg.close()
     # without a background compressor the budget's error is the compression's failure
     alone = compile_json_schema(schema, quick)
     assert not alone.wait(timeout=120) and "displacement search" in str(alone.compressed_error)
