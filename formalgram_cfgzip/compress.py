@@ -45,6 +45,7 @@ from formalgram_cfgzip.search.driver import (
     SequenceTrie,
     TokenTable,
     pick_specialization,
+    rep_order,
     search_vocabulary,
     token_table,
     token_trie,
@@ -54,7 +55,7 @@ from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
     "SPECIALIZE_LIMIT",
-    "SPECIALIZE_RATIO",
+    "SPECIALIZE_MAX",
     "SPECIALIZE_SAMPLE",
     "SPECIALIZE_TRIAL",
     "Compressor",
@@ -63,12 +64,13 @@ __all__ = [
     "compress",
     "number_classes",
     "prepare_vocabulary",
+    "specialization_plan",
 ]
 
 SPECIALIZE_LIMIT = 2500  # largest stack alphabet for which single-byte symbols are specialised at once
 SPECIALIZE_TRIAL = 4  # above it, specialise if that costs at most this many times the plain search...
 SPECIALIZE_SAMPLE = 8  # ...measured on every 8th searched token
-SPECIALIZE_RATIO = 64  # no trial (the plain GNF) when specialising multiplies the alphabet by more
+SPECIALIZE_MAX = 50_000  # no trial (the plain GNF) when the specialised alphabet is larger than this
 
 
 @dataclass(frozen=True, eq=False)
@@ -215,8 +217,8 @@ def compress(
         :data:`SPECIALIZE_SAMPLE`-th token shows that the specialised search costs at most
         :data:`SPECIALIZE_TRIAL` times the plain one (a deterministic work count, so the
         choice does not depend on the machine; the trial's tables are reused); never when
-        specialising multiplies the stack alphabet by more than :data:`SPECIALIZE_RATIO`
-        (JSON schemas with large enumerations: hundreds of times, and setting up the
+        the specialised stack alphabet has more than :data:`SPECIALIZE_MAX` symbols (JSON
+        schemas with large enumerations reach 100,000-180,000, where setting up the
         specialised search alone took seconds).  Per request, where the first mask matters
         more than the number of classes, ``False`` is the cheaper choice (MaskBench schemas:
         median 17 against 22 ms, 99th percentile 1.9 against 11.5 s).
@@ -371,13 +373,12 @@ def _run(
     specialized = False
     if specialize is not False:
         special = specialize_terminal_symbols(gnf)
-        if specialize or len(special.names) <= max(SPECIALIZE_LIMIT, 4 * len(gnf.names)):
+        plan = specialization_plan(len(gnf.names), len(special.names), specialize)
+        if plan == "special":
             gnf = special
             specialized = True
-        elif len(special.names) <= SPECIALIZE_RATIO * len(gnf.names):
+        elif plan == "trial":
             trial = special
-        # else: an alphabet that many times larger costs seconds to set up before the trial's
-        # work count can even start; the plain GNF, as a lost trial would give
     t4 = time.perf_counter()
     t_gnf = t4 - t0
 
@@ -488,6 +489,28 @@ def _class_roots(
         root = code_roots[code] if code >= 0 else DEAD
         roots.append(root if root != DEAD else -1)
     return roots
+
+
+def specialization_plan(plain_names: int, special_names: int, specialize: bool | None) -> str:
+    """What ``compress`` does with the specialised GNF: ``"special"`` (searched), ``"trial"``
+    (:func:`~formalgram_cfgzip.search.driver.pick_specialization` decides) or ``"plain"``.
+
+    ``specialize=True`` always specialises; by default a stack alphabet of at most
+    :data:`SPECIALIZE_LIMIT` symbols (or four times the plain one) is specialised at once, one
+    of at most :data:`SPECIALIZE_MAX` goes to the trial, and a larger one keeps the plain GNF
+    (so large an alphabet costs seconds to set up before the trial's work count can even
+    start: the outcome a lost trial would give).  (``specialize=False`` never gets here.)
+
+    Examples
+    --------
+    >>> [specialization_plan(23, n, None) for n in (90, 3_200, 173_000)]
+    ['special', 'trial', 'plain']
+    >>> specialization_plan(23, 173_000, True)
+    'special'
+    """
+    if specialize or special_names <= max(SPECIALIZE_LIMIT, 4 * plain_names):
+        return "special"
+    return "trial" if special_names <= SPECIALIZE_MAX else "plain"
 
 
 def cache_entry_name(grammar_sha256: str, vocab_sha256: str, specialize: bool | None = None) -> str:
@@ -772,15 +795,17 @@ def number_classes(
     token_class = np.full(width, -1, dtype=np.int32)
     reps: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
     if codes.size:
-        # slot code + 1 of each token (slot 0: the empty displacement, no class); the
-        # smallest (length, id) per slot packed in one int64: length above bit 32, id below
+        # slot code + 1 of each token (slot 0: the empty displacement, no class); the first
+        # token of each slot in (length, id) order is its class's representative: scattered
+        # in reverse order, the first one is the last write
         k = int(codes.max()) + 2
-        none = np.iinfo(np.int64).max
-        best = np.full(k, none, dtype=np.int64)
-        np.minimum.at(best, codes + 1, (toks.lengths << 32) | toks.ids)
-        best[0] = none
-        used = np.flatnonzero(best != none)  # codes some token has
-        rep_of_used = best[used] & 0xFFFFFFFF
+        n = int(codes.size)
+        by_length = rep_order(toks)
+        first = np.full(k, n, dtype=np.int64)
+        first[codes[by_length[::-1]] + 1] = np.arange(n - 1, -1, -1, dtype=np.int64)
+        first[0] = n
+        used = np.flatnonzero(first < n)  # codes some token has
+        rep_of_used = toks.ids[by_length[first[used]]]
         order = np.argsort(rep_of_used, kind="stable")
         class_of_slot = np.full(k, -1, dtype=np.int32)
         class_of_slot[used[order]] = np.arange(used.size, dtype=np.int32)

@@ -324,3 +324,22 @@ def test_collector_paused_only_while_compressing() -> None:
     finally:
         gc.enable()
     assert seen == [True, True, False]
+
+
+def test_no_trial_for_a_huge_specialised_alphabet() -> None:
+    """Past SPECIALIZE_MAX symbols the default keeps the plain GNF without a trial (its set-up
+    alone would cost seconds): the plan, and a grammar whose specialisation is that large."""
+    from formalgram_cfgzip.compress import SPECIALIZE_MAX, specialization_plan
+
+    assert specialization_plan(100, SPECIALIZE_MAX, None) == "trial"
+    assert specialization_plan(100, SPECIALIZE_MAX + 1, None) == "plain"
+    assert specialization_plan(100, SPECIALIZE_MAX + 1, True) == "special"
+    # 20,000 ten-letter words: about 180,000 single-byte symbols once specialised
+    import random
+
+    rng = random.Random(3)
+    words = sorted({"".join(rng.choice("abcdefghij") for _ in range(10)) for _ in range(20_000)})
+    text = "root ::= (" + " | ".join(f'"{w}"' for w in words) + ') ("," root)?'
+    vocab = Vocabulary([*sorted({w[:k].encode() for w in words[:50] for k in (3, 6, 10)}), b","])
+    tc = compress(text, vocab, progress=False)
+    assert tc.stats["specialize_trial"] == -1.0 and tc.stats["specialized"] == 0.0

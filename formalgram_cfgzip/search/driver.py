@@ -60,6 +60,10 @@ class TokenTable:
         uint8: the bytes of every token id below ``vocab.size``, concatenated.
     all_lengths : numpy.ndarray
         int64: the byte length of every token id below ``vocab.size`` (``-1`` for holes).
+    by_length : numpy.ndarray or None
+        int64 positions into ``ids``, shortest token first (lowest id on ties): the order in
+        which a class's representative is chosen (:func:`rep_order`, which makes it when
+        ``None``).
     """
 
     ids: npt.NDArray[np.int64]
@@ -67,6 +71,22 @@ class TokenTable:
     lengths: npt.NDArray[np.int64]
     flat: npt.NDArray[np.uint8]
     all_lengths: npt.NDArray[np.int64]
+    by_length: npt.NDArray[np.int64] | None = None
+
+
+def rep_order(toks: TokenTable) -> npt.NDArray[np.int64]:
+    """Positions into ``toks.ids``, by byte length then id (``toks.by_length`` when kept).
+
+    Examples
+    --------
+    >>> t = TokenTable(np.array([3, 5, 7]), np.zeros(3, np.int64), np.array([2, 1, 1]),
+    ...                np.zeros(0, np.uint8), np.zeros(0, np.int64))
+    >>> rep_order(t).tolist()
+    [1, 2, 0]
+    """
+    if toks.by_length is not None:
+        return toks.by_length
+    return np.lexsort((toks.ids, toks.lengths)).astype(np.int64)
 
 
 _TABLES: list[tuple[Vocabulary, TokenTable]] = []  # the last vocabulary seen, with its table
@@ -117,7 +137,8 @@ def token_table(vocab: Vocabulary) -> TokenTable:
     if holes:
         all_lengths[np.asarray(holes, dtype=np.int64)] = -1
     ids = np.flatnonzero(searched).astype(np.int64)
-    table = TokenTable(ids, starts[ids], lengths[ids], flat, all_lengths)
+    by_length = np.lexsort((ids, lengths[ids])).astype(np.int64)
+    table = TokenTable(ids, starts[ids], lengths[ids], flat, all_lengths, by_length)
     _TABLES.clear()
     _TABLES.append((vocab, table))
     return table
