@@ -86,7 +86,8 @@ def rep_order(toks: TokenTable) -> npt.NDArray[np.int64]:
     """
     if toks.by_length is not None:
         return toks.by_length
-    return np.lexsort((toks.ids, toks.lengths)).astype(np.int64)
+    order: npt.NDArray[np.int64] = np.lexsort((toks.ids, toks.lengths)).astype(np.int64)
+    return order
 
 
 _TABLES: list[tuple[Vocabulary, TokenTable]] = []  # the last vocabulary seen, with its table
