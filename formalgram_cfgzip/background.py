@@ -129,6 +129,9 @@ class BackgroundCompressor:
         The vocabulary (sent to the worker once per worker start).
     timeout : float or None
         Default time limit of a job, in seconds (the worker is ended past it).
+    spare : bool
+        Keep a second worker started and ready, which takes over at once when a worker is
+        ended (a time limit, :meth:`CompressionJob.cancel`) or dies.
     **options
         The compressor's options (``specialize``, ``domains``, budgets; see
         :class:`~formalgram_cfgzip.compress.Compressor`).
@@ -141,8 +144,9 @@ class BackgroundCompressor:
 
     Notes
     -----
-    The worker prepares the vocabulary when it starts (about a second for 128k tokens, in the
-    background: the first job waits for it).  One worker serves one job at a time; jobs queue.
+    A worker prepares the vocabulary when it starts (about a second for 128k tokens, in the
+    background: the first job waits for it; with ``spare``, the spare is being prepared from
+    the construction on).  One worker serves one job at a time; jobs queue.
     A job's time counts from when the worker takes it.  The caller's threads hold the
     interpreter only to send a job and to load its result.  :meth:`close` (or the end of the
     process) ends the worker.
@@ -152,11 +156,13 @@ class BackgroundCompressor:
     >>> bg = BackgroundCompressor(Vocabulary([b"(", b")", b"x"]), timeout=60)
     >>> classes = bg.submit('root ::= "(" root ")" | "x"').result()
     >>> classes.num_classes, bg.restarts
-    (4, 0)
+    (3, 0)
     >>> bg.close()
     """
 
-    def __init__(self, vocab: Vocabulary, *, timeout: float | None = 60.0, **options: Any) -> None:
+    def __init__(
+        self, vocab: Vocabulary, *, timeout: float | None = 60.0, spare: bool = True, **options: Any
+    ) -> None:
         self.vocab = vocab
         self.timeout = timeout
         self.options = options
@@ -172,8 +178,14 @@ class BackgroundCompressor:
         self._serial = 0
         self._running: CompressionJob | None = None
         self._cancelled: CompressionJob | None = None
+        # a started worker kept ready: a job that follows a time limit or a cancellation (its
+        # worker ended) does not wait for a fresh worker to prepare the vocabulary
+        self._spare_wanted = spare
+        self._spare: tuple[Any, Connection] | None = None
+        self._spare_starting = False
         self._thread = threading.Thread(target=self._serve, daemon=True, name="formalgram-background")
         self._thread.start()
+        self._want_spare()
 
     def submit(self, text: str, *, timeout: float | None = None) -> CompressionJob:
         """Queue the compression of ``text``; returns at once.
@@ -228,11 +240,18 @@ class BackgroundCompressor:
             job._finish(None, EngineError("the background compressor was closed"))
         self._thread.join(timeout=5)
         self._stop_worker(kill=False)
+        with self._wake:
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            spare[0].kill()
+            spare[0].join(5)
+            spare[1].close()
         shutil.rmtree(self._root, ignore_errors=True)
 
     # -- the serving thread ---------------------------------------------------------------------
 
-    def _start_worker(self) -> Connection:
+    def _spawn(self) -> tuple[Any, Connection]:
+        """A new worker, once it has prepared the vocabulary."""
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(
             target=_worker,
@@ -245,8 +264,43 @@ class BackgroundCompressor:
         kind, _ = parent.recv()
         if kind != "ready":  # pragma: no cover - the worker only ever says ready first
             raise EngineError("the compression worker did not start")
-        self._proc, self._conn = proc, parent
-        return parent
+        return proc, parent
+
+    def _want_spare(self) -> None:
+        """Start preparing a spare worker in the background, unless one is there or coming."""
+        with self._wake:
+            if not self._spare_wanted or self._closed or self._spare is not None or self._spare_starting:
+                return
+            self._spare_starting = True
+
+        def make() -> None:
+            try:
+                made: tuple[Any, Connection] | None = self._spawn()
+            except BaseException:  # the job that needs a worker starts one itself
+                made = None
+            with self._wake:
+                self._spare_starting = False
+                if made is not None and not self._closed:
+                    self._spare, made = made, None
+                self._wake.notify_all()
+            if made is not None:  # closed meanwhile
+                made[0].kill()
+                made[0].join(5)
+                made[1].close()
+
+        threading.Thread(target=make, daemon=True, name="formalgram-background-spare").start()
+
+    def _start_worker(self) -> Connection:
+        """The worker for the next job: the spare (waiting for it while it is being made), else
+        a new one; a new spare is then started."""
+        with self._wake:
+            while self._spare is None and self._spare_starting:
+                self._wake.wait()
+            taken, self._spare = self._spare, None
+        proc, conn = taken if taken is not None else self._spawn()
+        self._proc, self._conn = proc, conn
+        self._want_spare()
+        return conn
 
     def _stop_worker(self, kill: bool) -> None:
         proc, conn = self._proc, self._conn
