@@ -6,8 +6,10 @@ rarely), so a compression on a thread of a serving process stalls that process's
 stopped when it runs too long.  :class:`BackgroundCompressor` runs a
 :class:`~formalgram_cfgzip.compress.Compressor` in a worker process of its own instead: the
 caller's threads only wait on a pipe (the interpreter free), a compression past its time limit
-is stopped by ending the worker (a fresh one is started for the next job), and a crash of the
-worker fails that job, not the server.
+is stopped by ending its worker (a fresh one is started), and a crash of a worker fails that
+job, not the server.  A few workers are kept started (preparing a vocabulary takes about a
+second), so that a job given up while it runs (:meth:`CompressionJob.cancel`: its grammar is
+no longer needed) may finish on its worker while the next job runs on another.
 
 The classes travel back as the cache format (:meth:`TokenClasses.save
 <formalgram_cfgzip.classes.TokenClasses.save>` into a private temporary directory, signed with
@@ -18,6 +20,7 @@ a few milliseconds for a 128k-token vocabulary.  Nothing the worker sends is unp
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import secrets
@@ -25,7 +28,6 @@ import shutil
 import tempfile
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -63,14 +65,18 @@ class CompressionJob:
     submitted: float = field(default_factory=time.perf_counter)
     _done: threading.Event = field(default_factory=threading.Event, repr=False)
     _owner: BackgroundCompressor | None = field(default=None, repr=False)
+    _cancelled: bool = field(default=False, repr=False)
+    _cancelled_at: float | None = field(default=None, repr=False)
 
     def done(self) -> bool:
         """Whether the job has finished (with classes or an error)."""
         return self._done.is_set()
 
     def cancel(self) -> None:
-        """Give the job up: dropped from the queue, or its worker ended if it is running (a
-        fresh worker takes the next job).  Nothing happens to a finished job."""
+        """Give the job up: it fails at once with a "cancelled" error.  A queued job is
+        dropped; a running one is left to finish on its worker for at most the compressor's
+        ``abandon_after`` seconds more (then the worker is ended), its result unused, while
+        the other workers take the next jobs.  Nothing happens to a finished job."""
         owner = self._owner
         if owner is not None and not self.done():
             owner._cancel(self)
@@ -93,6 +99,8 @@ class CompressionJob:
         return self.classes
 
     def _finish(self, classes: TokenClasses | None, error: BaseException | None) -> None:
+        if self._done.is_set():  # a cancelled job keeps its "cancelled" error
+            return
         self.classes, self.error = classes, error
         self.seconds = time.perf_counter() - self.submitted
         self._done.set()
@@ -121,17 +129,19 @@ def _worker(conn: Connection, vocab: Vocabulary, options: dict[str, Any], key: b
 
 
 class BackgroundCompressor:
-    """A :class:`~formalgram_cfgzip.compress.Compressor` in a worker process, jobs served in order.
+    """A :class:`~formalgram_cfgzip.compress.Compressor` in worker processes, jobs served in order.
 
     Parameters
     ----------
     vocab : Vocabulary
-        The vocabulary (sent to the worker once per worker start).
+        The vocabulary (sent to each worker when it starts).
     timeout : float or None
-        Default time limit of a job, in seconds (the worker is ended past it).
-    spare : bool
-        Keep a second worker started and ready, which takes over at once when a worker is
-        ended (a time limit, :meth:`CompressionJob.cancel`) or dies.
+        Default time limit of a job, in seconds (its worker is ended past it).
+    workers : int
+        Worker processes kept started (at least 1).  One job runs on each at a time; with two
+        or more, a job given up while it runs does not hold up the next.
+    abandon_after : float
+        Seconds a cancelled job may go on running on its worker before the worker is ended.
     **options
         The compressor's options (``specialize``, ``domains``, budgets; see
         :class:`~formalgram_cfgzip.compress.Compressor`).
@@ -140,20 +150,19 @@ class BackgroundCompressor:
     ----------
     vocab : Vocabulary
     restarts : int
-        Workers started after the first (time limits and crashes).
+        Workers ended and replaced (time limits, cancellations past ``abandon_after``, crashes).
 
     Notes
     -----
     A worker prepares the vocabulary when it starts (about a second for 128k tokens, in the
-    background: the first job waits for it; with ``spare``, the spare is being prepared from
-    the construction on).  One worker serves one job at a time; jobs queue.
-    A job's time counts from when the worker takes it.  The caller's threads hold the
-    interpreter only to send a job and to load its result.  :meth:`close` (or the end of the
-    process) ends the worker.
+    background from the construction on: the first job waits for the first worker).  Jobs
+    are taken in the order they came, one per idle worker.  A job's time counts from when a
+    worker takes it.  The caller's threads hold the interpreter only to send a job and to
+    load its result.  :meth:`close` (or the end of the process) ends the workers.
 
     Examples
     --------
-    >>> bg = BackgroundCompressor(Vocabulary([b"(", b")", b"x"]), timeout=60)
+    >>> bg = BackgroundCompressor(Vocabulary([b"(", b")", b"x"]), timeout=60, workers=1)
     >>> classes = bg.submit('root ::= "(" root ")" | "x"').result()
     >>> classes.num_classes, bg.restarts
     (3, 0)
@@ -161,31 +170,34 @@ class BackgroundCompressor:
     """
 
     def __init__(
-        self, vocab: Vocabulary, *, timeout: float | None = 60.0, spare: bool = True, **options: Any
+        self,
+        vocab: Vocabulary,
+        *,
+        timeout: float | None = 60.0,
+        workers: int = 2,
+        abandon_after: float = 2.0,
+        **options: Any,
     ) -> None:
+        if workers < 1:
+            raise EngineError(f"workers must be at least 1, got {workers}")
         self.vocab = vocab
         self.timeout = timeout
+        self.workers = workers
+        self.abandon_after = abandon_after
         self.options = options
         self.restarts = 0
         self._key = secrets.token_bytes(32)
         self._root = tempfile.mkdtemp(prefix="formalgram-bg-")
         self._ctx = mp.get_context("spawn")
-        self._queue: deque[CompressionJob] = deque()
-        self._wake = threading.Condition()
+        self._lock = threading.Condition()
+        self._waiting: list[CompressionJob] = []  # submitted, not yet on a worker (in order)
+        self._idle: list[tuple[Any, Connection]] = []
+        self._live: set[Any] = set()  # every started worker process
+        self._starting = 0
         self._closed = False
-        self._proc: Any = None
-        self._conn: Connection | None = None
         self._serial = 0
-        self._running: CompressionJob | None = None
-        self._cancelled: CompressionJob | None = None
-        # a started worker kept ready: a job that follows a time limit or a cancellation (its
-        # worker ended) does not wait for a fresh worker to prepare the vocabulary
-        self._spare_wanted = spare
-        self._spare: tuple[Any, Connection] | None = None
-        self._spare_starting = False
-        self._thread = threading.Thread(target=self._serve, daemon=True, name="formalgram-background")
-        self._thread.start()
-        self._want_spare()
+        for _ in range(workers):
+            self._replace_worker()
 
     def submit(self, text: str, *, timeout: float | None = None) -> CompressionJob:
         """Queue the compression of ``text``; returns at once.
@@ -207,48 +219,44 @@ class BackgroundCompressor:
             If the compressor is closed.
         """
         job = CompressionJob(text, self.timeout if timeout is None else timeout, _owner=self)
-        with self._wake:
+        with self._lock:
             if self._closed:
                 raise EngineError("the background compressor is closed")
-            self._queue.append(job)
-            self._wake.notify()
+            self._waiting.append(job)
+        threading.Thread(target=self._run, args=(job,), daemon=True, name="formalgram-background-job").start()
         return job
 
     def _cancel(self, job: CompressionJob) -> None:
-        with self._wake:
-            if job in self._queue:
-                self._queue.remove(job)
-                queued = True
-            else:
-                queued = False
-                self._cancelled = job if self._running is job else None
-        if queued:
-            job._finish(None, EngineError("the compression was cancelled"))
-        elif self._cancelled is job:
-            proc = self._proc
-            if proc is not None:
-                proc.kill()  # the serving thread sees the pipe close, and cleans up
+        with self._lock:
+            job._cancelled = True
+            job._cancelled_at = time.monotonic()
+            if job in self._waiting:
+                self._waiting.remove(job)
+            self._lock.notify_all()
+        job._finish(None, EngineError("the compression was cancelled"))
 
     def close(self) -> None:
-        """End the worker and fail the queued jobs; idempotent."""
-        with self._wake:
+        """End the workers and fail the jobs not finished; idempotent."""
+        with self._lock:
             self._closed = True
-            pending = list(self._queue)
-            self._queue.clear()
-            self._wake.notify()
+            pending = list(self._waiting)
+            self._waiting.clear()
+            idle, self._idle = self._idle, []
+            live = list(self._live)
+            self._lock.notify_all()
         for job in pending:
             job._finish(None, EngineError("the background compressor was closed"))
-        self._thread.join(timeout=5)
-        self._stop_worker(kill=False)
-        with self._wake:
-            spare, self._spare = self._spare, None
-        if spare is not None:
-            spare[0].kill()
-            spare[0].join(5)
-            spare[1].close()
+        for _, conn in idle:
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(None)
+        for proc in live:
+            proc.join(2)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
         shutil.rmtree(self._root, ignore_errors=True)
 
-    # -- the serving thread ---------------------------------------------------------------------
+    # -- workers ------------------------------------------------------------------------------------
 
     def _spawn(self) -> tuple[Any, Connection]:
         """A new worker, once it has prepared the vocabulary."""
@@ -261,110 +269,113 @@ class BackgroundCompressor:
         )
         proc.start()
         child.close()
+        with self._lock:
+            self._live.add(proc)
         kind, _ = parent.recv()
         if kind != "ready":  # pragma: no cover - the worker only ever says ready first
             raise EngineError("the compression worker did not start")
         return proc, parent
 
-    def _want_spare(self) -> None:
-        """Start preparing a spare worker in the background, unless one is there or coming."""
-        with self._wake:
-            if not self._spare_wanted or self._closed or self._spare is not None or self._spare_starting:
+    def _replace_worker(self) -> None:
+        """Start a worker in the background; it joins the idle ones when ready."""
+        with self._lock:
+            if self._closed:
                 return
-            self._spare_starting = True
+            self._starting += 1
 
         def make() -> None:
+            made: tuple[Any, Connection] | None
             try:
-                made: tuple[Any, Connection] | None = self._spawn()
-            except BaseException:  # the job that needs a worker starts one itself
+                made = self._spawn()
+            except BaseException:  # a job waiting for a worker then fails (see _take)
                 made = None
-            with self._wake:
-                self._spare_starting = False
+            with self._lock:
+                self._starting -= 1
                 if made is not None and not self._closed:
-                    self._spare, made = made, None
-                self._wake.notify_all()
+                    self._idle.append(made)
+                    made = None
+                self._lock.notify_all()
             if made is not None:  # closed meanwhile
-                made[0].kill()
-                made[0].join(5)
-                made[1].close()
+                self._end(made, kill=True)
 
-        threading.Thread(target=make, daemon=True, name="formalgram-background-spare").start()
+        threading.Thread(target=make, daemon=True, name="formalgram-background-start").start()
 
-    def _start_worker(self) -> Connection:
-        """The worker for the next job: the spare (waiting for it while it is being made), else
-        a new one; a new spare is then started."""
-        with self._wake:
-            while self._spare is None and self._spare_starting:
-                self._wake.wait()
-            taken, self._spare = self._spare, None
-        proc, conn = taken if taken is not None else self._spawn()
-        self._proc, self._conn = proc, conn
-        self._want_spare()
-        return conn
-
-    def _stop_worker(self, kill: bool) -> None:
-        proc, conn = self._proc, self._conn
-        self._proc = self._conn = None
-        if proc is None:
-            return
-        try:
-            if kill:
-                proc.kill()
-            elif conn is not None:
-                conn.send(None)
-        except (OSError, ValueError):
-            pass
-        proc.join(5)
-        if proc.is_alive():
+    def _end(self, worker: tuple[Any, Connection], kill: bool) -> None:
+        proc, conn = worker
+        if kill:
             proc.kill()
-            proc.join(5)
-        if conn is not None:
-            conn.close()
+        proc.join(5)
+        conn.close()
+        with self._lock:
+            self._live.discard(proc)
 
-    def _serve(self) -> None:
-        while True:
-            with self._wake:
-                while not self._queue and not self._closed:
-                    self._wake.wait()
-                if self._closed:
-                    return
-                job = self._queue.popleft()
-                self._running = job
-            try:
-                self._run(job)
-            finally:
-                with self._wake:
-                    self._running = None
+    def _take(self, job: CompressionJob) -> tuple[Any, Connection] | None:
+        """An idle worker for ``job`` once it is first in line (None: cancelled or closed)."""
+        with self._lock:
+            while True:
+                if job._cancelled or self._closed:
+                    return None
+                if self._idle and self._waiting and self._waiting[0] is job:
+                    self._waiting.pop(0)
+                    return self._idle.pop()
+                if not self._idle and self._starting == 0 and len(self._live) < self.workers:
+                    self._lock.release()  # every start failed: try once more, outside the lock
+                    try:
+                        self._replace_worker()
+                    finally:
+                        self._lock.acquire()
+                self._lock.wait(1.0)
 
     def _run(self, job: CompressionJob) -> None:
-        self._serial += 1
-        directory = os.path.join(self._root, f"job{self._serial}")
+        worker = self._take(job)
+        if worker is None:
+            job._finish(None, EngineError("the compression was cancelled"))
+            return
+        with self._lock:
+            self._serial += 1
+            directory = os.path.join(self._root, f"job{self._serial}")
+        conn = worker[1]
         try:
-            conn = self._conn or self._start_worker()
             conn.send((job.text, directory))
-            if not conn.poll(job.timeout):
-                self._stop_worker(kill=True)
-                self.restarts += 1
-                job._finish(None, EngineError(f"the compression ran past its time limit of {job.timeout} s"))
-                return
+            deadline = None if job.timeout is None else time.monotonic() + job.timeout
+            why = ""
+            # the answer ends a wait at once: the quarter second only paces the checks
+            while not conn.poll(0.25):
+                now = time.monotonic()
+                if deadline is not None and now >= deadline:
+                    why = f"the compression ran past its time limit of {job.timeout} s"
+                elif job._cancelled_at is not None and now >= job._cancelled_at + self.abandon_after:
+                    why = "the compression was cancelled"
+                if why:
+                    self._end(worker, kill=True)
+                    self.restarts += 1
+                    self._replace_worker()
+                    job._finish(None, EngineError(why))
+                    return
             kind, message = conn.recv()
         except (EOFError, OSError) as exc:
-            self._stop_worker(kill=True)
+            self._end(worker, kill=True)
             self.restarts += 1
-            if self._cancelled is job:
-                self._cancelled = None
-                job._finish(None, EngineError("the compression was cancelled"))
+            self._replace_worker()
+            job._finish(None, EngineError(f"the compression worker died ({exc or type(exc).__name__})"))
+            return
+        with self._lock:
+            if self._closed:
+                worker_back = False
             else:
-                job._finish(None, EngineError(f"the compression worker died ({exc or type(exc).__name__})"))
-            return
-        except BaseException as exc:  # a failure to start the worker, reported on the job
-            job._finish(None, exc)
-            return
+                self._idle.append(worker)
+                worker_back = True
+            self._lock.notify_all()
+        if not worker_back:
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(None)
         try:
             if kind != "ok":
                 job._finish(None, EngineError(f"the compression failed: {message}"))
-                return
-            job._finish(TokenClasses.load(directory, grammar=job.text, vocab=self.vocab, key=self._key), None)
+            elif not job._cancelled:
+                job._finish(
+                    TokenClasses.load(directory, grammar=job.text, vocab=self.vocab, key=self._key), None
+                )
         except BaseException as exc:
             job._finish(None, exc)
         finally:
