@@ -298,9 +298,13 @@ class Walker:
             refused += not ok
         out.update(invalid=min(len(case.invalid), invalid_limit), invalid_refused=refused)
         out["seconds"] = time.perf_counter() - t0
-        if engine == "progressive":  # done with it: its compression must not hold the worker
+        if engine == "progressive":
+            # each schema measured alone: its compression finishes (or times out) before the
+            # next schema starts, so that no worker is busy with a grammar no longer needed
+            self.settle.wait()
             out["stages"]["classes_ready"] = self.settle.compressed_seconds or -1.0
             out["stages"]["handed_over"] = float(self.settle.handed_over)
+            out["path"] = self.settle.path
             self.settle.close()
         return out
 
@@ -403,7 +407,7 @@ class Pool:
         self.proc = self.ctx.Process(
             target=_worker,
             args=(child, self.vocab, self.engines, self.progressive_wait, self.timeout),
-            daemon=True,
+            daemon=False,  # the progressive engine starts worker processes of its own
         )
         self.proc.start()
         if parent.recv() != "ready":

@@ -194,6 +194,7 @@ class BackgroundCompressor:
         self._idle: list[tuple[Any, Connection]] = []
         self._live: set[Any] = set()  # every started worker process
         self._starting = 0
+        self._spawn_error: BaseException | None = None
         self._closed = False
         self._serial = 0
         for _ in range(workers):
@@ -287,8 +288,9 @@ class BackgroundCompressor:
             made: tuple[Any, Connection] | None
             try:
                 made = self._spawn()
-            except BaseException:  # a job waiting for a worker then fails (see _take)
+            except BaseException as exc:  # the jobs waiting for a worker fail with it (see _take)
                 made = None
+                self._spawn_error = exc
             with self._lock:
                 self._starting -= 1
                 if made is not None and not self._closed:
@@ -310,7 +312,13 @@ class BackgroundCompressor:
             self._live.discard(proc)
 
     def _take(self, job: CompressionJob) -> tuple[Any, Connection] | None:
-        """An idle worker for ``job`` once it is first in line (None: cancelled or closed)."""
+        """An idle worker for ``job`` once it is first in line (None: cancelled or closed).
+
+        Raises
+        ------
+        EngineError
+            If no worker can be started (the reason of the last failed start).
+        """
         with self._lock:
             while True:
                 if job._cancelled or self._closed:
@@ -318,16 +326,23 @@ class BackgroundCompressor:
                 if self._idle and self._waiting and self._waiting[0] is job:
                     self._waiting.pop(0)
                     return self._idle.pop()
-                if not self._idle and self._starting == 0 and len(self._live) < self.workers:
-                    self._lock.release()  # every start failed: try once more, outside the lock
-                    try:
-                        self._replace_worker()
-                    finally:
-                        self._lock.acquire()
+                if not self._idle and self._starting == 0 and not self._live_workers():
+                    if job in self._waiting:
+                        self._waiting.remove(job)
+                    self._lock.notify_all()
+                    raise EngineError(f"no compression worker could be started: {self._spawn_error!r}")
                 self._lock.wait(1.0)
 
+    def _live_workers(self) -> int:
+        """Workers started and not ended (under the lock)."""
+        return sum(1 for proc in self._live if proc.is_alive())
+
     def _run(self, job: CompressionJob) -> None:
-        worker = self._take(job)
+        try:
+            worker = self._take(job)
+        except EngineError as exc:
+            job._finish(None, exc)
+            return
         if worker is None:
             job._finish(None, EngineError("the compression was cancelled"))
             return

@@ -268,3 +268,16 @@ def test_a_grammar_past_the_quick_budget_goes_to_the_worker(llama3: Vocabulary) 
     # without a background compressor the budget's error is the compression's failure
     alone = compile_json_schema(schema, quick)
     assert not alone.wait(timeout=120) and "displacement search" in str(alone.compressed_error)
+
+
+def test_a_worker_that_cannot_start_fails_the_jobs_instead_of_hanging() -> None:
+    class NoWorkers(BackgroundCompressor):
+        def _spawn(self) -> Any:
+            raise AssertionError("daemonic processes are not allowed to have children")
+
+    bg = NoWorkers(Vocabulary([b"a"]), timeout=60, workers=1)
+    try:
+        with pytest.raises(EngineError, match=r"no compression worker could be started.*daemonic"):
+            bg.submit('root ::= "a"').result(timeout=30)
+    finally:
+        bg.close()
