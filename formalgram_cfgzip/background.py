@@ -158,7 +158,9 @@ class BackgroundCompressor:
     background from the construction on: the first job waits for the first worker).  Jobs
     are taken in the order they came, one per idle worker.  A job's time counts from when a
     worker takes it.  The caller's threads hold the interpreter only to send a job and to
-    load its result.  :meth:`close` (or the end of the process) ends the workers.
+    load its result.  :meth:`close` (or the end of the process) ends the workers.  A daemonic
+    process cannot start processes (``multiprocessing`` forbids it): there the jobs fail with
+    that reason, and a progressive grammar stays on XGrammar's masks.
 
     Examples
     --------
