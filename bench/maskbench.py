@@ -51,6 +51,7 @@ import argparse
 import json
 import multiprocessing as mp
 import random
+import statistics
 import sys
 import time
 import traceback
@@ -575,6 +576,38 @@ def summarize(records: list[dict[str, Any]], engines: Sequence[str]) -> str:
             ],
         )
     )
+
+    # TTFM against XGrammar's, schema by schema
+    def ratio(rs: list[dict[str, Any]]) -> str:
+        qs = [r["ttfm"] / ref[r["schema"]]["ttfm"] for r in rs if r["compiled"] and r["schema"] in ref]
+        if not qs:
+            return "-"
+        return f"{statistics.median(qs):.2f}x, sooner on {sum(q < 1.0 for q in qs)} of {len(qs)}"
+
+    rows.append(
+        (
+            "TTFM / XGrammar's: median, sooner on",
+            [cell(e, ratio) if e != "xgrammar" else "1" for e in engines],
+        )
+    )
+
+    def ready(rs: list[dict[str, Any]]) -> str:
+        vals = [
+            r["stages"]["classes_ready"]
+            for r in rs
+            if r["compiled"] and r["stages"].get("classes_ready", -1) > 0
+        ]
+        if not vals:
+            return "-"
+        return f"{len(vals)}: " + " / ".join(ms(v) for v in percentiles(vals))
+
+    if "progressive" in engines:
+        rows.append(
+            (
+                "classes' engine ready: count, p50 / p75 / p99 / max (ms)",
+                [cell(e, ready) if e == "progressive" else "-" for e in engines],
+            )
+        )
     # mask time on the documents every engine accepts
     common = [
         s

@@ -37,3 +37,22 @@ def test_front_end_example_runs_and_matches_the_full_engine() -> None:
     assert np.array_equal(np.asarray(scope["mask"]), np.asarray(expected))
     tid = scope["vocab"].tokens.index(b'{"')
     assert (int(expected[0, tid // 32]) >> (tid % 32)) & 1
+
+
+def test_per_request_example_runs_and_matches_xgrammar() -> None:
+    """The README's per-request example: its first mask is XGrammar's own for the schema."""
+    pytest.importorskip("xgrammar")
+    pytest.importorskip("quicktok")
+    import json
+
+    import xgrammar
+
+    from formalgram_cfgzip.engines.xgrammar import full_tokenizer_info
+
+    scope: dict[str, Any] = {}
+    exec(_block_after("### A JSON Schema per request"), scope)
+    compiler = xgrammar.GrammarCompiler(full_tokenizer_info(scope["vocab"]), max_threads=1)
+    own = xgrammar.GrammarMatcher(compiler.compile_json_schema(json.dumps(scope["schema"])))
+    expected = xgrammar.allocate_token_bitmask(1, scope["vocab"].logit_width)
+    own.fill_next_token_bitmask(expected)
+    assert np.array_equal(np.asarray(scope["mask"]), np.asarray(expected))
