@@ -296,14 +296,11 @@ def domain_automaton(
             classes_at.setdefault(r, []).append(k)
     # the tries below the roots, with their edges reversed
     into: dict[int, list[tuple[int, int]]] = {}  # node -> (symbol, node above it)
-    seen: set[int] = set()
+    seen: set[int] = set(classes_at)
     todo = list(classes_at)
     finals: list[int] = []
     while todo:
         n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
         if search.is_final(n):
             finals.append(n)
         for sym, child in search.edges(n):
@@ -312,7 +309,9 @@ def domain_automaton(
                 into[child] = [(sym, n)]
             else:
                 lst.append((sym, n))
-            todo.append(child)
+            if child not in seen:  # the tries share nodes: each is walked once
+                seen.add(child)
+                todo.append(child)
     first = tuple(sorted(finals))
     ids: dict[tuple[int, ...], int] = {first: 0}
     states: list[tuple[int, ...]] = [first]
