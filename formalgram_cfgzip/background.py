@@ -106,10 +106,25 @@ class CompressionJob:
         self._done.set()
 
 
+def _end_with_parent(parent: int, interval: float = 0.25) -> None:
+    """A worker's watch: end the worker's process once its parent is gone.
+
+    The parent enforces every job's time limit; a worker whose parent died (killed, or ended
+    without :meth:`BackgroundCompressor.close`) would otherwise compress on, unbounded, as an
+    orphan.  The check needs the interpreter, so a kernel call that holds it delays the end
+    until the call returns."""
+    while os.getppid() == parent:
+        time.sleep(interval)
+    os._exit(3)
+
+
 def _worker(conn: Connection, vocab: Vocabulary, options: dict[str, Any], key: bytes) -> None:
     """The worker loop: (text, directory) in, ``("ok", "")`` or ``("error", message)`` out."""
     from formalgram_cfgzip.compress import Compressor
 
+    threading.Thread(
+        target=_end_with_parent, args=(os.getppid(),), daemon=True, name="formalgram-orphan-watch"
+    ).start()
     compressor = Compressor(vocab, cache_size=0, **options)
     conn.send(("ready", ""))
     while True:

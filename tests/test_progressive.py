@@ -11,7 +11,12 @@ paths (a time limit, a crash of its worker, a bad grammar, closing) by their typ
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -281,3 +286,51 @@ def test_a_worker_that_cannot_start_fails_the_jobs_instead_of_hanging() -> None:
             bg.submit('root ::= "a"').result(timeout=30)
     finally:
         bg.close()
+
+
+_ORPHAN_PARENT = """
+import sys, threading
+from formalgram_cfgzip import Vocabulary
+from formalgram_cfgzip.background import BackgroundCompressor
+
+if __name__ == "__main__":
+    bg = BackgroundCompressor(Vocabulary([b"a", b"b", b"ab", b"c"]), timeout=600, workers=1)
+    bg.submit('root ::= "a"').result(timeout=120)
+    job = bg.submit("root ::= [a-c]{0,40000}")  # seconds of work on the worker
+    while job in bg._waiting:
+        threading.Event().wait(0.01)
+    print(bg._root, " ".join(str(p.pid) for p in bg._live if p.is_alive()), flush=True)
+    threading.Event().wait(600)  # killed by the test while the job runs
+"""
+
+
+def test_workers_end_when_their_parent_is_killed(tmp_path: Any) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(_ORPHAN_PARENT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        root, *words = parent.stdout.readline().split()
+        pids = [int(p) for p in words]
+        assert pids, "the parent reported no live worker"
+    finally:
+        parent.kill()
+        parent.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as f:  # a zombie left for init to reap is gone
+            return f.read().split(")")[-1].split()[0] != "Z"
+
+    # a hang guard only: the worker notices its parent's end within a fraction of a second
+    deadline = time.monotonic() + 120
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in pids), "a compression worker outlived its parent"
+    # it ended before its job (seconds of work) could write a result: it did not run on unwatched
+    written = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+    assert written == [], written
+    shutil.rmtree(root, ignore_errors=True)
