@@ -295,7 +295,6 @@ from formalgram_cfgzip.background import BackgroundCompressor
 
 if __name__ == "__main__":
     bg = BackgroundCompressor(Vocabulary([b"a", b"b", b"ab", b"c"]), timeout=600, workers=1)
-    bg.submit('root ::= "a"').result(timeout=120)
     job = bg.submit("root ::= [a-c]{0,40000}")  # seconds of work on the worker
     while job in bg._waiting:
         threading.Event().wait(0.01)
@@ -334,3 +333,19 @@ def test_workers_end_when_their_parent_is_killed(tmp_path: Any) -> None:
     written = [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
     assert written == [], written
     shutil.rmtree(root, ignore_errors=True)
+
+
+def test_workers_run_at_a_lower_priority() -> None:
+    def niceness(pid: int) -> int:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().split(")")[-1].split()[16])
+
+    vocab = Vocabulary([b"a", b"b"])
+    for nice in (0, 5):
+        bg = BackgroundCompressor(vocab, timeout=60, workers=1, nice=nice)
+        try:
+            bg.submit('root ::= "a"').result(timeout=60)
+            (worker,) = [p for p in bg._live if p.is_alive()]
+            assert niceness(worker.pid) == min(19, niceness(os.getpid()) + nice)
+        finally:
+            bg.close()
