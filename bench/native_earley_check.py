@@ -39,7 +39,7 @@ exit status is 1 if there was one.
 Run from the repository root::
 
     python -m bench.native_earley_check --grammars llama_cpp/c.gbnf --steps 10000 \\
-        --cache-dir /tmp/native-earley-cache --output bench/results/native_earley_COMMIT.txt
+        --cache-dir /tmp/native-earley-cache --output native_earley.txt
 """
 
 from __future__ import annotations

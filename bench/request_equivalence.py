@@ -13,7 +13,7 @@ plus every ``--step``-th grammar of the shared ``derived/json_mode_eval_xgrammar
 when ``--grammars`` points at it (skipped when absent).  Vocabularies: ``--vocabs``
 (default ``llama3,qwen3``).  Specialisation: the default (``None``) and ``False``.
 
-``bench/results/request_equivalence_d5dfd2c.json`` is the record of commit d5dfd2c (with the
+``bench/results/request_equivalence.json`` is the recorded reference (with the
 shared corpus; without it, its 40 JSON-corpus combinations are reported as missing).
 
 Run from the repository root::
