@@ -496,13 +496,15 @@ def compress_many(
 
     Examples
     --------
-    >>> import tempfile
+    >>> import base64, tempfile
     >>> from concurrent.futures import ThreadPoolExecutor
-    >>> jobs = [Job("cl100k_base", grammar="builtin:json")]
-    >>> out = tempfile.mkdtemp()
+    >>> tmp = Path(tempfile.mkdtemp())
+    >>> bytes_only = tmp / "bytes.tiktoken"  # a vocabulary of the 256 single bytes
+    >>> _ = bytes_only.write_text("".join(f"{base64.b64encode(bytes([b])).decode()} {b}\\n" for b in range(256)))
+    >>> jobs = [Job(str(bytes_only), grammar="builtin:json")]
     >>> with ThreadPoolExecutor(1) as pool:
-    ...     first = compress_many(jobs, out, executor=pool)
-    ...     again = compress_many(jobs, out, executor=pool)
+    ...     first = compress_many(jobs, tmp / "cache", executor=pool)
+    ...     again = compress_many(jobs, tmp / "cache", executor=pool)
     >>> first.line(), again.line()
     ('done 1, skipped 0, failed 0', 'done 0, skipped 1, failed 0')
     """

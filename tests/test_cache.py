@@ -128,7 +128,7 @@ def test_object_arrays_refused(tmp_path: Path) -> None:
 def test_pickled_payload_refused_even_with_valid_checksum(tmp_path: Path) -> None:
     write_cache(tmp_path, _arrays(), META)
     buf = io.BytesIO()
-    np.savez(buf, bad=np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    np.savez(buf, bad=np.array([{"a": 1}], dtype=object))  # object arrays are pickled by default
     payload = buf.getvalue()
     (tmp_path / "arrays.npz").write_bytes(payload)
     record = json.loads((tmp_path / "meta.json").read_text())

@@ -18,6 +18,7 @@ The real grammars are SynCode's and two of lark's examples, kept in ``tests/data
 
 from __future__ import annotations
 
+import importlib.metadata
 import random
 import re
 
@@ -248,7 +249,9 @@ def test_documented_differences() -> None:
         assert lark_accepts(lark_parser(text), s.encode()), text
         assert xgrammar_members(text, [s.encode()]) == [False], text
     assert not accepts(parse_lark("start: /\\s/"), "\ufeff".encode())
-    assert xgrammar_members("start: /\\s/", ["\ufeff".encode()]) == [True]
+    # XGrammar 0.2.8 leaves U+FEFF out of \s, as Python does; 0.2.9 takes it in
+    bom_is_space = importlib.metadata.version("xgrammar") != "0.2.8"
+    assert xgrammar_members("start: /\\s/", ["\ufeff".encode()]) == [bom_is_space]
     # 4. XGrammar's ESCAPED_STRING takes a raw newline; lark's (and formalgram's) does not
     text = "start: ESCAPED_STRING\n%import common.ESCAPED_STRING"
     assert not accepts(parse_lark(text), b'"a\nb"')
@@ -338,12 +341,12 @@ _POSTFIX = ["", "", "", "?", "*", "+", "~2", "~0..2"]
 
 
 @st.composite
-def lark_grammars(draw: st.DrawFn) -> str:
+def lark_grammars(draw: st.DrawFn, terminal_alternatives: int = 2) -> str:
     lines: list[str] = []
     terminals: list[str] = []
     for k in range(draw(st.integers(0, 2))):
         alts = []
-        for _ in range(draw(st.integers(1, 2))):
+        for _ in range(draw(st.integers(1, terminal_alternatives))):
             atoms = [draw(st.sampled_from(_TERMINAL_ATOMS + terminals))]  # at least one non-empty part
             for _ in range(draw(st.integers(0, 1))):
                 atoms.append(
@@ -379,8 +382,10 @@ def lark_grammars(draw: st.DrawFn) -> str:
     return "\n".join(lines) + "\n"
 
 
+# one alternative per terminal: lark joins a terminal's alternatives into one Python regex, whose
+# alternation is leftmost-first ('T0: "a" "b" | /a+/' becomes (?:a+|ab) and never lexes "ab")
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(lark_grammars(), st.integers(0, 2**16))
+@given(lark_grammars(terminal_alternatives=1), st.integers(0, 2**16))
 def test_random_grammars_agree_with_lark(text: str, seed: int) -> None:
     g = parse_lark(text, ignore_at_start=True)
     try:

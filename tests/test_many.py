@@ -97,6 +97,7 @@ def _check_done(out: Path, job: Job, text: str) -> None:
 
 
 def test_pairs_failures_and_reruns(setup: Path) -> None:
+    pytest.importorskip("xgrammar")  # the JSON Schema pair
     jobs = read_manifest(setup / "m.jsonl")
     out = setup / "out"
     with ThreadPoolExecutor(2) as pool:
@@ -136,6 +137,7 @@ def test_default_executor_is_local_processes(setup: Path) -> None:
 
 
 def test_cli_compress_many(setup: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("xgrammar")  # the JSON Schema pair
     rc = main(["compress-many", str(setup / "m.jsonl"), "-o", str(setup / "out"), "--workers", "1"])
     out = capsys.readouterr().out
     assert rc == 1  # some pairs failed

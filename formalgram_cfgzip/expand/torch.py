@@ -39,12 +39,14 @@ __all__ = ["TorchMaskExpander", "apply_token_bitmask_inplace"]
 
 
 def _triton_kernels() -> Any:
-    """The :mod:`formalgram_cfgzip.expand._triton` module, or ``None`` without Triton."""
-    try:
-        from formalgram_cfgzip.expand import _triton
-    except Exception:  # any failure to import Triton means "not available"
-        return None
-    return _triton
+    """The :mod:`formalgram_cfgzip.expand._triton` module, or ``None`` without Triton.
+
+    The module imports whether or not Triton does (it is loaded here, on first use, so that
+    Triton is imported only where the expansion may use it).
+    """
+    from formalgram_cfgzip.expand import _triton
+
+    return _triton if _triton.AVAILABLE else None
 
 
 def _torch() -> Any:
@@ -115,9 +117,10 @@ class TorchMaskExpander:
             raise EngineError("the numpy backend runs on the CPU only")
         self._kernels: Any = None
         if backend == "triton":
-            self._kernels = _triton_kernels()
-            if self._kernels is None:
-                raise EngineError("the triton backend needs Triton (pip install triton)")
+            from formalgram_cfgzip.expand import _triton
+
+            _triton.require()  # EngineError "... needs triton ..." with the import failure
+            self._kernels = _triton
             if self.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
                 raise EngineError(
                     "the triton backend needs a CUDA device (or TRITON_INTERPRET=1 for its interpreter)"
