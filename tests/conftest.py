@@ -15,6 +15,9 @@ header names the build (``tests/_build.py``).
 made by ``_build.c_param``) skips a test in the pure-Python build, with its reason, and fails
 it in a compiled build whose kernel is missing or switched off (``_build.require_kernel``).
 
+**Engines.**  A test or parameter marked ``xgrammar`` or ``llguidance`` (``_needs.engine_param``)
+is skipped, with its reason, where that package is not installed; the others still run.
+
 **Hypothesis.**  The profile ``formalgram`` is loaded by default: derandomized (every run
 draws the same examples, so a verdict does not depend on the run), no example database,
 no deadline and no ``too_slow`` health check (wall-time checks that fail on a loaded
@@ -92,7 +95,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     import _build
+    import _needs
 
     for mark in item.iter_markers("ckernel"):
         for name in mark.args:
             _build.require_kernel(name)
+    for package in _needs.ENGINE_PACKAGES:
+        if item.get_closest_marker(package) is not None:
+            pytest.importorskip(package, reason=f"needs the {package} package (not installed)")

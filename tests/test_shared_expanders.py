@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("xgrammar")
-pytest.importorskip("llguidance")
 
 import torch
 from _build import c_param
 from _engine_oracle import allowed_after
+from _needs import engine_params
 
 from formalgram_cfgzip import engines
 from formalgram_cfgzip.classes import compress
@@ -38,7 +37,7 @@ TOKENS: list[bytes | None] = [
 ]  # fmt: skip
 STOP = 17
 WIDTH = 40
-ENGINE_NAMES = ["xgrammar", "llguidance"]
+ENGINE_NAMES = engine_params("xgrammar", "llguidance")
 
 
 def vocab() -> Vocabulary:
@@ -120,6 +119,7 @@ def test_generate_loop_builds_one_expander(engine: str, monkeypatch: pytest.Monk
     assert counts == Counter({"TorchMaskExpander": 1})
 
 
+@pytest.mark.xgrammar
 def test_expanders_of_a_compiled_grammar() -> None:
     small, full = compiled_pair("xgrammar")
     assert small.expander is not None and full.expander is None
