@@ -21,6 +21,7 @@ import pytest
 from _blowup_grammars import deep_merge_grammar
 from _build import kernel_module
 from _class_oracle import check_classes_with_earley
+from _counted import checks_at_least
 from _data import grammar
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -78,6 +79,7 @@ vocabularies = st.lists(
 )
 
 
+@checks_at_least(160)
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=grammars(alphabet=ALPHABET), tokens=vocabularies, special=st.booleans())
 def test_kernel_matches_earley_and_the_python_search(g: Grammar, tokens: list[bytes], special: bool) -> None:

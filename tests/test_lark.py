@@ -25,6 +25,7 @@ import re
 
 import _data
 import pytest
+from _counted import checks_at_least, gave_up
 from _lark_cases import CASES, probes
 from _xgrammar_child import Crash, Refused, prestart_shared_worker, shared_worker
 from hypothesis import HealthCheck, example, given, settings
@@ -344,28 +345,22 @@ def lark_grammars(draw: st.DrawFn) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_random_grammars_agree_with_lark() -> None:
-    """formalgram's reading = the CFG reading of lark's own grammar, on random grammars; at
-    least 30 of the 40 are compared (lark refuses a few, e.g. a zero-width terminal)."""
-    compared: list[str] = []
-
-    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(lark_grammars(), st.integers(0, 2**16))
-    @example('T0: "a" "a" | "a" "b"~0..2\nstart: T0\n', 0)  # lark's own parser misses "aa"
-    def agree(text: str, seed: int) -> None:
-        g = parse_lark(text, ignore_at_start=True)
-        try:
-            parser = lark_cfg_parser(text)
-        except lark.exceptions.GrammarError:
-            return
-        for data in probes(g, seed, 6, b"abc ", max_len=10):
-            assert accepts(g, data) == lark_accepts(parser, data), (text, data)
-        compared.append(text)
-
-    agree()
-    assert len(compared) >= 30, len(compared)
+@checks_at_least(30)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lark_grammars(), st.integers(0, 2**16))
+@example('T0: "a" "a" | "a" "b"~0..2\nstart: T0\n', 0)  # lark's own parser misses "aa" here
+def test_random_grammars_agree_with_lark(text: str, seed: int) -> None:
+    """formalgram's reading = the CFG reading of lark's own grammar, on random grammars."""
+    g = parse_lark(text, ignore_at_start=True)
+    try:
+        parser = lark_cfg_parser(text)
+    except lark.exceptions.GrammarError:
+        return gave_up()  # what lark refuses (a zero-width regexp in a rule: "(a)~0..2" alone as a terminal)
+    for data in probes(g, seed, 6, b"abc ", max_len=10):
+        assert accepts(g, data) == lark_accepts(parser, data), (text, data)
 
 
+@checks_at_least(30)
 @pytest.mark.xgrammar
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lark_grammars(), st.integers(0, 2**16))
@@ -376,7 +371,7 @@ def test_random_grammars_agree_with_xgrammar(text: str, seed: int) -> None:
     data = probes(g, seed, 6, b"abc ", max_len=10)
     got = xgrammar_members(text, data)
     if got == KNOWN_CRASH:
-        return  # every rule on such a cycle derives nothing or only "": nothing to compare
+        return gave_up()  # every rule on such a cycle derives nothing or only "": nothing to compare
     assert got is not None, text  # XGrammar reads every construct the generator writes
     assert [accepts(g, d) for d in data] == got, text
 

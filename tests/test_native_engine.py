@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from _build import PURE_PYTHON, c_param, expected_kernels, require_kernel
+from _counted import checks_at_least
 from _native_helpers import accepted_words, sample_vocab, small_vocab
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -167,6 +168,7 @@ token_lists = st.lists(
 )
 
 
+@checks_at_least(120)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=4, alphabet=ALPHABET), token_lists, st.integers(0, 2**32 - 1))
 def test_mask_equals_earley_on_random_grammars(g: Grammar, tokens: list[bytes], seed: int) -> None:
@@ -184,6 +186,7 @@ def test_mask_equals_earley_on_random_grammars(g: Grammar, tokens: list[bytes], 
     check_walk(g, grammars_[0], grammars_[1:], 8, random.Random(seed), VocabTrie(vocab))
 
 
+@checks_at_least(120)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=4, alphabet=ALPHABET), st.lists(st.sampled_from(ALPHABET), max_size=7))
 def test_gss_holds_exactly_the_pda_stacks(g: Grammar, letters: list[int]) -> None:
@@ -227,6 +230,7 @@ def _stacks(state: StateLike) -> set[tuple[int, ...]]:
     return out
 
 
+@checks_at_least(80)
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=4, alphabet=ALPHABET), token_lists)
 def test_domain_automaton_reads_exactly_the_popped_sequences(g: Grammar, tokens: list[bytes]) -> None:
