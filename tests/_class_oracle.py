@@ -10,6 +10,7 @@ conversion or the displacement search of ``compress``) deciding every case:
 
 Tests that compare two ``compress`` results with each other (workers, search-table resets,
 specialisation) check one of them with it, so that agreeing on a wrong answer fails.
+:func:`sampled_contexts` gives contexts for a grammar of any alphabet.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from formalgram import Grammar, is_prefix
+from formalgram import Grammar, GrammarError, is_prefix, sample
 
 
 def check_classes_with_earley(
@@ -83,3 +84,21 @@ def check_classes_with_earley(
                     )
             compared += 1
     return compared, refused
+
+
+def sampled_contexts(grammar: Grammar, n: int = 8, seed: int = 0, max_len: int = 24) -> list[bytes]:
+    """Viable prefixes of ``grammar``: ``b""`` and four prefixes of each of ``n`` sampled
+    members (of at most ``max_len`` bytes, or longer where no member is that short), at most
+    ``4 * n + 1`` of them, shortest first."""
+    members: list[bytes] = []
+    for limit in (max_len, 16 * max_len, 1 << 14):
+        try:
+            members = sample(grammar, n, seed=seed, max_len=limit)
+            break
+        except GrammarError:  # no member that short
+            continue
+    cuts: set[bytes] = {b""}
+    for member in members:
+        step = max(1, len(member) // 4)
+        cuts.update(member[:i] for i in range(step, len(member) + 1, step))
+    return sorted(cuts, key=lambda w: (len(w), w))[: 4 * n + 1]

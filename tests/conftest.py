@@ -1,29 +1,115 @@
-"""Test-session set-up: the checkout's ``bench`` package is importable, and a test stopped by
-a missing optional package is reported as skipped, with the package's own message.
+"""Test-session set-up: which build is imported, the C-kernel marker, Hypothesis profiles.
 
-The benchmark code (``bench/``) is not installed; ``tests/test_report.py`` imports it from
-the checkout.  The repository root is appended to ``sys.path``, not put first, so that an
-installed (mypyc-compiled) ``formalgram`` still wins over the source tree next to it.
+**One build for ``pytest`` and ``python -m pytest``.**  ``python -m pytest`` puts the current
+directory first on ``sys.path``; run from the checkout, the parent process would import the
+checkout's pure-Python source while every child process (started with ``python -P``)
+imports the installed, compiled build.  Here the checkout root is moved to the end of
+``sys.path`` unless ``PYTHONPATH`` names it (the development loop: the source tree, with
+its kernels built in place, on purpose).  So both invocations import the installed build
+when there is one, and the checkout otherwise; the checkout stays importable for the
+``bench`` package, which is not installed.  When the build imported is the checkout,
+``PYTHONPATH`` is extended with it so that child processes import it too.  The report's
+header names the build (``tests/_build.py``).
 
-Where a test (or one of its fixtures) stops on an error that says an optional package is
-missing, and that package is indeed not installed (:mod:`_optional`), the test is reported
-as skipped with the error's text as the reason; where the package is installed, the error
-stays a failure.
+**C kernels.**  ``@pytest.mark.ckernel("expand" | "search" | "native")`` (or a parameter
+made by ``_build.c_param``) skips a test in the pure-Python build, with its reason, and fails
+it in a compiled build whose kernel is missing or switched off (``_build.require_kernel``).
+
+**Engines.**  A test or parameter marked ``xgrammar`` or ``llguidance`` (``_needs.engine_param``)
+is skipped, with its reason, where that package is not installed; the others still run.
+
+**Hypothesis.**  The profile ``formalgram`` is loaded by default: derandomized (every run
+draws the same examples, so a verdict does not depend on the run), no example database,
+no deadline and no ``too_slow`` health check (wall-time checks that fail on a loaded
+machine), and a failing example printed with its ``@reproduce_failure`` blob.
+``pytest --hypothesis-profile=explore`` draws new random examples on each run.
+
+**Optional packages.**  Where a test (or one of its fixtures) stops on an error that says an
+optional package is missing, and that package is indeed not installed (:mod:`_optional`), the
+test is reported as skipped with the error's text as the reason; where the package is
+installed, the error stays a failure.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Generator
 from pathlib import Path
 
 import pytest
+from _optional import missing_optional_package  # tests/ is on sys.path
+from hypothesis import HealthCheck, settings
 
-_ROOT = str(Path(__file__).resolve().parents[1])
-if _ROOT not in sys.path:
-    sys.path.append(_ROOT)
+_ROOT = Path(__file__).resolve().parents[1]
 
-from _optional import missing_optional_package  # noqa: E402  (tests/ is on sys.path)
+
+def _is_root(entry: str) -> bool:
+    try:
+        return Path(entry or os.curdir).resolve() == _ROOT
+    except OSError:
+        return False
+
+
+def _place_checkout() -> None:
+    """Move the checkout root to the end of ``sys.path`` unless ``PYTHONPATH`` asks for it."""
+    requested = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if any(_is_root(p) for p in requested):
+        return
+    loaded = sys.modules.get("formalgram")
+    if loaded is not None and _is_root(str(Path(str(loaded.__file__)).parents[1])):
+        raise pytest.UsageError(
+            "formalgram was imported from the checkout before tests/conftest.py could put the "
+            "installed build first; run `pytest` or `python -P -m pytest`"
+        )
+    sys.path[:] = [p for p in sys.path if not _is_root(p)]
+    sys.path.append(str(_ROOT))
+
+
+def _children_import_it() -> None:
+    """Where the build imported is the checkout, child processes must see it too."""
+    import formalgram
+
+    home = Path(str(formalgram.__file__)).resolve().parents[1]
+    if home == _ROOT:
+        requested = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if not any(_is_root(p) for p in requested):
+            os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), *requested])
+
+
+_place_checkout()
+_children_import_it()
+
+settings.register_profile(
+    "formalgram",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "explore", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("formalgram")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    import _build
+
+    return [_build.describe()]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    import _build
+    import _needs
+
+    for mark in item.iter_markers("ckernel"):
+        for name in mark.args:
+            _build.require_kernel(name)
+    for package in _needs.ENGINE_PACKAGES:
+        if item.get_closest_marker(package) is not None:
+            pytest.importorskip(package, reason=f"needs the {package} package (not installed)")
 
 
 @pytest.hookimpl(wrapper=True)

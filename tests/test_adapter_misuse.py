@@ -14,11 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-pytest.importorskip("xgrammar")
-pytest.importorskip("llguidance")
-
 from _engine_oracle import mask_after
+from _needs import engine_param, engine_params
 
 from formalgram_cfgzip import engines
 from formalgram_cfgzip.classes import compress
@@ -55,12 +52,15 @@ def compiled(engine: str, compressed: bool) -> CompiledGrammar:
 
 
 # the native engine works over classes only (it has no full-vocabulary form)
-CASES = [(e, c) for e in ("xgrammar", "llguidance") for c in (True, False)] + [("native", True)]
-IDS = [f"{e}-{'compressed' if c else 'full'}" for e, c in CASES]
+# each case skips (with a reason) where its engine's package is missing
+CASES = [
+    engine_param(e, c, id=f"{e}-{'compressed' if c else 'full'}")
+    for e, c in [*((e, c) for e in ("xgrammar", "llguidance") for c in (True, False)), ("native", True)]
+]
 
 
 # -- buffers ----------------------------------------------------------------------------
-@pytest.mark.parametrize(("engine", "compressed"), CASES, ids=IDS)
+@pytest.mark.parametrize(("engine", "compressed"), CASES)
 def test_read_only_buffers_are_refused(engine: str, compressed: bool) -> None:
     c = compiled(engine, compressed)
     m = c.matcher()
@@ -84,7 +84,7 @@ def test_read_only_buffers_are_refused(engine: str, compressed: bool) -> None:
         c.fill_next_class_bitmask_batch([m], ro_class)
 
 
-@pytest.mark.parametrize(("engine", "compressed"), CASES, ids=IDS)
+@pytest.mark.parametrize(("engine", "compressed"), CASES)
 def test_wrong_dtype_and_device_are_refused(engine: str, compressed: bool) -> None:
     torch = pytest.importorskip("torch")
     c = compiled(engine, compressed)
@@ -108,7 +108,7 @@ def test_wrong_dtype_and_device_are_refused(engine: str, compressed: bool) -> No
 
 
 # -- rollback ---------------------------------------------------------------------------
-@pytest.mark.parametrize(("engine", "compressed"), CASES, ids=IDS)
+@pytest.mark.parametrize(("engine", "compressed"), CASES)
 def test_rollback_is_checked_the_same_way(engine: str, compressed: bool) -> None:
     c = compiled(engine, compressed)
     m = c.matcher()
@@ -143,7 +143,9 @@ def test_rollback_is_checked_the_same_way(engine: str, compressed: bool) -> None
 
 
 # -- batches ----------------------------------------------------------------------------
-@pytest.mark.parametrize(("engine", "compressed"), CASES, ids=IDS)
+@pytest.mark.xgrammar  # the other engine's matchers are passed in
+@pytest.mark.llguidance
+@pytest.mark.parametrize(("engine", "compressed"), CASES)
 def test_accept_token_batch_checks_the_whole_batch_first(engine: str, compressed: bool) -> None:
     c = compiled(engine, compressed)
     m1, m2 = c.matcher(), c.matcher()
@@ -171,7 +173,7 @@ def test_accept_token_batch_checks_the_whole_batch_first(engine: str, compressed
         assert np.array_equal(got, mask_after(c, tokens))
 
 
-@pytest.mark.parametrize(("engine", "compressed"), CASES, ids=IDS)
+@pytest.mark.parametrize(("engine", "compressed"), CASES)
 def test_index_arguments_are_integers(engine: str, compressed: bool) -> None:
     c = compiled(engine, compressed)
     m1, m2 = c.matcher(), c.matcher()
@@ -202,7 +204,7 @@ def test_index_arguments_are_integers(engine: str, compressed: bool) -> None:
 
 
 # -- compilation ------------------------------------------------------------------------
-@pytest.mark.parametrize("engine", ["xgrammar", "llguidance"])
+@pytest.mark.parametrize("engine", engine_params("xgrammar", "llguidance"))
 def test_deeply_nested_text_is_a_typed_error(engine: str) -> None:
     """Text nested 1,000 deep (and 20,000 deep) ends in EngineError, not RecursionError
     from the crash guard or the engine's converter."""
@@ -224,7 +226,8 @@ def test_crash_guard_reads_any_depth() -> None:
     assert crash_cycle("root ::= " + "(" * 20_000 + '"x"') is None
 
 
-@pytest.mark.parametrize("engine", ["xgrammar", "llguidance"])
+@pytest.mark.llguidance  # the XGrammar case passes llguidance's limits too
+@pytest.mark.parametrize("engine", engine_params("xgrammar", "llguidance"))
 def test_compile_options_are_typed(engine: str) -> None:
     v = vocab()
     classes = compress(GRAMMAR, v, progress=False)
@@ -283,7 +286,7 @@ def test_unknown_engine_is_an_engine_error() -> None:
         engines.compile_full(v, GRAMMAR, engine="XGrammar")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("engine", ["xgrammar", "llguidance"])
+@pytest.mark.parametrize("engine", engine_params("xgrammar", "llguidance"))
 def test_check_false_skips_the_class_checks(engine: str) -> None:
     """``check=False`` compiles classes of another grammar (the caller vouches for them);
     ``check=True`` refuses them, and the old name ``compile`` is the same function."""

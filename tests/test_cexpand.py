@@ -3,7 +3,8 @@ against an independent numpy oracle, on small and wide (>= 65535 classes) class 
 executable check of Lemma 1 of ``proofs/engine_adapter.md`` for this kernel.
 
 Built by the compiled install (what CI tests); skipped in the pure-Python build, where
-``tests/test_expand.py`` covers the numpy kernel.
+``tests/test_expand.py`` covers the numpy kernel, and failed in a compiled build without it
+(``tests/_build.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pytest
+from _build import kernel_module
 from _expand_oracle import expand_reference
 from _lru_model import lru_model
 from hypothesis import given, settings
@@ -20,11 +22,10 @@ from hypothesis import strategies as st
 
 from formalgram_cfgzip.errors import BatchIndexError
 from formalgram_cfgzip.expand import MaskExpander, plans
-from formalgram_cfgzip.expand._c_kernel import load_c_module
 from formalgram_cfgzip.expand.plans import C_FORCED, C_PLAN_NAMES
 
-cexpand: Any = load_c_module()
-pytestmark = pytest.mark.skipif(cexpand is None, reason="C kernel not built (pure-Python install)")
+cexpand: Any = kernel_module("expand")
+pytestmark = pytest.mark.ckernel("expand")
 
 PLANS = (0, 1, 2, 3, 4, 5, 6, 7)
 

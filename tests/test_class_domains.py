@@ -17,6 +17,7 @@ from pathlib import Path
 import _data
 import numpy as np
 import pytest
+from _counted import checks_at_least
 from _native_helpers import accepted_words, sample_vocab, small_vocab
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -49,6 +50,7 @@ def explicit_domain(gnf: Grammar, data: bytes) -> set[tuple[int, ...]]:
     return {s_in for s_in, _ in search.displacement(search.run(data))}
 
 
+@checks_at_least(120)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=4, alphabet=ALPHABET), token_lists)
 def test_recorded_domains_are_the_popped_sequences(g: Grammar, tokens: list[bytes]) -> None:
@@ -80,6 +82,7 @@ def test_recorded_domains_are_the_popped_sequences(g: Grammar, tokens: list[byte
                 assert (gj == gk) == (accepted_words(auto, j) == accepted_words(auto, k))
 
 
+@checks_at_least(80)
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=4, alphabet=ALPHABET), token_lists, st.sampled_from([0, 3, 50]))
 def test_domain_roots_survive_compaction(g: Grammar, tokens: list[bytes], reset_cells: int) -> None:

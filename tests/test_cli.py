@@ -405,6 +405,31 @@ def test_builtin_examples_are_members() -> None:
     assert not fg.accepts(g, document.replace(b'"paid"', b'"lost"'))
 
 
+def check_demo_masks(rows: list[list[str]], text: str, vocab: Vocabulary, ids: list[int]) -> None:
+    """The demo's masks checked here, not by its own "same" column: before each token of
+    ``ids``, raw XGrammar over the full vocabulary (``tests/_engine_oracle.py``, nothing of
+    the adapters) allows a set whose size is the row's "allowed" count, and a compressed
+    engine built here from ``compress`` allows exactly that set (the policy applied)."""
+    from _engine_oracle import policy_allowed, raw_xgrammar_rows
+
+    import formalgram_cfgzip
+    from formalgram_cfgzip import engines
+
+    assert len(rows) == len(ids)
+    raw = raw_xgrammar_rows(text, vocab, ids)
+    compressed = engines.compile_grammar(formalgram_cfgzip.compress(text, vocab, progress=False), text)
+    matcher, mask = compressed.matcher(), compressed.allocate_token_bitmask(1)
+    prefix = b""
+    for row, tid, allowed in zip(rows, ids, raw, strict=True):
+        want = policy_allowed(text, vocab, prefix, allowed)
+        matcher.fill_next_token_bitmask(mask)
+        bits = np.unpackbits(mask[0].view(np.uint8), bitorder="little")[: vocab.logit_width]
+        assert set(np.flatnonzero(bits).tolist()) == want, (row, prefix)
+        assert int(row[1]) == len(want), (row, prefix)
+        assert tid in want and matcher.accept_token(tid)
+        prefix += vocab.tokens[tid] or b""
+
+
 def test_demo_runs_the_main_job(capsys: pytest.CaptureFixture[str]) -> None:
     """``formalgram-cfgzip demo`` (README), capped at 8 steps: the built-in program under
     the built-in grammar, Llama 3's own tokenization, every mask identical and every token
@@ -426,6 +451,7 @@ def test_demo_runs_the_main_job(capsys: pytest.CaptureFixture[str]) -> None:
     assert summary["masks identical"] == "8 of 8" and summary["next token allowed"] == "8 of 8"
     assert summary["whole text"].startswith("not checked: stopped after 8 of")
     assert "result: OK" in out
+    check_demo_masks(rows, builtin_grammar_text("minic"), Vocabulary.builtin("llama3"), ids)
 
 
 def test_demo_allowed_counts_against_earley(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -473,7 +499,7 @@ def test_demo_schema_file_and_text(
     import json
 
     pytest.importorskip("xgrammar")
-    pytest.importorskip("quicktok")
+    quicktok = pytest.importorskip("quicktok")
     schema = tmp_path / "event.schema.json"
     schema.write_text(json.dumps({
         "type": "object",
@@ -495,6 +521,12 @@ def test_demo_schema_file_and_text(
     assert summary["whole text"].startswith("accepted: after the last token")
     assert demo_rows(out)[-1][6] == "<|end_of_text|>"
     assert out.split("the accepted tokens joined):\n", 1)[1].split("\n")[0] == "  " + document.decode()
+    vocab = Vocabulary.builtin("llama3")
+    ids = quicktok.get_encoding("llama3").encode_ordinary(document.decode())
+    from formalgram_cfgzip.json_schema import from_json_schema
+
+    end = vocab.tokens.index(b"<|end_of_text|>")
+    check_demo_masks(demo_rows(out), from_json_schema(json.loads(schema.read_text())), vocab, [*ids, end])
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(document.replace(b"view", b"scroll"))))
     rc, out, err = run_cli(["demo", "--schema", str(schema), "--text", "-"], capsys)
     assert rc == 1

@@ -107,9 +107,10 @@ def test_memory_budget_counts_the_search_growth_only() -> None:
     del held
     # The one-byte case runs in a fresh interpreter: here the search could be served from
     # pages that earlier work freed but the allocator kept, and resident memory need not grow.
+    tests = str(Path(__file__).resolve().parent)
     code = (
         "import sys\n"
-        "sys.path.insert(0, 'tests')\n"
+        f"sys.path.insert(0, {tests!r})\n"
         "from test_compress import _budget_grammar_and_vocab\n"
         "from formalgram_cfgzip import compress\n"
         "from formalgram import GrammarTooLarge\n"
@@ -121,8 +122,9 @@ def test_memory_budget_counts_the_search_growth_only() -> None:
         "    sys.exit(0)\n"
         "sys.exit('not refused')\n"
     )
-    root = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    # -P: the build this process imports, not the checkout in the current directory; the
+    # timeout is a guard against a hang (the child takes about a second)
+    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "memory grew by" in done.stdout
 

@@ -1,7 +1,9 @@
 """The per-request compressor and the token trie it walks.
 
-Oracles: :func:`formalgram_cfgzip.compress` run on its own (a :class:`Compressor` must give
-its classes bit for bit, whichever vocabulary was used last); the sequences themselves for
+Oracles: the Earley recognizer (``tests/_class_oracle.py``: the classes a :class:`Compressor`
+gives are exact, independently of ``compress``); :func:`formalgram_cfgzip.compress` run on
+its own (a :class:`Compressor` must give its classes bit for bit, whichever vocabulary was
+used last); the sequences themselves for
 the trie (every sequence read back from its end node, one node per distinct prefix); and
 the search run token by token (``DisplacementSearch.run``) for the level-by-level walk.
 """
@@ -12,7 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _class_oracle import check_classes_with_earley, sampled_contexts
 from _data import real_grammar
+from _native_helpers import sample_vocab
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -57,6 +61,31 @@ def test_compressor_matches_compress_bit_for_bit_on_small_grammars() -> None:
         assert _same(got1, compress(text, v1, progress=False))
         assert _same(got2, compress(text, v2, progress=False))
         assert _same(c1.compress(parse_gbnf(text)), compress(parse_gbnf(text), v1, progress=False))
+
+
+def test_compressor_classes_are_exact_for_earley() -> None:
+    """Independently of ``compress``: the classes of one :class:`Compressor` used with two
+    vocabularies in turn, on the small grammars and on a real one with 3,000 Llama-3
+    tokens, are exact for the Earley recognizer after sampled contexts."""
+    cases = [(text, _small_vocab(1 + i % 2)) for i, text in enumerate(SMALL_GRAMMARS)]
+    cases.append(
+        (real_grammar("json_schemas/recipe.gbnf").read_text(encoding="utf-8"), sample_vocab(3000, 5))
+    )
+    compressors: dict[int, Compressor] = {}
+    for text, vocab in cases:
+        compressor = compressors.setdefault(id(vocab), Compressor(vocab))
+        classes = compressor.compress(text)
+        g = parse_gbnf(text)
+        compared, refused = check_classes_with_earley(
+            g,
+            vocab.tokens,
+            classes.token_class,
+            classes.invalid_class,
+            sampled_contexts(g, 6, seed=1),
+            (b"",),
+            per_class=4,
+        )
+        assert compared > 0 and refused > 0, (text[:40], compared, refused)
 
 
 @pytest.mark.parametrize(

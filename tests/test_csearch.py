@@ -5,7 +5,8 @@ are interchangeable, invalid tokens are refused) and the Python search
 (:class:`~formalgram_cfgzip.search.displacement.DisplacementSearch`, a separate
 implementation of the same sets), whose partition, steps and work the kernel must reproduce
 exactly.  Also the budgets, the hand-over to the Python search, and bad input to the kernel.
-Skipped where the kernel is not built (the pure-Python build).
+Skipped in the pure-Python build; failed in a compiled build without the kernel
+(``tests/_build.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from _blowup_grammars import deep_merge_grammar
+from _build import kernel_module
 from _class_oracle import check_classes_with_earley
+from _counted import checks_at_least
 from _data import grammar
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -39,8 +42,8 @@ from formalgram_cfgzip.search.driver import (
 )
 from formalgram_cfgzip.search.native import NativeSearch, c_module, new_search
 
-MODULE = c_module()
-pytestmark = pytest.mark.skipif(MODULE is None, reason="the search kernel is not built (pure-Python build)")
+MODULE = kernel_module("search")
+pytestmark = pytest.mark.ckernel("search")
 
 ALPHABET = b"abc"
 
@@ -76,6 +79,7 @@ vocabularies = st.lists(
 )
 
 
+@checks_at_least(160)
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(g=grammars(alphabet=ALPHABET), tokens=vocabularies, special=st.booleans())
 def test_kernel_matches_earley_and_the_python_search(g: Grammar, tokens: list[bytes], special: bool) -> None:

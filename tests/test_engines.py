@@ -19,9 +19,7 @@ import _data
 import numpy as np
 import numpy.typing as npt
 import pytest
-
-pytest.importorskip("xgrammar")
-pytest.importorskip("llguidance")
+from _needs import engine_param, engine_params
 
 from formalgram.errors import GrammarTooLarge, UnsupportedConstruct
 from formalgram_cfgzip.classes import TokenClasses
@@ -37,6 +35,8 @@ from formalgram_cfgzip.engines.base import (
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 ENGINES: dict[str, Any] = {"xgrammar": xgr_engine, "llguidance": llg_engine}
+# each engine's cases skip (with a reason) where its package is missing; the other's still run
+ENGINE_PARAMS = engine_params(*sorted(ENGINES))
 
 
 # -- class builders ---------------------------------------------------------------------
@@ -195,7 +195,7 @@ def tiny_vocab(logit_width: int = 45) -> Vocabulary:
     return Vocabulary(toks, special_ids=[10, 11, 18], stop_ids=[11, 18], logit_width=logit_width, name="tiny")
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
 @pytest.mark.parametrize("width", [20, 32, 45, 64, 70])
 def test_identity_classes_lossless(engine: str, width: int) -> None:
     """Identity classes (plus stop/invalid) reproduce the full engine bit for bit (proof step 3)."""
@@ -207,7 +207,7 @@ def test_identity_classes_lossless(engine: str, width: int) -> None:
         assert differential_walk(compressed, full, steps=60, seed=width, batch=batch, bias=bias) == []
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
 def test_compress_classes_lossless_tiny(engine: str) -> None:
     from formalgram_cfgzip.classes import compress
 
@@ -220,7 +220,7 @@ def test_compress_classes_lossless_tiny(engine: str) -> None:
         assert differential_walk(compressed, full, steps=80, seed=seed, batch=3, bias=bias) == []
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
 @pytest.mark.parametrize(
     ("cache_entries", "delta"), [(0, None), (1, None), (2, True), (64, None), (64, True)]
 )
@@ -255,7 +255,7 @@ def test_expansion_cache_lossless_in_walks(engine: str, cache_entries: int, delt
         assert stats["deltas"] > 0
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
 def test_wrong_classes_are_caught(engine: str) -> None:
     """Merging "(" with ")" (or "x" with "y") must produce mismatches: the test can fail."""
     vocab = tiny_vocab()
@@ -268,6 +268,8 @@ def test_wrong_classes_are_caught(engine: str) -> None:
         assert differential_walk(compressed, full, steps=40, seed=0, batch=2) != []
 
 
+@pytest.mark.xgrammar
+@pytest.mark.llguidance
 def test_special_token_policy() -> None:
     """Special/hole/padding/empty tokens never allowed; stop tokens only when the grammar may end."""
     vocab = tiny_vocab()
@@ -297,7 +299,7 @@ def test_special_token_policy() -> None:
         assert set(allowed_ids(bm[0], vocab.logit_width).tolist()) == start
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
 def test_batches_with_terminated_matchers(engine: str) -> None:
     """Terminated matchers in a batch get zero rows, the others their masks (XGrammar's fills
     raise on a terminated matcher: the adapter fills optimistically and redoes the call with
@@ -335,6 +337,7 @@ def test_batches_with_terminated_matchers(engine: str) -> None:
         assert np.array_equal(got, want[[0, 2]])
 
 
+@pytest.mark.llguidance
 def test_llguidance_limits_are_passed_to_the_matchers() -> None:
     """A tiny Earley-item budget puts the matcher in llguidance's error state; the default
     does not (so ``limits`` reaches llguidance, for compile and compile_full alike)."""
@@ -356,6 +359,7 @@ def test_llguidance_limits_are_passed_to_the_matchers() -> None:
     assert m.accept_token(3) and m.engine_error() == ""
 
 
+@pytest.mark.llguidance
 def test_full_vocabulary_tokenizers_are_shared_per_vocabulary() -> None:
     """compile_full builds the engine tokenizer of a vocabulary once (XGrammar's
     TokenizerInfo, llguidance's LLTokenizer) and shares it, immutable, between grammars."""
@@ -370,6 +374,8 @@ def test_full_vocabulary_tokenizers_are_shared_per_vocabulary() -> None:
 
 
 # -- bad input --------------------------------------------------------------------------
+@pytest.mark.xgrammar
+@pytest.mark.llguidance
 def test_bad_input_errors() -> None:
     vocab = tiny_vocab()
     classes = identity_classes(vocab, TINY_GRAMMAR)
@@ -419,6 +425,7 @@ def test_bad_input_errors() -> None:
         compiled.fill_next_token_bitmask_batch([other_compiled.matcher()], bm)
 
 
+@pytest.mark.xgrammar
 def test_torch_cpu_bitmask_and_lazy_engines() -> None:
     torch = pytest.importorskip("torch")
     import subprocess
@@ -494,9 +501,8 @@ def _sweep_cases() -> list[Any]:
             for engine in sorted(ENGINES):
                 other = LLGUIDANCE_OTHER_LANGUAGE.get((rel, vocab_name)) if engine == "llguidance" else None
                 marks = [pytest.mark.xfail(reason=other, raises=AssertionError, strict=True)] if other else []
-                cases.append(
-                    pytest.param(rel, vocab_name, engine, marks=marks, id=f"{rel}-{vocab_name}-{engine}")
-                )
+                case = engine_param(engine, id=f"{rel}-{vocab_name}-{engine}")
+                cases.append(pytest.param(rel, vocab_name, engine, marks=[*case.marks, *marks], id=case.id))
     return cases
 
 
@@ -559,7 +565,7 @@ FAST_CASES = [
 ]
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
 @pytest.mark.parametrize(("rel", "vocab_name"), FAST_CASES)
 def test_real_grammar_lossless_fast(engine: str, rel: str, vocab_name: str) -> None:
     compressed, full = _setup(_data.grammar(rel), vocab_name, engine)

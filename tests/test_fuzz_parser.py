@@ -45,7 +45,7 @@ LONG = settings(max_examples=4000, deadline=None, suppress_health_check=list(Hea
 
 @pytest.fixture(scope="module")
 def worker() -> Iterator[Worker]:
-    w = Worker(timeout=30.0)  # a guard against hangs, far above the milliseconds an input takes
+    w = Worker(timeout=300.0)  # a guard against hangs, far above the milliseconds an input takes
     yield w
     w.close()
 
@@ -131,12 +131,14 @@ class _FakeWorker(Worker):
     ("code", "verdict"),
     [
         ("import os, signal, sys; sys.stdin.readline(); os.kill(os.getpid(), signal.SIGSEGV)", "crash"),
-        ("import sys, time; sys.stdin.readline(); time.sleep(60)", "hang"),
+        ("import sys, time; sys.stdin.readline(); time.sleep(3600)", "hang"),
     ],
 )
 def test_crash_and_hang_are_reported(code: str, verdict: str) -> None:
-    """The harness itself: a worker that dies or stalls gives a ``crash`` or ``hang`` verdict."""
-    w = _FakeWorker(code, timeout=2.0)
+    """The harness itself: a worker that dies or stalls gives a ``crash`` or ``hang`` verdict
+    (the stalling one sleeps an hour, a hang at any timeout; the dying one must die before a
+    generous guard)."""
+    w = _FakeWorker(code, timeout=2.0 if verdict == "hang" else 300.0)
     try:
         assert w.run(_gbnf('root ::= "a"', "error"))["verdict"] == verdict
     finally:

@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("xgrammar")
-pytest.importorskip("llguidance")
 
 import torch
 from _engine_oracle import allowed_after
+from _needs import engine_param
 
 import formalgram
 from formalgram_cfgzip.classes import compress
@@ -49,8 +48,12 @@ def vocab() -> Vocabulary:
 native_engine = types.SimpleNamespace(
     compile_grammar=native_backend.compile_grammar, compile_full=xgr_engine.compile_full
 )
-ENGINES = [xgr_engine, llg_engine, native_engine]
-ENGINE_IDS = ["xgrammar", "llguidance", "native"]
+# each case skips (with a reason) where its package is missing (native: XGrammar's reference)
+ENGINES = [
+    pytest.param(xgr_engine, marks=engine_param("xgrammar").marks, id="xgrammar"),
+    pytest.param(llg_engine, marks=engine_param("llguidance").marks, id="llguidance"),
+    pytest.param(native_engine, marks=engine_param("xgrammar").marks, id="native"),
+]
 
 
 def compiled_pair(engine: Any) -> tuple[CompiledGrammar, CompiledGrammar]:
@@ -64,7 +67,7 @@ def decode(v: Vocabulary, ids: list[int]) -> bytes:
     return b"".join(v.tokens[i] or b"" for i in ids if i not in v.stop_ids and i not in v.special_ids)
 
 
-@pytest.mark.parametrize("engine", ENGINES, ids=ENGINE_IDS)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_transformers_generate_identical(engine: Any) -> None:
     transformers = pytest.importorskip("transformers")
     v = vocab()
@@ -101,7 +104,7 @@ def test_transformers_generate_identical(engine: Any) -> None:
     assert stopped > 0  # the stop token was allowed only where the text may end: checked
 
 
-@pytest.mark.parametrize("engine", ENGINES, ids=ENGINE_IDS)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_request_processor_identical_and_rollback(engine: Any) -> None:
     v = vocab()
     small, full = compiled_pair(engine)
@@ -124,6 +127,7 @@ def test_request_processor_identical_and_rollback(engine: Any) -> None:
         assert formalgram.is_prefix(g, decode(v, out))
 
 
+@pytest.mark.xgrammar
 def test_request_processor_rejects_forbidden_token() -> None:
     small, _ = compiled_pair(xgr_engine)
     p = RequestGrammarProcessor(small)
@@ -131,6 +135,7 @@ def test_request_processor_rejects_forbidden_token() -> None:
         p([14], torch.zeros(40))  # "x" is not in the grammar
 
 
+@pytest.mark.xgrammar
 def test_logits_processor_rejects_forbidden_token() -> None:
     small, _ = compiled_pair(xgr_engine)
     p = GrammarLogitsProcessor(small)
@@ -162,7 +167,7 @@ def generate_steps(processor: GrammarLogitsProcessor, prompt: Any, picks: list[l
     return seen
 
 
-@pytest.mark.parametrize("engine", ENGINES, ids=ENGINE_IDS)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_logits_processor_reset_and_reuse(engine: Any) -> None:
     """One processor through two generate-style call sequences: after reset(), and also
     without it when the new sequences are not longer than the old ones, every step's
@@ -235,7 +240,7 @@ def _install_standin_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
     sys.modules["vllm.v1.sample.logits_processor"].AdapterLogitsProcessor = _StandInAdapter  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("engine", ENGINES, ids=ENGINE_IDS)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_vllm_adapter_request_path(engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The adapter class over a stand-in for vLLM's interface: requests naming a grammar get
     the full engine's masks at every step, others are untouched; requests come and go; one

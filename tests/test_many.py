@@ -1,7 +1,8 @@
 """Many (grammar, tokenizer) pairs: the manifest, the executors, failures, reruns, Dask.
 
-Oracle: :func:`formalgram_cfgzip.compress` of each pair run directly; the results on disk
-must load with their fingerprints checked and equal it.
+Oracles: the Earley recognizer (``tests/_class_oracle.py``: the classes on disk are exact,
+independently of ``compress``), and :func:`formalgram_cfgzip.compress` of each pair run
+directly; the results on disk must load with their fingerprints checked and equal it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _class_oracle import check_classes_with_earley, sampled_contexts
 
+from formalgram import parse_gbnf
 from formalgram_cfgzip.classes import TokenClasses
 from formalgram_cfgzip.cli import main
 from formalgram_cfgzip.compress import compress
@@ -90,6 +93,12 @@ def _check_done(out: Path, job: Job, text: str) -> None:
     entry = out / record["entry"]
     assert (entry / "grammar.gbnf").read_text() == text
     loaded = TokenClasses.load(entry, grammar=text, vocab=vocab)
+    g = parse_gbnf(text)
+    contexts = sampled_contexts(g, 8)
+    compared, refused = check_classes_with_earley(
+        g, vocab.tokens, loaded.token_class, loaded.invalid_class, contexts, (b"",)
+    )
+    assert refused > 0 and len(contexts) > 1, (compared, refused, contexts)
     expected = compress(text, vocab, progress=False)
     assert np.array_equal(loaded.token_class, expected.token_class)
     assert loaded.grammar_sha256 == record["grammar_sha256"] == expected.grammar_sha256

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, cast
 
 import _data
 import numpy as np
 import numpy.typing as npt
 import pytest
+from _build import PURE_PYTHON, c_param, expected_kernels, require_kernel
+from _counted import checks_at_least
 from _native_helpers import accepted_words, sample_vocab, small_vocab
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -36,13 +38,15 @@ from formalgram_cfgzip.engines.native.matcher import (
     NativeMatcher,
     StateLike,
     _c_tables,
-    c_module,
 )
 from formalgram_cfgzip.errors import CacheError, ClassesMismatchError, EngineError, TokenIdError
 from formalgram_cfgzip.search.displacement import DisplacementSearch
 
 Kernel = Literal["python", "c"]
-KERNELS: list[Kernel] = ["python", "c"] if c_module() is not None else ["python"]
+# parametrized tests: the C kernel's cases are skipped (with a reason) in the pure-Python build;
+# tests that compare the kernels in one run use every kernel the build must have
+KERNELS: list[Any] = ["python", c_param("native")]
+BOTH = cast(list[Kernel], expected_kernels("python"))
 # random grammars often have rules that derive nothing; compress() warns about XGrammar there
 pytestmark = pytest.mark.filterwarnings("ignore:grammar has nonterminals that derive no string")
 ALPHABET = b"abc"
@@ -164,6 +168,7 @@ token_lists = st.lists(
 )
 
 
+@checks_at_least(120)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=4, alphabet=ALPHABET), token_lists, st.integers(0, 2**32 - 1))
 def test_mask_equals_earley_on_random_grammars(g: Grammar, tokens: list[bytes], seed: int) -> None:
@@ -175,12 +180,13 @@ def test_mask_equals_earley_on_random_grammars(g: Grammar, tokens: list[bytes], 
         assume(False)
         return
     tables = build_tables(classes, g)
-    grammars_ = [NativeCompiled(classes, tables, kernel=k) for k in KERNELS]
+    grammars_ = [NativeCompiled(classes, tables, kernel=k) for k in BOTH]
     # peers that forget all but the last token (compacting every other step): same masks
-    grammars_ += [NativeCompiled(classes, tables, kernel=k, max_rollback_tokens=1) for k in KERNELS]
+    grammars_ += [NativeCompiled(classes, tables, kernel=k, max_rollback_tokens=1) for k in BOTH]
     check_walk(g, grammars_[0], grammars_[1:], 8, random.Random(seed), VocabTrie(vocab))
 
 
+@checks_at_least(120)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=4, alphabet=ALPHABET), st.lists(st.sampled_from(ALPHABET), max_size=7))
 def test_gss_holds_exactly_the_pda_stacks(g: Grammar, letters: list[int]) -> None:
@@ -194,7 +200,7 @@ def test_gss_holds_exactly_the_pda_stacks(g: Grammar, letters: list[int]) -> Non
     gnf = class_gnf(g, specialized=bool(classes.stats["specialized"]))
     tables = build_tables(classes, g, gnf=gnf)
     pda = PDA.from_gnf(gnf)
-    for kernel in KERNELS:
+    for kernel in BOTH:
         state = NativeCompiled(classes, tables, kernel=kernel).new_state()
         w = b""
         for b in letters:
@@ -224,6 +230,7 @@ def _stacks(state: StateLike) -> set[tuple[int, ...]]:
     return out
 
 
+@checks_at_least(80)
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=4, alphabet=ALPHABET), token_lists)
 def test_domain_automaton_reads_exactly_the_popped_sequences(g: Grammar, tokens: list[bytes]) -> None:
@@ -268,9 +275,9 @@ def _real_walks(rel: str, n_tokens: int, walks: int, steps: int) -> int:
     classes = compress(text, vocab, progress=False)
     tables = build_tables(classes, text)
     # the first through the engines' entry point, the other kernels on the same tables
-    first = engines.compile_grammar(classes, text, engine="native", tables=tables, kernel=KERNELS[0])
+    first = engines.compile_grammar(classes, text, engine="native", tables=tables, kernel=BOTH[0])
     assert isinstance(first, NativeCompiled)
-    grammars_ = [first] + [NativeCompiled(classes, tables, kernel=k) for k in KERNELS[1:]]
+    grammars_ = [first] + [NativeCompiled(classes, tables, kernel=k) for k in BOTH[1:]]
     from formalgram.syntax.gbnf import parse_gbnf
 
     g = parse_gbnf(text)
@@ -426,8 +433,8 @@ def test_inconsistent_tables_are_refused(json_list: tuple[TokenClasses, NativeTa
     for t in (bad, bad2):
         with pytest.raises(EngineError, match="inconsistent"):
             NativeCompiled(classes, t)
-    module = c_module()
-    if module is not None:  # the C kernel checks every index itself too
+    if not PURE_PYTHON:  # the C kernel checks every index itself too
+        module = require_kernel("native")
         for t in (bad, bad2):
             with pytest.raises(EngineError, match="C kernel refuses"):
                 _c_tables(module, t)

@@ -42,6 +42,7 @@ import _data
 import numpy as np
 import numpy.typing as npt
 import pytest
+from _engine_oracle import raw_xgrammar_tokenizer
 
 xgr = pytest.importorskip("xgrammar")
 
@@ -99,9 +100,7 @@ def _compress(rel: str, vocab_name: str) -> TokenClasses:
 @cache
 def _raw_tokenizer(vocab_name: str) -> Any:
     """XGrammar's tokenizer over the vocabulary's own bytes: no policy applied."""
-    v = _vocab(vocab_name)
-    tokens = [t if t is not None else b"" for t in v.tokens]
-    return xgr.TokenizerInfo(tokens, vocab_size=v.logit_width, stop_token_ids=sorted(v.stop_ids))
+    return raw_xgrammar_tokenizer(_vocab(vocab_name))
 
 
 @pytest.fixture(scope="session")

@@ -15,18 +15,17 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("xgrammar")
-pytest.importorskip("llguidance")
 
 import torch
+from _build import c_param
 from _engine_oracle import allowed_after
+from _needs import engine_params
 
 from formalgram_cfgzip import engines
 from formalgram_cfgzip.classes import compress
 from formalgram_cfgzip.engines.base import CompiledGrammar
 from formalgram_cfgzip.errors import EngineError
 from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander
-from formalgram_cfgzip.expand._c_kernel import load_c_module
 from formalgram_cfgzip.integrations.transformers import GrammarLogitsProcessor
 from formalgram_cfgzip.integrations.vllm import RequestGrammarProcessor
 from formalgram_cfgzip.vocabulary import Vocabulary
@@ -38,7 +37,7 @@ TOKENS: list[bytes | None] = [
 ]  # fmt: skip
 STOP = 17
 WIDTH = 40
-ENGINE_NAMES = ["xgrammar", "llguidance"]
+ENGINE_NAMES = engine_params("xgrammar", "llguidance")
 
 
 def vocab() -> Vocabulary:
@@ -120,6 +119,7 @@ def test_generate_loop_builds_one_expander(engine: str, monkeypatch: pytest.Monk
     assert counts == Counter({"TorchMaskExpander": 1})
 
 
+@pytest.mark.xgrammar
 def test_expanders_of_a_compiled_grammar() -> None:
     small, full = compiled_pair("xgrammar")
     assert small.expander is not None and full.expander is None
@@ -142,12 +142,10 @@ def test_expanders_of_a_compiled_grammar() -> None:
 
 
 @pytest.mark.parametrize("engine", ENGINE_NAMES)
-@pytest.mark.parametrize("kernel", ["numpy", "c"])
+@pytest.mark.parametrize("kernel", ["numpy", c_param("expand")])
 def test_threads_share_one_compiled_grammar(engine: str, kernel: str) -> None:
     """Four threads, each with its own matchers, fill single rows, batches and masked logits
     over one compiled grammar at once; every mask equals the one computed alone."""
-    if kernel == "c" and load_c_module() is None:
-        pytest.skip("the C kernel is not built (pure-Python build)")
     small, full = compiled_pair(engine)
     small.expander = MaskExpander(small.classes.token_class, small.engine_size, kernel=kernel)  # type: ignore[union-attr]
     rng = np.random.default_rng(2)

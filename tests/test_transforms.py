@@ -8,6 +8,7 @@ which share no code with the transforms.
 from __future__ import annotations
 
 import pytest
+from _counted import checks_at_least, gave_up
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -149,6 +150,7 @@ def test_generating_rules_match_shortest_lengths(g: Grammar) -> None:
 # -- the transforms (proofs §2-§6) ------------------------------------------------------
 
 
+@checks_at_least(45)
 @SETTINGS
 @given(grammars(allow_empty_terminal=True))
 def test_remove_useless(g: Grammar) -> None:
@@ -156,7 +158,7 @@ def test_remove_useless(g: Grammar) -> None:
     if g.start_id not in generating(g):
         with pytest.raises(EmptyLanguageError):
             remove_useless(g)
-        return
+        return gave_up()
     h = remove_useless(g)
     _same_language(g, h)
     assert generating(h) == frozenset(range(len(h.names)))
@@ -195,6 +197,7 @@ def test_remove_left_recursion(g: Grammar) -> None:
     assert _epsilon_policy_ok(h)
 
 
+@checks_at_least(40)
 @SETTINGS
 @given(grammars(max_nonterminals=5, allow_empty_terminal=True))
 def test_to_gnf_enumeration(g: Grammar) -> None:
@@ -202,7 +205,7 @@ def test_to_gnf_enumeration(g: Grammar) -> None:
     if g.start_id not in generating(g):
         with pytest.raises(EmptyLanguageError):
             to_gnf(g)
-        return
+        return gave_up()
     h = to_gnf(g)
     assert is_gnf(h)
     _assert_strict_gnf(h)
@@ -217,25 +220,27 @@ def _assert_strict_gnf(h: Grammar) -> None:
     PDA.from_gnf(h)  # the PDA accepts what is_gnf accepts
 
 
+@checks_at_least(35)
 @SETTINGS
 @given(grammars(max_nonterminals=5), st.sampled_from(STRATEGIES[1:]))
 def test_every_gnf_strategy(g: Grammar, strategy: str) -> None:
     """proofs/normal_forms.md §6: each construction alone is exact (auto only picks the smallest)."""
     if g.start_id not in generating(g):
-        return
+        return gave_up()
     h = to_gnf(g, strategy=strategy)
     assert is_gnf(h)
     _assert_strict_gnf(h)
     _same_language(g, h)
 
 
+@checks_at_least(35)
 @SETTINGS
 @given(grammar_and_strings(max_nonterminals=5, max_len=7, max_strings=10))
 def test_to_gnf_earley_on_mutations(case: tuple[Grammar, list[bytes]]) -> None:
     """proofs/normal_forms.md §6: members and one-byte mutations get the same verdict."""
     g, strings = case
     if g.start_id not in generating(g):
-        return
+        return gave_up()
     h = to_gnf(g)
     for w in strings:
         assert accepts(h, w) == accepts(g, w), w
@@ -415,12 +420,13 @@ def test_unknown_strategy() -> None:
         to_gnf(Grammar([Production(S, [a])], "S"), objective="nope")
 
 
+@checks_at_least(12)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=5))
 def test_to_gnf_objective_nonterminals(g: Grammar) -> None:
     """proofs/normal_forms.md §6: the other objective only changes which exact result is kept."""
     if g.start_id not in generating(g):
-        return
+        return gave_up()
     h = to_gnf(g, objective="nonterminals")
     assert is_gnf(h)
     assert len(h.names) <= len(to_gnf(g).names) + 1  # +1: a fresh start may differ

@@ -66,7 +66,13 @@ def test_triton_kernels_match_the_oracle_in_the_interpreter() -> None:
     path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600, check=False
+        # -P: the build this process imports, not the checkout in the current directory
+        [sys.executable, "-P", "-c", _CHILD],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -11,6 +11,7 @@ own and are checked without XGrammar.
 from __future__ import annotations
 
 import pytest
+from _counted import checks_at_least
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -208,6 +209,7 @@ def _can_end(matcher) -> bool:  # type: ignore[no-untyped-def]
     return bool((int(bits[256 >> 5]) >> (256 & 31)) & 1)
 
 
+@checks_at_least(45)
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(_patterns(), st.booleans(), st.lists(_BYTES, min_size=6, max_size=12))
 def test_read_automaton_has_xgrammars_language(pattern: str, json_string: bool, samples: list[bytes]) -> None:
