@@ -40,8 +40,6 @@ __all__ = [
     "VERIFY_SAMPLE",
     "TokenClasses",
     "classes_fingerprint",
-    "compress",
-    "grammar_fingerprint",
     "searched_strategy",
 ]
 
@@ -419,52 +417,6 @@ class TokenClasses:
                 )
         return tc
 
-
-def compress(
-    grammar: Grammar | str,
-    vocab: Vocabulary,
-    *,
-    workers: int = 1,
-    progress: bool = True,
-    gnf_budget: int = _GNF_BUDGET,
-    max_states: int = _MAX_STATES,
-    memory_budget: int | None = _MEMORY_BUDGET,
-    specialize: bool | None = None,
-    domains: bool = False,
-) -> TokenClasses:
-    """The same as :func:`formalgram_cfgzip.compress.compress`, importable from here too.
-
-    Parameters
-    ----------
-    grammar, vocab, workers, progress, gnf_budget, max_states, memory_budget, specialize, domains
-        See :func:`formalgram_cfgzip.compress.compress`.
-
-    Returns
-    -------
-    TokenClasses
-
-    Notes
-    -----
-    The pipeline imports this module, so this module imports it only when called.
-
-    Examples
-    --------
-    >>> compress('root ::= "x"', Vocabulary([b"x", b"y"]), progress=False).invalid.tolist()
-    [1]
-    """
-    from formalgram_cfgzip.compress import compress as run
-
-    return run(
-        grammar,
-        vocab,
-        workers=workers,
-        progress=progress,
-        gnf_budget=gnf_budget,
-        max_states=max_states,
-        memory_budget=memory_budget,
-        specialize=specialize,
-        domains=domains,
-    )
 
 
 def searched_strategy(stats: Mapping[str, float]) -> str:

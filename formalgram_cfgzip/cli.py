@@ -137,7 +137,7 @@ def compress_options(args: argparse.Namespace) -> CompressOptions:
 
 def cmd_compress(args: argparse.Namespace) -> int:
     """``formalgram-cfgzip compress``: compute the classes, save them, print a summary."""
-    from formalgram_cfgzip.classes import compress
+    from formalgram_cfgzip.compress import compress
     from formalgram_cfgzip.grammar_text import read_grammar
     from formalgram_cfgzip.vocabulary import Vocabulary
 

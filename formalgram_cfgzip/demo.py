@@ -351,7 +351,7 @@ def run_demo(
     accepts and one printed line.  Without a stop token in the vocabulary the end of the
     text is judged by the Earley recognizer (within its default budget).
     """
-    from formalgram_cfgzip.classes import compress
+    from formalgram_cfgzip.compress import compress
     from formalgram_cfgzip.engines import compile_full, compile_grammar
     from formalgram_cfgzip.grammar_text import read_grammar
     from formalgram_cfgzip.vocabulary import Vocabulary

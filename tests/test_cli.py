@@ -19,7 +19,7 @@ import pytest
 from _class_oracle import check_classes_with_earley
 
 import formalgram as fg
-from formalgram_cfgzip.classes import TokenClasses, compress
+from formalgram_cfgzip.classes import TokenClasses
 from formalgram_cfgzip.cli import (
     BUILTIN_GRAMMARS,
     build_parser,
@@ -28,6 +28,7 @@ from formalgram_cfgzip.cli import (
     compress_options,
     main,
 )
+from formalgram_cfgzip.compress import compress
 from formalgram_cfgzip.demo import example_text
 from formalgram_cfgzip.errors import CfgzipError
 from formalgram_cfgzip.vocabulary import Vocabulary

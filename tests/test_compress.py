@@ -97,7 +97,7 @@ def test_memory_budget_counts_the_search_growth_only() -> None:
     """memory_budget bounds what the search adds, not what the process already holds: a
     caller holding more than the budget (here 192 MiB of touched pages against 64 MiB)
     still gets its classes; a budget of one byte is exceeded by the search's own tables."""
-    from formalgram_cfgzip.search.displacement import current_rss
+    from formalgram_cfgzip.search.memory import current_rss
 
     text, vocab = _budget_grammar_and_vocab()
     held = np.ones(192 << 17)  # 192 MiB, every page touched

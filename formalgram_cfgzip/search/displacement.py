@@ -50,7 +50,7 @@ from formalgram.grammar import Grammar
 from formalgram.pda import PDA
 from formalgram_cfgzip.search.memory import current_rss
 
-__all__ = ["DEAD", "EXPANSION_WORK", "START", "CanonicalKey", "DisplacementSearch", "current_rss"]
+__all__ = ["DEAD", "EXPANSION_WORK", "START", "CanonicalKey", "DisplacementSearch"]
 
 Edge = tuple[int, int]  # (symbol, child node)
 CanonicalKey = bytes

@@ -23,12 +23,10 @@ from formalgram.transforms.specialize import specialize_terminal_symbols
 from formalgram.transforms.useless import remove_useless
 from formalgram_cfgzip.cache import grammar_fingerprint, read_cache, write_cache
 from formalgram_cfgzip.classes import TokenClasses, classes_fingerprint, searched_strategy
-from formalgram_cfgzip.engines.base import (
-    CompiledGrammar,
-    EngineMatcher,
-    class_vocabulary,
-    prepare_compressed,
-)
+from formalgram_cfgzip.engines.arguments import prepare_compressed
+from formalgram_cfgzip.engines.base import CompiledGrammar
+from formalgram_cfgzip.engines.matcher import EngineMatcher
+from formalgram_cfgzip.engines.tokens import class_vocabulary
 from formalgram_cfgzip.errors import CacheError, ClassesMismatchError, EngineError, TokenIdError
 from formalgram_cfgzip.expand import MaskExpander
 from formalgram_cfgzip.grammar_text import read_grammar

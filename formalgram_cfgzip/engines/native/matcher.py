@@ -10,7 +10,7 @@ displacement, so they leave the same stacks) and fills class masks with one walk
 stack through the domain automaton.  Token masks, batches, rollback, the special-token
 policy, the expanders (one per torch device) and every argument check are the shared ones
 of :class:`~formalgram_cfgzip.engines.base.CompiledGrammar` and
-:class:`~formalgram_cfgzip.engines.base.EngineMatcher`.
+:class:`~formalgram_cfgzip.engines.matcher.EngineMatcher`.
 
 Kernels: the C kernel ``_cnative`` when it is built (``kernel="auto"``; not with
 ``FORMALGRAM_NO_CNATIVE=1``), else the pure-Python
@@ -128,7 +128,7 @@ def _c_tables(module: Any, t: NativeTables) -> Any:
 class NativeMatcher(EngineMatcher):
     """Matcher over real token ids backed by a native kernel state (one sequence).
 
-    See :class:`~formalgram_cfgzip.engines.base.EngineMatcher` for the protocol and its errors.
+    See :class:`~formalgram_cfgzip.engines.matcher.EngineMatcher` for the protocol and its errors.
     """
 
     # The kernels' fills write an all-zero row once a stop token was accepted -- what the
@@ -233,7 +233,7 @@ class NativeCompiled(CompiledGrammar):
     kernel : {"auto", "c", "python"}, keyword-only
         ``"auto"``: the C kernel when built, else pure Python.
     max_rollback_tokens : int or None, keyword-only
-        Bound on :meth:`~formalgram_cfgzip.engines.base.EngineMatcher.rollback`: once a
+        Bound on :meth:`~formalgram_cfgzip.engines.matcher.EngineMatcher.rollback`: once a
         matcher holds twice this many accepted tokens it forgets all but the last this many
         (a rollback never reaches past a forgotten position) and frees the stack nodes that
         only older positions reached, so its memory stays bounded however long the text.
@@ -493,7 +493,7 @@ def compile_grammar(
         The vocabulary the caller decodes with; checked against ``classes.vocab``.
     check : bool, keyword-only
         Validate fingerprints and the special-token policy
-        (:func:`~formalgram_cfgzip.engines.base.check_classes`).
+        (:func:`~formalgram_cfgzip.engines.tokens.check_classes`).
     max_threads : int or None, keyword-only
         Accepted for the common signature (checked, at least 1); the native engine fills
         batches in the calling thread.
