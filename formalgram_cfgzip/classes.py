@@ -418,7 +418,6 @@ class TokenClasses:
         return tc
 
 
-
 def searched_strategy(stats: Mapping[str, float]) -> str:
     """The GNF construction ``compress`` searched, read from its classes' ``stats``.
 
