@@ -40,6 +40,7 @@ COMPILED = [
     "formalgram/pda.py",
     "formalgram/adjacency.py",
     "formalgram/recognize/earley.py",
+    "formalgram_cfgzip/search/trie.py",
     "formalgram_cfgzip/search/displacement.py",
     "formalgram_cfgzip/search/domains.py",
     "formalgram_cfgzip/search/driver.py",

@@ -38,7 +38,6 @@ from formalgram.transforms.useless import remove_useless
 from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint
 from formalgram_cfgzip.classes import TokenClasses
 from formalgram_cfgzip.errors import CacheError
-from formalgram_cfgzip.search.displacement import DEAD
 from formalgram_cfgzip.search.domains import ClassDomains, class_domains, domain_roots, representative_texts
 from formalgram_cfgzip.search.driver import (
     Search,
@@ -51,6 +50,7 @@ from formalgram_cfgzip.search.driver import (
     token_trie,
 )
 from formalgram_cfgzip.search.native import NativeSearch, answering, new_search
+from formalgram_cfgzip.search.trie import DEAD
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [

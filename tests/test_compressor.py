@@ -20,8 +20,9 @@ from formalgram import parse_gbnf, to_gnf
 from formalgram_cfgzip.classes import TokenClasses
 from formalgram_cfgzip.compress import Compressor, cache_entry_name, compress, prepare_vocabulary
 from formalgram_cfgzip.errors import CacheError
-from formalgram_cfgzip.search.displacement import DEAD, DisplacementSearch
+from formalgram_cfgzip.search.displacement import DisplacementSearch
 from formalgram_cfgzip.search.driver import build_trie, token_table, token_trie, walk_trie
+from formalgram_cfgzip.search.trie import DEAD
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 SMALL_GRAMMARS = [

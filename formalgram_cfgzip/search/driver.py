@@ -23,8 +23,9 @@ import numpy.typing as npt
 
 from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar
-from formalgram_cfgzip.search.displacement import DEAD, START, CanonicalKey, DisplacementSearch
+from formalgram_cfgzip.search.displacement import DisplacementSearch
 from formalgram_cfgzip.search.native import NativeSearch, new_search
+from formalgram_cfgzip.search.trie import DEAD, START, CanonicalKey
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 Search = DisplacementSearch | NativeSearch  # the Python search or the C kernel's
