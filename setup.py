@@ -46,6 +46,8 @@ COMPILED = [
     "formalgram_cfgzip/search/driver.py",
     "formalgram_cfgzip/search/native.py",
     "formalgram_cfgzip/classes.py",
+    "formalgram_cfgzip/pipeline.py",
+    "formalgram_cfgzip/verify.py",
     "formalgram_cfgzip/compress.py",
 ]
 
