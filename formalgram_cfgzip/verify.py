@@ -103,13 +103,17 @@ def mismatch(tc: TokenClasses, grammar: Grammar | str, sample: int, seed: int, *
     specialized = tc.stats.get("specialized")
     if specialized not in (0.0, 1.0):
         return "its stats do not say which form of the grammar was searched ('specialized' is missing)"
-    gnf = searched_gnf(grammar, specialized=bool(specialized), strategy=searched_strategy(tc.stats), root=root)
+    gnf = searched_gnf(
+        grammar, specialized=bool(specialized), strategy=searched_strategy(tc.stats), root=root
+    )
     # the search kernel when built (the same classes as the Python search, array for array)
     budgets = DEFAULT_BUDGETS
     search = new_search(gnf, max_states=budgets.max_states, memory_budget=budgets.memory_budget)
     m = int(toks.ids.size)
     if sample < 0 or sample >= m:
-        codes, _, _ = search_vocabulary(gnf, search, toks, 1, False, budgets.max_states, budgets.memory_budget)
+        codes, _, _ = search_vocabulary(
+            gnf, search, toks, 1, False, budgets.max_states, budgets.memory_budget
+        )
         first = _same(number_classes(vocab, toks, codes), tc)
         if first >= 0:
             return f"the search derives other classes (first at {_describe_token(tc, first)})"
