@@ -169,8 +169,8 @@ class TokenClasses:
 
         Notes
         -----
-        O(vocab.logit_width) numpy work, plus one pass over the vocabulary's tokens (cached
-        for the last vocabulary checked).
+        O(vocab.logit_width) numpy work, plus one pass over the vocabulary's tokens the first
+        time (:meth:`Vocabulary.invalid_ids <formalgram_cfgzip.vocabulary.Vocabulary.invalid_ids>`).
 
         Examples
         --------
@@ -473,23 +473,6 @@ def classes_fingerprint(classes: TokenClasses) -> str:
 
 # -- invariants ---------------------------------------------------------------------------
 
-_NEVER: list[tuple[Vocabulary, npt.NDArray[np.int64]]] = []  # the last vocabulary checked
-
-
-def _never_allowed(vocab: Vocabulary) -> npt.NDArray[np.int64]:
-    """Logit indices the special-token policy never allows: holes, padding, empty or special non-stop tokens."""
-    for v, ids in _NEVER:
-        if v is vocab:
-            return ids
-    stop = vocab.stop_ids
-    special = vocab.special_ids
-    never = [i for i, t in enumerate(vocab.tokens) if not t and i not in stop]
-    never.extend(i for i in special if i not in stop)
-    out = np.unique(np.asarray(never + list(range(vocab.size, vocab.logit_width)), dtype=np.int64))
-    _NEVER.clear()
-    _NEVER.append((vocab, out))
-    return out
-
 
 def _violation(tc: TokenClasses) -> str:
     """The first invariant of :meth:`TokenClasses.validate` that ``tc`` breaks, or ``""``."""
@@ -536,7 +519,7 @@ def _violation(tc: TokenClasses) -> str:
         if not in_range[c]:
             return f"class {c} has representative {int(r[c])}, not a token id in 0..{vocab.size - 1}"
         return f"class {c} has representative {int(r[c])}, a token of class {int(owner[c])}"
-    never = _never_allowed(vocab)
+    never = np.asarray(vocab.invalid_ids(), dtype=np.int64)
     if never.size and (inv < 0 or bool(np.any(classes[never] != inv))):
         return "a hole, padding id, empty token or special token is not in the invalid class"
     stops = vocab.stop_ids

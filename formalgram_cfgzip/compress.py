@@ -9,7 +9,7 @@
 
 What depends on the vocabulary alone (its token table, the trie of its token bytes, the
 order in which class representatives are chosen) is prepared once
-(:func:`prepare_vocabulary`).  :class:`Compressor` holds one prepared vocabulary and
+(:class:`PreparedVocabulary`).  :class:`Compressor` holds one prepared vocabulary and
 compresses grammar after grammar on top of it, with an in-memory LRU cache keyed by the
 grammar's fingerprints and, optionally, a cache directory; :func:`compress` runs the same
 pipeline on the prepared form of the last vocabulary it saw.
@@ -24,8 +24,9 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -59,13 +60,22 @@ __all__ = [
     "cache_entry_name",
     "compress",
     "number_classes",
-    "prepare_vocabulary",
 ]
 
 
-@dataclass(frozen=True, eq=False)
 class PreparedVocabulary:
-    """Everything the pipeline needs from a vocabulary that no grammar changes (built once).
+    """Everything the pipeline needs from a vocabulary that no grammar changes, built once and
+    kept here.
+
+    :func:`compress` and :class:`Compressor` search over a preparation; the one
+    :func:`compress` uses is :meth:`of` the vocabulary, which keeps the last vocabulary's
+    preparation (:meth:`forget` drops it).  A caller that switches between vocabularies
+    holds one preparation per vocabulary (or one :class:`Compressor` each).
+
+    Parameters
+    ----------
+    vocab : Vocabulary
+        The vocabulary.
 
     Attributes
     ----------
@@ -73,16 +83,69 @@ class PreparedVocabulary:
         The vocabulary.
     tokens : TokenTable
         Its searched tokens (:func:`~formalgram_cfgzip.search.driver.token_table`).
-    trie : SequenceTrie
-        The trie of their bytes (:func:`~formalgram_cfgzip.search.driver.token_trie`).
-    samples : dict
-        Tries of every ``k``-th token for the specialisation trial, built on first use.
+
+    Notes
+    -----
+    O(total token bytes) numpy work for the token table; the tries are built on first use.
+    Thread-safe for readers once built; :class:`Compressor` serialises its own use.
+
+    Examples
+    --------
+    >>> p = PreparedVocabulary(Vocabulary([b"bb", b"a", b"b"]))
+    >>> p.trie.size, p.tokens.ids.tolist()
+    (3, [0, 1, 2])
     """
 
-    vocab: Vocabulary
-    tokens: TokenTable
-    trie: SequenceTrie
-    samples: dict[int, SequenceTrie] = field(default_factory=dict)
+    _last: ClassVar[list[PreparedVocabulary]] = []  # the preparation of(vocab) kept
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self.vocab = vocab
+        self.tokens: TokenTable = token_table(vocab)
+        self._tries: dict[int, SequenceTrie] = {}
+
+    @classmethod
+    def of(cls, vocab: Vocabulary) -> PreparedVocabulary:
+        """The preparation of ``vocab``: the one kept when it is of this very vocabulary object,
+        else a new one, which is kept instead.
+
+        Parameters
+        ----------
+        vocab : Vocabulary
+            The vocabulary.
+
+        Returns
+        -------
+        PreparedVocabulary
+
+        Notes
+        -----
+        O(1) for the vocabulary kept; otherwise the construction's cost.
+
+        Examples
+        --------
+        >>> v = Vocabulary([b"a", b"b"])
+        >>> PreparedVocabulary.of(v) is PreparedVocabulary.of(v)
+        True
+        >>> PreparedVocabulary.forget()
+        >>> PreparedVocabulary.of(v) is PreparedVocabulary.of(Vocabulary([b"a", b"b"]))
+        False
+        """
+        for kept in cls._last:
+            if kept.vocab is vocab:
+                return kept
+        prepared = cls(vocab)
+        cls._last[:] = [prepared]
+        return prepared
+
+    @classmethod
+    def forget(cls) -> None:
+        """Drop the preparation :meth:`of` keeps (its memory is freed once no compressor holds it); O(1)."""
+        cls._last.clear()
+
+    @property
+    def trie(self) -> SequenceTrie:
+        """The trie of the searched tokens' bytes (:meth:`sample_trie` of 1)."""
+        return self.sample_trie(1)
 
     def sample_trie(self, every: int) -> SequenceTrie:
         """The trie of every ``every``-th searched token (built once per ``every``).
@@ -90,7 +153,7 @@ class PreparedVocabulary:
         Parameters
         ----------
         every : int
-            The sampling step.
+            The sampling step (1: every token).
 
         Returns
         -------
@@ -98,58 +161,19 @@ class PreparedVocabulary:
 
         Notes
         -----
-        :func:`~formalgram_cfgzip.search.driver.build_trie` of ``1/every`` of the token
-        bytes the first time, O(1) afterwards.
+        :func:`~formalgram_cfgzip.search.driver.token_trie` (``1/every`` of the token bytes)
+        the first time, O(1) afterwards.
 
         Examples
         --------
-        >>> p = prepare_vocabulary(Vocabulary([b"a", b"b", b"c"]))
-        >>> p.sample_trie(2).size
+        >>> PreparedVocabulary(Vocabulary([b"a", b"b", b"c"])).sample_trie(2).size
         2
         """
-        trie = self.samples.get(every)
+        trie = self._tries.get(every)
         if trie is None:
             trie = token_trie(self.tokens, every)
-            self.samples[every] = trie
+            self._tries[every] = trie
         return trie
-
-
-_PREPARED: list[PreparedVocabulary] = []  # the last vocabulary compress() saw
-
-
-def prepare_vocabulary(vocab: Vocabulary) -> PreparedVocabulary:
-    """The vocabulary-only part of the pipeline, done once (cached for the last vocabulary).
-
-    Parameters
-    ----------
-    vocab : Vocabulary
-        The vocabulary.
-
-    Returns
-    -------
-    PreparedVocabulary
-
-    Notes
-    -----
-    O(total token bytes) numpy work the first time, O(1) for the same vocabulary object
-    again.
-
-    Examples
-    --------
-    >>> p = prepare_vocabulary(Vocabulary([b"bb", b"a", b"b"]))
-    >>> p.trie.size, p.tokens.ids.tolist()
-    (3, [0, 1, 2])
-    >>> prepare_vocabulary(p.vocab) is p
-    True
-    """
-    for prepared in _PREPARED:
-        if prepared.vocab is vocab:
-            return prepared
-    toks = token_table(vocab)
-    prepared = PreparedVocabulary(vocab, toks, token_trie(toks))
-    _PREPARED.clear()
-    _PREPARED.append(prepared)
-    return prepared
 
 
 def compress(
@@ -284,7 +308,7 @@ def compress(
             g,
             grammar_fingerprint(g),
             text_sha,
-            prepare_vocabulary(vocab),
+            PreparedVocabulary.of(vocab),
             workers,
             progress,
             gnf_budget,
@@ -501,7 +525,7 @@ def cache_entry_name(grammar_sha256: str, vocab_sha256: str, specialize: bool | 
 class Compressor:
     """Compress grammar after grammar for one vocabulary, the vocabulary's work done once.
 
-    The vocabulary is prepared at construction (:func:`prepare_vocabulary`: token table,
+    The vocabulary is prepared at construction (:class:`PreparedVocabulary`: token table,
     trie of the token bytes); each :meth:`compress` then costs only what depends on the
     grammar, and gives what :func:`compress` gives for the same grammar, options and
     vocabulary, bit for bit.  Results are kept in an in-memory LRU cache keyed by the
@@ -569,7 +593,7 @@ class Compressor:
     ) -> None:
         if cache_size < 0:
             raise CacheError(f"cache_size must be at least 0, got {cache_size}")
-        self.prepared = vocab if isinstance(vocab, PreparedVocabulary) else prepare_vocabulary(vocab)
+        self.prepared = vocab if isinstance(vocab, PreparedVocabulary) else PreparedVocabulary.of(vocab)
         self.cache_size = cache_size
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self.workers = workers

@@ -328,21 +328,25 @@ def _jobs_of(entry: object, base: Path) -> list[Job]:
 
 # -- one job, in a worker -------------------------------------------------------------------
 
-_PREPARED: dict[str, Any] = {}  # tokenizer spec -> PreparedVocabulary, in this worker process
+# tokenizer spec -> PreparedVocabulary, most recent last: the state a worker process keeps from
+# one job to the next (an executor's workers have no other place for it: any executor, Dask's
+# included, runs run_job with no initializer of ours).
+_WORKER_VOCABULARIES: dict[str, Any] = {}
 _KEEP_VOCABULARIES = 2
 
 
 def _compressor(job: Job) -> Any:
     """A compressor with the job's options over this process's preparation of its tokenizer."""
-    from formalgram_cfgzip.compress import Compressor, prepare_vocabulary
+    from formalgram_cfgzip.compress import Compressor, PreparedVocabulary
     from formalgram_cfgzip.vocabulary import Vocabulary
 
-    prepared = _PREPARED.pop(job.tokenizer, None)
+    kept = _WORKER_VOCABULARIES
+    prepared = kept.pop(job.tokenizer, None)
     if prepared is None:
-        prepared = prepare_vocabulary(Vocabulary.load(job.tokenizer))
-    _PREPARED[job.tokenizer] = prepared  # most recent last
-    while len(_PREPARED) > _KEEP_VOCABULARIES:
-        del _PREPARED[next(iter(_PREPARED))]
+        prepared = PreparedVocabulary(Vocabulary.load(job.tokenizer))
+    kept[job.tokenizer] = prepared  # most recent last
+    while len(kept) > _KEEP_VOCABULARIES:
+        del kept[next(iter(kept))]
     return Compressor(
         prepared,
         cache_size=0,

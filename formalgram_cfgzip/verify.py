@@ -16,9 +16,9 @@ import numpy.typing as npt
 from formalgram.grammar import Grammar
 from formalgram_cfgzip.budgets import DEFAULT_BUDGETS
 from formalgram_cfgzip.classes import TokenClasses, searched_strategy
-from formalgram_cfgzip.compress import number_classes
+from formalgram_cfgzip.compress import PreparedVocabulary, number_classes
 from formalgram_cfgzip.pipeline import searched_gnf
-from formalgram_cfgzip.search.driver import TokenTable, search_vocabulary, token_table
+from formalgram_cfgzip.search.driver import TokenTable, search_vocabulary
 from formalgram_cfgzip.search.native import new_search
 
 __all__ = ["mismatch"]
@@ -87,7 +87,7 @@ def mismatch(tc: TokenClasses, grammar: Grammar | str, sample: int, seed: int, *
     ('', 'the search derives other classes')
     """
     vocab = tc.vocab
-    toks = token_table(vocab)
+    toks = PreparedVocabulary.of(vocab).tokens  # shared with compress()
     # 1. the numbering and representatives compress gives to this partition
     relabel = tc.token_class[toks.ids].astype(np.int64)
     if tc.invalid_class >= 0:

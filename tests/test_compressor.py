@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from formalgram import parse_gbnf, to_gnf
 from formalgram_cfgzip.classes import TokenClasses
-from formalgram_cfgzip.compress import Compressor, cache_entry_name, compress, prepare_vocabulary
+from formalgram_cfgzip.compress import Compressor, PreparedVocabulary, cache_entry_name, compress
 from formalgram_cfgzip.errors import CacheError
 from formalgram_cfgzip.search.displacement import DisplacementSearch
 from formalgram_cfgzip.search.driver import build_trie, token_table, token_trie, walk_trie
@@ -73,7 +73,7 @@ def test_compressor_matches_compress_bit_for_bit_on_real_grammars(rel: str, voca
     text = real_grammar(rel).read_text(encoding="utf-8")
     vocab = Vocabulary.builtin(vocab_name)
     expected = compress(text, vocab, progress=False)
-    prepare_vocabulary(Vocabulary([b"a"]))  # compress()'s vocabulary cache now holds another one
+    PreparedVocabulary.of(Vocabulary([b"a"]))  # compress()'s kept preparation is now another one
     got = Compressor(vocab).compress(text)
     assert _same(got, expected)
     assert got.stats["expansions"] == expected.stats["expansions"]
