@@ -54,6 +54,14 @@ def _data(name: str) -> Any:
     return resources.files("formalgram_cfgzip").joinpath("data", name)
 
 
+def _builtin_text(kind: str, name: str, names: tuple[str, ...], suffix: str) -> str:
+    """The text of the built-in ``kind`` called ``name`` (one of ``names``), ``data/NAME+suffix``."""
+    if name not in names:
+        raise FormalgramError(f"unknown built-in {kind} {name!r}; choose one of {', '.join(names)}")
+    text: str = _data(name + suffix).read_text("utf-8")
+    return text
+
+
 def builtin_grammar_text(name: str) -> str:
     """Text of a grammar shipped with the package (``minic`` or ``json``).
 
@@ -67,12 +75,7 @@ def builtin_grammar_text(name: str) -> str:
     >>> builtin_grammar_text("json").splitlines()[1]
     'root    ::= ws value ws'
     """
-    if name not in BUILTIN_GRAMMARS:
-        raise FormalgramError(
-            f"unknown built-in grammar {name!r}; choose one of {', '.join(BUILTIN_GRAMMARS)}"
-        )
-    text: str = _data(f"{name}.gbnf").read_text("utf-8")
-    return text
+    return _builtin_text("grammar", name, BUILTIN_GRAMMARS, ".gbnf")
 
 
 def builtin_schema_text(name: str) -> str:
@@ -90,10 +93,7 @@ def builtin_schema_text(name: str) -> str:
     >>> sorted(json.loads(builtin_schema_text("order"))["required"])
     ['customer', 'id', 'items', 'status']
     """
-    if name not in BUILTIN_SCHEMAS:
-        raise FormalgramError(f"unknown built-in schema {name!r}; choose one of {', '.join(BUILTIN_SCHEMAS)}")
-    text: str = _data(f"{name}.schema.json").read_text("utf-8")
-    return text
+    return _builtin_text("schema", name, BUILTIN_SCHEMAS, ".schema.json")
 
 
 def example_text(*, grammar: str | None = None, schema: str | None = None) -> bytes:
