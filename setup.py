@@ -40,29 +40,16 @@ COMPILED = [
     "formalgram/pda.py",
     "formalgram/adjacency.py",
     "formalgram/recognize/earley.py",
+    "formalgram_cfgzip/search/trie.py",
     "formalgram_cfgzip/search/displacement.py",
     "formalgram_cfgzip/search/domains.py",
     "formalgram_cfgzip/search/driver.py",
     "formalgram_cfgzip/search/native.py",
     "formalgram_cfgzip/classes.py",
+    "formalgram_cfgzip/pipeline.py",
+    "formalgram_cfgzip/verify.py",
     "formalgram_cfgzip/compress.py",
 ]
-
-
-def _native_extensions(args: list[str]) -> list[Extension]:
-    """The native mask engine's kernel, described by formalgram_cfgzip/engines/native/_build.py
-    (loaded by its path: importing the package here would import numpy and the rest first)."""
-    import importlib.util
-
-    path = os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "formalgram_cfgzip", "engines", "native", "_build.py"
-    )
-    spec = importlib.util.spec_from_file_location("formalgram_native_build", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    extensions: list[Extension] = module.native_extensions(args)
-    return extensions
 
 
 def _c_extensions() -> list[Extension]:
@@ -82,7 +69,12 @@ def _c_extensions() -> list[Extension]:
             depends=["formalgram_cfgzip/_cgrow.h"],
             extra_compile_args=args,
         ),
-        *_native_extensions(args),
+        Extension(
+            "formalgram_cfgzip.engines.native._cnative",
+            ["formalgram_cfgzip/engines/native/_cnative.c"],
+            depends=["formalgram_cfgzip/_cgrow.h"],
+            extra_compile_args=args,
+        ),
     ]
 
 

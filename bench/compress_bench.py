@@ -277,7 +277,7 @@ def _child_main(argv: Sequence[str]) -> int:
 
     from formalgram.errors import FormalgramError, GrammarTooLarge
     from formalgram.syntax.gbnf import load
-    from formalgram_cfgzip.classes import compress
+    from formalgram_cfgzip.compress import compress
     from formalgram_cfgzip.vocabulary import Vocabulary
 
     ap = argparse.ArgumentParser(prog="compress_bench --child")

@@ -79,7 +79,8 @@ def real_classes(classes_dir: str | None) -> list[tuple[str, str, Any]]:
     """(name, grammar text, TokenClasses) of the real grammars that are available."""
     out: list[tuple[str, str, Any]] = []
     try:
-        from formalgram_cfgzip.classes import TokenClasses, compress
+        from formalgram_cfgzip.classes import TokenClasses
+        from formalgram_cfgzip.compress import compress
         from formalgram_cfgzip.vocabulary import Vocabulary
     except ImportError:
         return out

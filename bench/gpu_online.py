@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from formalgram_cfgzip.classes import TokenClasses, compress
+    from formalgram_cfgzip.classes import TokenClasses
+    from formalgram_cfgzip.compress import compress
     from formalgram_cfgzip.engines import compile_full, compile_grammar
     from formalgram_cfgzip.errors import CfgzipError
     from formalgram_cfgzip.integrations.transformers import GrammarLogitsProcessor

@@ -45,8 +45,8 @@ import numpy as np
 
 from bench.online_bench import GRAMMARS, load_or_compress, record_walks
 from formalgram_cfgzip.classes import TokenClasses
-from formalgram_cfgzip.engines import compile as compile_compressed
 from formalgram_cfgzip.engines import compile_full
+from formalgram_cfgzip.engines import compile_grammar as compile_compressed
 from formalgram_cfgzip.engines.native.matcher import NativeCompiled
 from formalgram_cfgzip.vocabulary import Vocabulary
 

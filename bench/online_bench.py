@@ -34,9 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from formalgram_cfgzip.classes import TokenClasses, compress
+from formalgram_cfgzip.classes import TokenClasses
+from formalgram_cfgzip.compress import compress
 from formalgram_cfgzip.engines import compile_full, compile_grammar
-from formalgram_cfgzip.engines.base import CompiledGrammar, EngineMatcher
+from formalgram_cfgzip.engines.base import CompiledGrammar
+from formalgram_cfgzip.engines.matcher import EngineMatcher
 from formalgram_cfgzip.expand import MaskExpander
 from formalgram_cfgzip.vocabulary import Vocabulary
 

@@ -87,7 +87,7 @@ def _online_child(argv: Sequence[str]) -> int:
     args = ap.parse_args(list(argv))
     mod = online_bench
     res: dict[str, Any] = {"case": args.case}
-    from formalgram_cfgzip.classes import compress
+    from formalgram_cfgzip.compress import compress
     from formalgram_cfgzip.engines import compile_full, compile_grammar
     from formalgram_cfgzip.vocabulary import Vocabulary
 

@@ -15,7 +15,7 @@ arrives.  For each grammar of the shared JSON-schema corpus (``derived/json_mode
 
 each the minimum of ``--repeats`` runs.  With ``--walk N`` it also times, on the first N
 grammars, a whole request at batch 8: ``comp-req`` = compress (cache off) + compile over the
-classes (``engines.compile``) + a 200-step walk of 8 sequences through the compressed adapter
+classes (``engines.compile_grammar``) + a 200-step walk of 8 sequences through the compressed adapter
 (``plain-req``: the same with the plain GNF),
 against ``full-req`` = XGrammar's own full-vocabulary compile (as ``xgr``) + the same walk with
 its own matchers and ``BatchGrammarMatcher`` (one thread), no adapter; with ``--native`` also
@@ -48,8 +48,9 @@ import numpy as np
 
 from formalgram_cfgzip.compress import Compressor
 from formalgram_cfgzip.engines import EngineName, compile_full
-from formalgram_cfgzip.engines import compile as compile_compressed
-from formalgram_cfgzip.engines.base import CompiledGrammar, EngineMatcher
+from formalgram_cfgzip.engines import compile_grammar as compile_compressed
+from formalgram_cfgzip.engines.base import CompiledGrammar
+from formalgram_cfgzip.engines.matcher import EngineMatcher
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 GRAMMARS = Path(__file__).resolve().parents[2] / "shared" / "grammars"

@@ -23,8 +23,7 @@ from pathlib import Path
 
 from formalgram_cfgzip import TokenClasses, Vocabulary
 from formalgram_cfgzip.classes import VERIFY_SAMPLE
-from formalgram_cfgzip.compress import compress
-from formalgram_cfgzip.search.driver import token_table
+from formalgram_cfgzip.compress import PreparedVocabulary, compress
 
 REPO = Path(__file__).resolve().parents[1]
 GRAMMARS_DIR = REPO.parent / "shared" / "grammars"
@@ -65,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
     vocab = Vocabulary.builtin(args.vocab)
-    token_table(vocab)  # built once, outside every timing
+    PreparedVocabulary.of(vocab)  # the token table built once, outside every timing
     header = [
         "grammar",
         "classes",

@@ -14,8 +14,8 @@ import time
 import numpy as np
 
 from formalgram_cfgzip import Vocabulary, compress
-from formalgram_cfgzip.cli import builtin_grammar_text
 from formalgram_cfgzip.engines import xgrammar as engine
+from formalgram_cfgzip.sources import builtin_grammar_text
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from formalgram import parse_gbnf
 from formalgram_cfgzip import TokenClasses, Vocabulary, compress
-from formalgram_cfgzip.cli import builtin_grammar_text
+from formalgram_cfgzip.sources import builtin_grammar_text
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ def main() -> None:
     print(f"{classes.num_classes} classes for {vocab.size} tokens")
     print(f"compressed in {(t1 - t0) * 1e3:.0f} ms; again from the cache in {(t2 - t1) * 1e6:.0f} us")
 
-    compressed = engines.compile(classes, text)
+    compressed = engines.compile_grammar(classes, text)
     full = engines.compile_full(vocab, text)
     if len(sys.argv) > 1:
         return  # no known document for a user's schema: compression only

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import formalgram as fg
-from formalgram_cfgzip.cli import builtin_grammar_text
+from formalgram_cfgzip.sources import builtin_grammar_text
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessorList
 
-from formalgram_cfgzip.classes import compress
+from formalgram_cfgzip.compress import compress
 from formalgram_cfgzip.engines import compile_full, compile_grammar
 from formalgram_cfgzip.integrations.transformers import GrammarLogitsProcessor
 from formalgram_cfgzip.vocabulary import Vocabulary

@@ -451,7 +451,7 @@ class Grammar:
 
     def is_gnf(self) -> bool:
         """See :func:`formalgram.is_gnf`."""
-        from formalgram.transforms.gnf import is_gnf
+        from formalgram.transforms.gnf_check import is_gnf
 
         return is_gnf(self)
 

@@ -1,4 +1,4 @@
-"""Token equivalence classes (:class:`TokenClasses`): their invariants, checked in one place, and their persistence.
+"""Token equivalence classes (:class:`TokenClasses`): their data, their invariants, checked in one place, and their persistence.
 
 A :class:`TokenClasses` maps every logit index of a vocabulary to a class id.  Tokens in
 one class are interchangeable for the grammar (equal displacement), so a grammar engine
@@ -8,8 +8,8 @@ the one check of what the engines and the expander rely on, run at construction,
 :meth:`TokenClasses.load` and by the engines.  Persistence goes through
 :mod:`formalgram_cfgzip.cache` (checksummed, optionally signed with a key);
 ``TokenClasses.load(..., verify=...)`` can also re-derive classes from the grammar with the
-displacement search, since neither a checksum nor the invariants can tell a cache whose
-arrays were rewritten consistently.
+displacement search (:mod:`formalgram_cfgzip.verify`, imported only then), since neither a
+checksum nor the invariants can tell a cache whose arrays were rewritten consistently.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from formalgram.grammar import Grammar
 from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint, read_cache, write_cache
 from formalgram_cfgzip.errors import CacheError, ClassesInvariantError
 from formalgram_cfgzip.search.domains import ClassDomains
-from formalgram_cfgzip.search.driver import TokenTable, search_vocabulary, token_table
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
@@ -40,8 +39,6 @@ __all__ = [
     "VERIFY_SAMPLE",
     "TokenClasses",
     "classes_fingerprint",
-    "compress",
-    "grammar_fingerprint",
     "searched_strategy",
 ]
 
@@ -49,10 +46,6 @@ ALGORITHM_VERSION = "cfgzip-displacement-1"
 DOMAINS_SUBDIR = "domains"  # where TokenClasses.save keeps the classes' domains, when they have them
 VERIFY_SAMPLE = 1024  # text tokens drawn by TokenClasses.load(..., verify="sample")
 _KIND = "formalgram_cfgzip.TokenClasses"
-# the budgets of compress()'s defaults, which a verification runs under
-_GNF_BUDGET = 2_000_000
-_MAX_STATES = 200_000
-_MEMORY_BUDGET = 4 << 30
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,8 +169,8 @@ class TokenClasses:
 
         Notes
         -----
-        O(vocab.logit_width) numpy work, plus one pass over the vocabulary's tokens (cached
-        for the last vocabulary checked).
+        O(vocab.logit_width) numpy work, plus one pass over the vocabulary's tokens the first
+        time (:meth:`Vocabulary.invalid_ids <formalgram_cfgzip.vocabulary.Vocabulary.invalid_ids>`).
 
         Examples
         --------
@@ -264,6 +257,7 @@ class TokenClasses:
         *,
         grammar: Grammar | str,
         vocab: Vocabulary,
+        root: str = "root",
         verify: Literal["none", "sample", "all"] | int = "none",
         seed: int | None = None,
         key: bytes | None = None,
@@ -278,6 +272,8 @@ class TokenClasses:
             The grammar (object or GBNF text) the classes must belong to.
         vocab : Vocabulary
             The vocabulary they must belong to.
+        root : str
+            The start rule of a grammar text (as given to ``compress``).
         verify : {"none", "sample", "all"} or int
             How much of the classes to re-derive from ``grammar`` with the displacement
             search (the pipeline of :func:`~formalgram_cfgzip.compress.compress`) before
@@ -369,8 +365,10 @@ class TokenClasses:
             raise CacheError(
                 f"cache metadata in {where!r} lacks the grammar fingerprint; recompute the cache"
             )
-        same_text = isinstance(grammar, str) and bool(text_sha) and text_sha == fingerprint_text(grammar)
-        if not same_text and stored != grammar_fingerprint(grammar):
+        same_text = (
+            isinstance(grammar, str) and bool(text_sha) and text_sha == fingerprint_text(grammar, root=root)
+        )
+        if not same_text and stored != grammar_fingerprint(grammar, start=root):
             raise CacheError("cache was computed for another grammar (grammar_sha256 differs)")
         token_class = arrays["token_class"]
         reps = arrays["representatives"]
@@ -408,9 +406,11 @@ class TokenClasses:
                     f"class domains in {os.fspath(below)!r} do not fit the classes: {exc}"
                 ) from None
         if sample:
+            from formalgram_cfgzip.verify import mismatch  # it runs the pipeline, which imports this module
+
             drawn = secrets.randbits(63) if seed is None else seed
             try:
-                why = _mismatch(tc, grammar, sample, drawn)
+                why = mismatch(tc, grammar, sample, drawn, root=root)
             except (GrammarError, GrammarTooLarge) as exc:
                 raise CacheError(f"cache in {where!r} cannot be verified: {exc}") from None
             if why:
@@ -418,53 +418,6 @@ class TokenClasses:
                     f"cache in {where!r} does not match the grammar: {why} (verify={verify!r}, seed={drawn})"
                 )
         return tc
-
-
-def compress(
-    grammar: Grammar | str,
-    vocab: Vocabulary,
-    *,
-    workers: int = 1,
-    progress: bool = True,
-    gnf_budget: int = _GNF_BUDGET,
-    max_states: int = _MAX_STATES,
-    memory_budget: int | None = _MEMORY_BUDGET,
-    specialize: bool | None = None,
-    domains: bool = False,
-) -> TokenClasses:
-    """The same as :func:`formalgram_cfgzip.compress.compress`, importable from here too.
-
-    Parameters
-    ----------
-    grammar, vocab, workers, progress, gnf_budget, max_states, memory_budget, specialize, domains
-        See :func:`formalgram_cfgzip.compress.compress`.
-
-    Returns
-    -------
-    TokenClasses
-
-    Notes
-    -----
-    The pipeline imports this module, so this module imports it only when called.
-
-    Examples
-    --------
-    >>> compress('root ::= "x"', Vocabulary([b"x", b"y"]), progress=False).invalid.tolist()
-    [1]
-    """
-    from formalgram_cfgzip.compress import compress as run
-
-    return run(
-        grammar,
-        vocab,
-        workers=workers,
-        progress=progress,
-        gnf_budget=gnf_budget,
-        max_states=max_states,
-        memory_budget=memory_budget,
-        specialize=specialize,
-        domains=domains,
-    )
 
 
 def searched_strategy(stats: Mapping[str, float]) -> str:
@@ -520,23 +473,6 @@ def classes_fingerprint(classes: TokenClasses) -> str:
 
 # -- invariants ---------------------------------------------------------------------------
 
-_NEVER: list[tuple[Vocabulary, npt.NDArray[np.int64]]] = []  # the last vocabulary checked
-
-
-def _never_allowed(vocab: Vocabulary) -> npt.NDArray[np.int64]:
-    """Logit indices the special-token policy never allows: holes, padding, empty or special non-stop tokens."""
-    for v, ids in _NEVER:
-        if v is vocab:
-            return ids
-    stop = vocab.stop_ids
-    special = vocab.special_ids
-    never = [i for i, t in enumerate(vocab.tokens) if not t and i not in stop]
-    never.extend(i for i in special if i not in stop)
-    out = np.unique(np.asarray(never + list(range(vocab.size, vocab.logit_width)), dtype=np.int64))
-    _NEVER.clear()
-    _NEVER.append((vocab, out))
-    return out
-
 
 def _violation(tc: TokenClasses) -> str:
     """The first invariant of :meth:`TokenClasses.validate` that ``tc`` breaks, or ``""``."""
@@ -583,7 +519,7 @@ def _violation(tc: TokenClasses) -> str:
         if not in_range[c]:
             return f"class {c} has representative {int(r[c])}, not a token id in 0..{vocab.size - 1}"
         return f"class {c} has representative {int(r[c])}, a token of class {int(owner[c])}"
-    never = _never_allowed(vocab)
+    never = np.asarray(vocab.invalid_ids(), dtype=np.int64)
     if never.size and (inv < 0 or bool(np.any(classes[never] != inv))):
         return "a hole, padding id, empty token or special token is not in the invalid class"
     stops = vocab.stop_ids
@@ -620,101 +556,3 @@ def _sample_size(verify: object) -> int:
     if isinstance(verify, int) and not isinstance(verify, bool) and verify >= 1:
         return verify
     raise CacheError(f"verify must be 'none', 'sample', 'all' or a sample size >= 1, got {verify!r}")
-
-
-def _same(got: tuple[npt.NDArray[np.int32], npt.NDArray[np.int32], int, int], tc: TokenClasses) -> int:
-    """-1 if ``got`` (:func:`number_classes`' output) equals ``tc``, else a token id where they differ."""
-    token_class, reps, stop, inv = got
-    differ = np.flatnonzero(token_class != tc.token_class)
-    if differ.size:
-        return int(differ[0])
-    if reps.shape != tc.representatives.shape:
-        return 0
-    changed = np.flatnonzero(reps != tc.representatives)
-    if changed.size:
-        return max(int(tc.representatives[int(changed[0])]), 0)
-    return -1 if (stop, inv) == (tc.stop_class, tc.invalid_class) else 0
-
-
-def _describe_token(tc: TokenClasses, token: int) -> str:
-    text = tc.vocab.tokens[token] if 0 <= token < tc.vocab.size else None
-    shown = "" if text is None else f" ({text[:24]!r})"
-    return f"token {token}{shown}"
-
-
-def _mismatch(tc: TokenClasses, grammar: Grammar | str, sample: int, seed: int) -> str:
-    """Why ``tc`` is not what ``compress(grammar, tc.vocab)`` gives, from a search over ``sample`` tokens.
-
-    ``sample = -1`` searches every token.  ``""`` if no difference was found.
-    """
-    from formalgram.transforms.gnf import to_gnf
-    from formalgram.transforms.specialize import specialize_terminal_symbols
-    from formalgram.transforms.useless import remove_useless
-    from formalgram_cfgzip.compress import number_classes  # it imports this module
-    from formalgram_cfgzip.grammar_text import read_grammar
-    from formalgram_cfgzip.search.native import new_search
-
-    vocab = tc.vocab
-    toks = token_table(vocab)
-    # 1. the numbering and representatives compress gives to this partition
-    relabel = tc.token_class[toks.ids].astype(np.int64)
-    if tc.invalid_class >= 0:
-        relabel[relabel == tc.invalid_class] = -1
-    first = _same(number_classes(vocab, toks, relabel), tc)
-    if first >= 0:
-        return (
-            f"its classes are not numbered as compress numbers them (first at {_describe_token(tc, first)}): "
-            "each representative must be its class's shortest member, classes in the order of their "
-            "representatives, then the stop and the invalid class"
-        )
-    # 2. the search compress ran, on the form of the grammar it used
-    specialized = tc.stats.get("specialized")
-    if specialized not in (0.0, 1.0):
-        return "its stats do not say which form of the grammar was searched ('specialized' is missing)"
-    g = read_grammar(grammar) if isinstance(grammar, str) else grammar
-    gnf = to_gnf(remove_useless(g), budget=_GNF_BUDGET, strategy=searched_strategy(tc.stats))
-    if specialized:
-        gnf = specialize_terminal_symbols(gnf)
-    # the search kernel when built (the same classes as the Python search, array for array)
-    search = new_search(gnf, max_states=_MAX_STATES, memory_budget=_MEMORY_BUDGET)
-    m = int(toks.ids.size)
-    if sample < 0 or sample >= m:
-        codes, _, _ = search_vocabulary(gnf, search, toks, 1, False, _MAX_STATES, _MEMORY_BUDGET)
-        first = _same(number_classes(vocab, toks, codes), tc)
-        if first >= 0:
-            return f"the search derives other classes (first at {_describe_token(tc, first)})"
-        return ""
-    # 3. a sample of tokens and the representatives of their classes
-    rng = np.random.default_rng(seed)
-    drawn = np.sort(rng.choice(m, size=sample, replace=False)).astype(np.int64)
-    ids = toks.ids[drawn]
-    cls = tc.token_class[ids].astype(np.int64)
-    text = cls != tc.invalid_class
-    rep_ids = tc.representatives[cls[text]].astype(np.int64)
-    at = np.union1d(drawn, np.searchsorted(toks.ids, rep_ids))
-    sub = TokenTable(toks.ids[at], toks.offsets[at], toks.lengths[at], toks.flat, toks.all_lengths)
-    sub_codes, _, _ = search_vocabulary(gnf, search, sub, 1, False, _MAX_STATES, _MEMORY_BUDGET)
-    code = np.full(vocab.logit_width, -2, dtype=np.int64)
-    code[sub.ids] = sub_codes
-    own = code[ids]
-    want = np.full(ids.size, -1, dtype=np.int64)
-    want[text] = code[rep_ids]
-    bad = np.flatnonzero((own != want) | (text & (want < 0)))
-    if bad.size:
-        j = int(bad[0])
-        if not text[j]:
-            return f"{_describe_token(tc, int(ids[j]))} is in the invalid class but the grammar allows it somewhere"
-        rep = int(tc.representatives[int(cls[j])])
-        if want[j] < 0:
-            return f"class {int(cls[j])} has representative {rep}, which the grammar allows nowhere"
-        return (
-            f"{_describe_token(tc, int(ids[j]))} is in class {int(cls[j])}, but its displacement "
-            f"differs from that of the representative {rep}"
-        )
-    classes = np.unique(cls[text])
-    rep_codes = code[tc.representatives[classes].astype(np.int64)]
-    if np.unique(rep_codes).size != classes.size:
-        _, index, counts = np.unique(rep_codes, return_index=True, return_counts=True)
-        c = int(classes[int(index[int(np.flatnonzero(counts > 1)[0])])])
-        return f"class {c} has the displacement of another class (they would be one class)"
-    return ""

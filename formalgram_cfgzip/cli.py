@@ -16,92 +16,15 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn, TypedDict
 
 from formalgram.errors import FormalgramError, GrammarSyntaxError
+from formalgram_cfgzip.budgets import DEFAULT_BUDGETS
 from formalgram_cfgzip.engines import ENGINES
+from formalgram_cfgzip.vocabulary.builtins import BUILTIN_NAMES
 
-__all__ = [
-    "BUILTIN_GRAMMARS",
-    "BUILTIN_SCHEMAS",
-    "CompressOptions",
-    "build_parser",
-    "builtin_grammar_text",
-    "builtin_schema_text",
-    "compress_options",
-    "main",
-]
-
-BUILTIN_GRAMMARS = ("minic", "json")
-BUILTIN_SCHEMAS = ("order",)
-
-
-def builtin_grammar_text(name: str) -> str:
-    """Text of a grammar shipped with the package (``minic`` or ``json``)."""
-    if name not in BUILTIN_GRAMMARS:
-        raise FormalgramError(
-            f"unknown built-in grammar {name!r}; choose one of {', '.join(BUILTIN_GRAMMARS)}"
-        )
-    return resources.files("formalgram_cfgzip").joinpath("data", f"{name}.gbnf").read_text("utf-8")
-
-
-def builtin_schema_text(name: str) -> str:
-    """Text of a JSON Schema shipped with the package (``order``: an order with a nested
-    customer, an array of items, an enum and optional fields).
-
-    Examples
-    --------
-    >>> import json
-    >>> sorted(json.loads(builtin_schema_text("order"))["required"])
-    ['customer', 'id', 'items', 'status']
-    """
-    if name not in BUILTIN_SCHEMAS:
-        raise FormalgramError(f"unknown built-in schema {name!r}; choose one of {', '.join(BUILTIN_SCHEMAS)}")
-    return resources.files("formalgram_cfgzip").joinpath("data", f"{name}.schema.json").read_text("utf-8")
-
-
-def _read_schema(spec: str) -> str:
-    """The JSON Schema text of a file or of ``builtin:NAME``."""
-    if spec.startswith("builtin:"):
-        return builtin_schema_text(spec.split(":", 1)[1])
-    try:
-        return Path(spec).read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FormalgramError(f"cannot read JSON schema {spec}: {exc}") from exc
-
-
-def _read_grammar(spec: str) -> str:
-    if spec.startswith("builtin:"):
-        return builtin_grammar_text(spec.split(":", 1)[1])
-    path = Path(spec)
-    if not path.is_file():
-        raise FormalgramError(f"grammar file not found: {spec} (or use builtin:minic / builtin:json)")
-    try:
-        return path.read_text("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FormalgramError(f"grammar file {spec} is not UTF-8 text: {exc}") from exc
-
-
-def _summary(classes: object, seconds: float) -> str:
-    from formalgram_cfgzip.classes import TokenClasses
-
-    assert isinstance(classes, TokenClasses)
-    v = classes.vocab
-    st = classes.stats
-    ratio = v.size / max(classes.num_classes, 1)
-    rows = [
-        ("vocabulary", f"{v.name or '?'} ({v.size} tokens, logit width {v.logit_width})"),
-        ("classes", f"{classes.num_classes}"),
-        ("compression", f"{ratio:.1f} : 1"),
-        ("invalid tokens", f"{len(classes.invalid)}"),
-        ("GNF", f"{int(st.get('gnf_rules', 0))} rules, {int(st.get('gnf_nonterminals', 0))} nonterminals"),
-        ("time", f"{seconds:.2f} s (GNF {st.get('gnf_seconds', 0.0):.2f} s)"),
-        ("peak memory", f"{st.get('peak_rss_mib', 0.0):.0f} MiB"),
-    ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"  {k:<{width}}  {val}" for k, val in rows)
+__all__ = ["CompressOptions", "build_parser", "compress_options", "main"]
 
 
 class CompressOptions(TypedDict):
@@ -137,73 +60,61 @@ def compress_options(args: argparse.Namespace) -> CompressOptions:
 
 def cmd_compress(args: argparse.Namespace) -> int:
     """``formalgram-cfgzip compress``: compute the classes, save them, print a summary."""
-    from formalgram_cfgzip.classes import compress
-    from formalgram_cfgzip.grammar_text import read_grammar
+    from formalgram_cfgzip.compress import compress
+    from formalgram_cfgzip.demo import classes_summary
+    from formalgram_cfgzip.sources import read_grammar_file, schema_grammar
     from formalgram_cfgzip.vocabulary import Vocabulary
 
     if (args.grammar is None) == (args.json_schema is None):
         raise FormalgramError("give a grammar file or --json-schema FILE (exactly one)")
-    start = args.start
-    converted = args.json_schema is not None or args.grammar.endswith(".lark")
     if args.json_schema is not None:
-        text = _json_schema_grammar(args.json_schema, args.json_schema_options)
-        args.grammar = args.json_schema
-    elif args.grammar.endswith(".lark"):
-        from formalgram.syntax.lark import parse_lark
-
-        start = start or "start"
-        text = parse_lark(_read_grammar(args.grammar), start=start).to_gbnf()
+        if args.root not in (None, "root"):
+            raise FormalgramError(
+                "--root does not apply to --json-schema (XGrammar's grammar starts at root)"
+            )
+        source = schema_grammar(args.json_schema, _schema_options(args.json_schema_options))
+        named = args.json_schema
     else:
-        text = _read_grammar(args.grammar)
-    start = start or "root"
-    grammar = read_grammar(text, start)
+        source = read_grammar_file(args.grammar, args.root)
+        named = args.grammar
     vocab = Vocabulary.load(args.tokenizer)
     t0 = time.perf_counter()
-    classes = compress(grammar, vocab, domains=args.native, **compress_options(args))
+    classes = compress(source.text, vocab, root=source.root, domains=args.native, **compress_options(args))
     seconds = time.perf_counter() - t0
     classes.save(args.output)
-    print(f"compressed {args.grammar} for {args.tokenizer} -> {args.output}")
+    print(f"compressed {named} for {args.tokenizer} -> {args.output}")
     if args.native:  # the native engine's tables, from this very search, beside the classes
         from formalgram_cfgzip.engines.native import build_tables
         from formalgram_cfgzip.engines.native.matcher import TABLES_SUBDIR
 
         t1 = time.perf_counter()
-        tables = build_tables(classes, grammar, check=False)
+        tables = build_tables(classes, source.text, check=False, root=source.root)
         tables.save(Path(args.output) / TABLES_SUBDIR)
         print(
             f"native tables: {Path(args.output) / TABLES_SUBDIR} "
             f"({tables.stats['domain_states']:.0f} domain states, {time.perf_counter() - t1:.2f} s)"
         )
-    if converted:  # the engine must compile exactly this text
-        (Path(args.output) / "grammar.gbnf").write_text(text, encoding="utf-8")
-        root = "" if start == "root" else f", root={start!r}"
+    if source.converted:  # the engine must compile exactly this text
+        (Path(args.output) / "grammar.gbnf").write_text(source.text, encoding="utf-8")
+        root = "" if source.root == "root" else f", root={source.root!r}"
         print(
             f"engine grammar text: {Path(args.output) / 'grammar.gbnf'} (compile_grammar(classes, text{root}))"
         )
-    print(_summary(classes, seconds))
+    print(classes_summary(classes, seconds))
     return 0
 
 
-def _json_schema_grammar(path: str, options: str | None) -> str:
-    """XGrammar's grammar text for the schema in ``path`` or ``builtin:NAME`` (``options``: a
-    JSON object of keywords)."""
+def _schema_options(options: str | None) -> dict[str, Any]:
+    """The keywords of ``--json-schema-options`` (a JSON object)."""
     import json
 
-    from formalgram_cfgzip.json_schema import from_json_schema
-
-    schema = _read_schema(path)
     try:
         kwargs = json.loads(options) if options else {}
     except ValueError as exc:
         raise FormalgramError(f"--json-schema-options is not JSON: {exc}") from exc
     if not isinstance(kwargs, dict):
         raise FormalgramError("--json-schema-options must be a JSON object")
-    if isinstance(kwargs.get("separators"), list):
-        kwargs["separators"] = tuple(kwargs["separators"])
-    try:
-        return from_json_schema(schema, **kwargs)
-    except TypeError as exc:
-        raise FormalgramError(f"--json-schema-options: {exc}") from exc
+    return kwargs
 
 
 def cmd_compress_many(args: argparse.Namespace) -> int:
@@ -300,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     Examples
     --------
     >>> args = build_parser().parse_args(["compress", "builtin:json", "--tokenizer", "llama3", "-o", "out"])
-    >>> args.workers, args.memory_budget, args.specialize, args.start
+    >>> args.workers, args.memory_budget, args.specialize, args.root
     (1, 4096, None, None)
     """
     p = _Parser(
@@ -328,24 +239,30 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--tokenizer",
         required=True,
-        help="tokenizer.json path, .tiktoken path, or built-in name (llama3, qwen3, o200k_harmony, ...)",
+        help=f"tokenizer.json path, .tiktoken path, or built-in name ({', '.join(BUILTIN_NAMES)})",
     )
     c.add_argument(
         "-o", "--output", required=True, type=_output_dir, help="output directory for the class cache"
     )
-    c.add_argument("--start", default=None, help="start rule (default: root; start for a .lark grammar)")
+    c.add_argument(
+        "--root",
+        default=None,
+        help="start rule, as compress and the engines take it (default: root; start for .lark)",
+    )
     c.add_argument(
         "--workers",
         type=_int_at_least(1),
         default=1,
         help="worker processes of the Python search (default 1; the compiled search kernel runs in one process)",
     )
-    c.add_argument("--budget", type=_int_at_least(1), default=2_000_000, help="GNF size budget (rules)")
+    c.add_argument(
+        "--budget", type=_int_at_least(1), default=DEFAULT_BUDGETS.gnf_budget, help="GNF size budget (rules)"
+    )
     c.add_argument(
         "--memory-budget",
         type=_int_at_least(0),
-        default=4096,
-        help="memory the search may add, in MiB (0: no limit; default 4096)",
+        default=DEFAULT_BUDGETS.memory_budget_mib,
+        help=f"memory the search may add, in MiB (0: no limit; default {DEFAULT_BUDGETS.memory_budget_mib})",
     )
     c.add_argument(
         "--specialize",

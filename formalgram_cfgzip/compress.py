@@ -2,13 +2,14 @@
 
 :func:`compress` trims the grammar and converts it to Greibach normal form
 (:func:`formalgram.to_gnf`), optionally specialises its single-byte symbols
-(:func:`formalgram.specialize_terminal_symbols`, chosen by :data:`SPECIALIZE_LIMIT` or a
-trial), runs every text token through the displacement search
+(:func:`formalgram.specialize_terminal_symbols`, chosen by
+:data:`~formalgram_cfgzip.pipeline.SPECIALIZE_LIMIT` or a trial) -- these steps are
+:func:`~formalgram_cfgzip.pipeline.searched_grammar` --, runs every text token through the displacement search
 (:mod:`formalgram_cfgzip.search`), and numbers the classes (:func:`number_classes`).
 
 What depends on the vocabulary alone (its token table, the trie of its token bytes, the
 order in which class representatives are chosen) is prepared once
-(:func:`prepare_vocabulary`).  :class:`Compressor` holds one prepared vocabulary and
+(:class:`PreparedVocabulary`).  :class:`Compressor` holds one prepared vocabulary and
 compresses grammar after grammar on top of it, with an in-memory LRU cache keyed by the
 grammar's fingerprints and, optionally, a cache directory; :func:`compress` runs the same
 pipeline on the prepared form of the last vocabulary it saw.
@@ -23,8 +24,9 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -32,13 +34,11 @@ import numpy.typing as npt
 from formalgram.analysis import generating
 from formalgram.grammar import Grammar
 from formalgram.transforms.gnf import STRATEGIES as GNF_STRATEGIES
-from formalgram.transforms.gnf import to_gnf
-from formalgram.transforms.specialize import specialize_terminal_symbols
-from formalgram.transforms.useless import remove_useless
+from formalgram_cfgzip.budgets import DEFAULT_BUDGETS
 from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint
 from formalgram_cfgzip.classes import TokenClasses
 from formalgram_cfgzip.errors import CacheError
-from formalgram_cfgzip.search.displacement import DEAD
+from formalgram_cfgzip.pipeline import SPECIALIZE_SAMPLE, SPECIALIZE_TRIAL, read_source, searched_grammar
 from formalgram_cfgzip.search.domains import ClassDomains, class_domains, domain_roots, representative_texts
 from formalgram_cfgzip.search.driver import (
     Search,
@@ -51,31 +51,31 @@ from formalgram_cfgzip.search.driver import (
     token_trie,
 )
 from formalgram_cfgzip.search.native import NativeSearch, answering, new_search
+from formalgram_cfgzip.search.trie import DEAD
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
-    "SPECIALIZE_LIMIT",
-    "SPECIALIZE_MAX",
-    "SPECIALIZE_SAMPLE",
-    "SPECIALIZE_TRIAL",
     "Compressor",
     "PreparedVocabulary",
     "cache_entry_name",
     "compress",
     "number_classes",
-    "prepare_vocabulary",
-    "specialization_plan",
 ]
 
-SPECIALIZE_LIMIT = 2500  # largest stack alphabet for which single-byte symbols are specialised at once
-SPECIALIZE_TRIAL = 4  # above it, specialise if that costs at most this many times the plain search...
-SPECIALIZE_SAMPLE = 8  # ...measured on every 8th searched token
-SPECIALIZE_MAX = 50_000  # no trial (the plain GNF) when the specialised alphabet is larger than this
 
-
-@dataclass(frozen=True, eq=False)
 class PreparedVocabulary:
-    """Everything the pipeline needs from a vocabulary that no grammar changes (built once).
+    """Everything the pipeline needs from a vocabulary that no grammar changes, built once and
+    kept here.
+
+    :func:`compress` and :class:`Compressor` search over a preparation; the one
+    :func:`compress` uses is :meth:`of` the vocabulary, which keeps the last vocabulary's
+    preparation (:meth:`forget` drops it).  A caller that switches between vocabularies
+    holds one preparation per vocabulary (or one :class:`Compressor` each).
+
+    Parameters
+    ----------
+    vocab : Vocabulary
+        The vocabulary.
 
     Attributes
     ----------
@@ -83,16 +83,69 @@ class PreparedVocabulary:
         The vocabulary.
     tokens : TokenTable
         Its searched tokens (:func:`~formalgram_cfgzip.search.driver.token_table`).
-    trie : SequenceTrie
-        The trie of their bytes (:func:`~formalgram_cfgzip.search.driver.token_trie`).
-    samples : dict
-        Tries of every ``k``-th token for the specialisation trial, built on first use.
+
+    Notes
+    -----
+    O(total token bytes) numpy work for the token table; the tries are built on first use.
+    Thread-safe for readers once built; :class:`Compressor` serialises its own use.
+
+    Examples
+    --------
+    >>> p = PreparedVocabulary(Vocabulary([b"bb", b"a", b"b"]))
+    >>> p.trie.size, p.tokens.ids.tolist()
+    (3, [0, 1, 2])
     """
 
-    vocab: Vocabulary
-    tokens: TokenTable
-    trie: SequenceTrie
-    samples: dict[int, SequenceTrie] = field(default_factory=dict)
+    _last: ClassVar[list[PreparedVocabulary]] = []  # the preparation of(vocab) kept
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self.vocab = vocab
+        self.tokens: TokenTable = token_table(vocab)
+        self._tries: dict[int, SequenceTrie] = {}
+
+    @classmethod
+    def of(cls, vocab: Vocabulary) -> PreparedVocabulary:
+        """The preparation of ``vocab``: the one kept when it is of this very vocabulary object,
+        else a new one, which is kept instead.
+
+        Parameters
+        ----------
+        vocab : Vocabulary
+            The vocabulary.
+
+        Returns
+        -------
+        PreparedVocabulary
+
+        Notes
+        -----
+        O(1) for the vocabulary kept; otherwise the construction's cost.
+
+        Examples
+        --------
+        >>> v = Vocabulary([b"a", b"b"])
+        >>> PreparedVocabulary.of(v) is PreparedVocabulary.of(v)
+        True
+        >>> PreparedVocabulary.forget()
+        >>> PreparedVocabulary.of(v) is PreparedVocabulary.of(Vocabulary([b"a", b"b"]))
+        False
+        """
+        for kept in cls._last:
+            if kept.vocab is vocab:
+                return kept
+        prepared = cls(vocab)
+        cls._last[:] = [prepared]
+        return prepared
+
+    @classmethod
+    def forget(cls) -> None:
+        """Drop the preparation :meth:`of` keeps (its memory is freed once no compressor holds it); O(1)."""
+        cls._last.clear()
+
+    @property
+    def trie(self) -> SequenceTrie:
+        """The trie of the searched tokens' bytes (:meth:`sample_trie` of 1)."""
+        return self.sample_trie(1)
 
     def sample_trie(self, every: int) -> SequenceTrie:
         """The trie of every ``every``-th searched token (built once per ``every``).
@@ -100,7 +153,7 @@ class PreparedVocabulary:
         Parameters
         ----------
         every : int
-            The sampling step.
+            The sampling step (1: every token).
 
         Returns
         -------
@@ -108,69 +161,31 @@ class PreparedVocabulary:
 
         Notes
         -----
-        :func:`~formalgram_cfgzip.search.driver.build_trie` of ``1/every`` of the token
-        bytes the first time, O(1) afterwards.
+        :func:`~formalgram_cfgzip.search.driver.token_trie` (``1/every`` of the token bytes)
+        the first time, O(1) afterwards.
 
         Examples
         --------
-        >>> p = prepare_vocabulary(Vocabulary([b"a", b"b", b"c"]))
-        >>> p.sample_trie(2).size
+        >>> PreparedVocabulary(Vocabulary([b"a", b"b", b"c"])).sample_trie(2).size
         2
         """
-        trie = self.samples.get(every)
+        trie = self._tries.get(every)
         if trie is None:
             trie = token_trie(self.tokens, every)
-            self.samples[every] = trie
+            self._tries[every] = trie
         return trie
-
-
-_PREPARED: list[PreparedVocabulary] = []  # the last vocabulary compress() saw
-
-
-def prepare_vocabulary(vocab: Vocabulary) -> PreparedVocabulary:
-    """The vocabulary-only part of the pipeline, done once (cached for the last vocabulary).
-
-    Parameters
-    ----------
-    vocab : Vocabulary
-        The vocabulary.
-
-    Returns
-    -------
-    PreparedVocabulary
-
-    Notes
-    -----
-    O(total token bytes) numpy work the first time, O(1) for the same vocabulary object
-    again.
-
-    Examples
-    --------
-    >>> p = prepare_vocabulary(Vocabulary([b"bb", b"a", b"b"]))
-    >>> p.trie.size, p.tokens.ids.tolist()
-    (3, [0, 1, 2])
-    >>> prepare_vocabulary(p.vocab) is p
-    True
-    """
-    for prepared in _PREPARED:
-        if prepared.vocab is vocab:
-            return prepared
-    toks = token_table(vocab)
-    prepared = PreparedVocabulary(vocab, toks, token_trie(toks))
-    _PREPARED.clear()
-    _PREPARED.append(prepared)
-    return prepared
 
 
 def compress(
     grammar: Grammar | str,
     vocab: Vocabulary,
     *,
+    root: str = "root",
     workers: int = 1,
     progress: bool = True,
-    gnf_budget: int = 2_000_000,
-    max_states: int = 200_000,
-    memory_budget: int | None = 4 << 30,
+    gnf_budget: int = DEFAULT_BUDGETS.gnf_budget,
+    max_states: int = DEFAULT_BUDGETS.max_states,
+    memory_budget: int | None = DEFAULT_BUDGETS.memory_budget,
     specialize: bool | None = None,
     domains: bool = False,
     gnf_strategy: str = "auto",
@@ -190,9 +205,13 @@ def compress(
     Parameters
     ----------
     grammar : Grammar or str
-        The grammar, or GBNF/XGrammar-EBNF text with start rule ``root``.
+        The grammar, or GBNF/XGrammar-EBNF text read from the start rule ``root``.
     vocab : Vocabulary
         The tokenizer vocabulary.
+    root : str
+        The start rule of a grammar text (a :class:`~formalgram.grammar.Grammar` has its
+        own start), as every engine takes it: classes of ``compress(text, vocab,
+        root="start")`` are compiled with ``compile_grammar(classes, text, root="start")``.
     workers : int
         Worker processes for the Python displacement search (1 = in this process).  The
         compiled build's search kernel always runs in this process (on the SynCode Go
@@ -213,11 +232,11 @@ def compress(
         (:func:`~formalgram.transforms.specialize.specialize_terminal_symbols`): a sharper
         adjacency relation, hence fewer classes, usually at a higher search cost.  ``True``
         always; ``False`` never; ``None`` (default) at once while the stack alphabet stays
-        small (:data:`SPECIALIZE_LIMIT`), and above it only when a trial on every
-        :data:`SPECIALIZE_SAMPLE`-th token shows that the specialised search costs at most
-        :data:`SPECIALIZE_TRIAL` times the plain one (a deterministic work count, so the
+        small (:data:`~formalgram_cfgzip.pipeline.SPECIALIZE_LIMIT`), and above it only when a trial on every
+        :data:`~formalgram_cfgzip.pipeline.SPECIALIZE_SAMPLE`-th token shows that the specialised search costs at most
+        :data:`~formalgram_cfgzip.pipeline.SPECIALIZE_TRIAL` times the plain one (a deterministic work count, so the
         choice does not depend on the machine; the trial's tables are reused); never when
-        the specialised stack alphabet has more than :data:`SPECIALIZE_MAX` symbols (JSON
+        the specialised stack alphabet has more than :data:`~formalgram_cfgzip.pipeline.SPECIALIZE_MAX` symbols (JSON
         schemas with large enumerations reach 100,000-180,000, where setting up the
         specialised search alone took seconds).  Per request, where the first mask matters
         more than the number of classes, ``False`` is the cheaper choice (MaskBench schemas:
@@ -248,7 +267,8 @@ def compress(
     -------
     TokenClasses
         With ``grammar_sha256`` the canonical fingerprint of the grammar and, when it was
-        given as text, ``grammar_text_sha256`` the fingerprint of that text.  ``stats``
+        given as text, ``grammar_text_sha256`` the fingerprint of that text (with its root:
+        :func:`~formalgram_cfgzip.cache.fingerprint_text`).  ``stats``
         holds the seconds of each stage (``parse_seconds``, ``trim_seconds``,
         ``to_gnf_seconds``, ``specialize_seconds``, ``search_setup_seconds``,
         ``search_seconds``, ``number_seconds``; ``gnf_seconds`` is everything before the
@@ -282,13 +302,13 @@ def compress(
     (False, [4])
     """
     t0 = time.perf_counter()
-    g, text_sha = _read(grammar)
+    g, text_sha = read_source(grammar, root)
     with _CollectorPaused():
         return _run(
             g,
             grammar_fingerprint(g),
             text_sha,
-            prepare_vocabulary(vocab),
+            PreparedVocabulary.of(vocab),
             workers,
             progress,
             gnf_budget,
@@ -300,15 +320,6 @@ def compress(
             gnf_strategy,
             max_work,
         )
-
-
-def _read(grammar: Grammar | str) -> tuple[Grammar, str]:
-    """The grammar, and the fingerprint of its text (``""`` when given as a Grammar)."""
-    if isinstance(grammar, str):
-        from formalgram_cfgzip.grammar_text import read_grammar
-
-        return read_grammar(grammar), fingerprint_text(grammar)
-    return grammar, ""
 
 
 class _CollectorPaused:
@@ -361,24 +372,11 @@ def _run(
             "tokens that no complete parse accepts, and compressed masks then differ from it there",
             stacklevel=3,
         )
-    t1 = time.perf_counter()
-    trimmed = remove_useless(g)
-    t2 = time.perf_counter()
-    gnf = to_gnf(trimmed, budget=gnf_budget, strategy=gnf_strategy)
-    t3 = time.perf_counter()
     # Copying single-byte symbols per occurrence sharpens adjacency (fewer, larger classes) but
     # multiplies the stack alphabet.  By default: done at once while the alphabet stays small,
     # otherwise only if a trial on a sample of tokens finds it affordable.
-    trial: Grammar | None = None
-    specialized = False
-    if specialize is not False:
-        special = specialize_terminal_symbols(gnf)
-        plan = specialization_plan(len(gnf.names), len(special.names), specialize)
-        if plan == "special":
-            gnf = special
-            specialized = True
-        elif plan == "trial":
-            trial = special
+    form = searched_grammar(g, gnf_budget=gnf_budget, strategy=gnf_strategy, specialize=specialize)
+    gnf, trial, specialized = form.gnf, form.trial, form.specialized
     t4 = time.perf_counter()
     t_gnf = t4 - t0
 
@@ -442,9 +440,9 @@ def _run(
         "specialize_trial": trial_outcome,
         "specialize_trial_seconds": t_pick,
         "parse_seconds": t_parse,
-        "trim_seconds": t2 - t1,
-        "to_gnf_seconds": t3 - t2,
-        "specialize_seconds": t4 - t3,
+        "trim_seconds": form.trim_seconds,
+        "to_gnf_seconds": form.to_gnf_seconds,
+        "specialize_seconds": form.specialize_seconds,
         "gnf_seconds": t_gnf,
         "search_setup_seconds": t5 - t4 - t_pick if trial is None else t_pick,
         "search_seconds": t6 - t4,
@@ -491,28 +489,6 @@ def _class_roots(
     return roots
 
 
-def specialization_plan(plain_names: int, special_names: int, specialize: bool | None) -> str:
-    """What ``compress`` does with the specialised GNF: ``"special"`` (searched), ``"trial"``
-    (:func:`~formalgram_cfgzip.search.driver.pick_specialization` decides) or ``"plain"``.
-
-    ``specialize=True`` always specialises; by default a stack alphabet of at most
-    :data:`SPECIALIZE_LIMIT` symbols (or four times the plain one) is specialised at once, one
-    of at most :data:`SPECIALIZE_MAX` goes to the trial, and a larger one keeps the plain GNF
-    (so large an alphabet costs seconds to set up before the trial's work count can even
-    start: the outcome a lost trial would give).  (``specialize=False`` never gets here.)
-
-    Examples
-    --------
-    >>> [specialization_plan(23, n, None) for n in (90, 3_200, 173_000)]
-    ['special', 'trial', 'plain']
-    >>> specialization_plan(23, 173_000, True)
-    'special'
-    """
-    if specialize or special_names <= max(SPECIALIZE_LIMIT, 4 * plain_names):
-        return "special"
-    return "trial" if special_names <= SPECIALIZE_MAX else "plain"
-
-
 def cache_entry_name(grammar_sha256: str, vocab_sha256: str, specialize: bool | None = None) -> str:
     """Name of the sub-directory that holds one (grammar, vocabulary) result in a cache directory.
 
@@ -549,7 +525,7 @@ def cache_entry_name(grammar_sha256: str, vocab_sha256: str, specialize: bool | 
 class Compressor:
     """Compress grammar after grammar for one vocabulary, the vocabulary's work done once.
 
-    The vocabulary is prepared at construction (:func:`prepare_vocabulary`: token table,
+    The vocabulary is prepared at construction (:class:`PreparedVocabulary`: token table,
     trie of the token bytes); each :meth:`compress` then costs only what depends on the
     grammar, and gives what :func:`compress` gives for the same grammar, options and
     vocabulary, bit for bit.  Results are kept in an in-memory LRU cache keyed by the
@@ -607,9 +583,9 @@ class Compressor:
         cache_size: int = 64,
         cache_dir: str | os.PathLike[str] | None = None,
         workers: int = 1,
-        gnf_budget: int = 2_000_000,
-        max_states: int = 200_000,
-        memory_budget: int | None = 4 << 30,
+        gnf_budget: int = DEFAULT_BUDGETS.gnf_budget,
+        max_states: int = DEFAULT_BUDGETS.max_states,
+        memory_budget: int | None = DEFAULT_BUDGETS.memory_budget,
         specialize: bool | None = None,
         domains: bool = False,
         gnf_strategy: str = "auto",
@@ -617,7 +593,7 @@ class Compressor:
     ) -> None:
         if cache_size < 0:
             raise CacheError(f"cache_size must be at least 0, got {cache_size}")
-        self.prepared = vocab if isinstance(vocab, PreparedVocabulary) else prepare_vocabulary(vocab)
+        self.prepared = vocab if isinstance(vocab, PreparedVocabulary) else PreparedVocabulary.of(vocab)
         self.cache_size = cache_size
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self.workers = workers
@@ -639,13 +615,15 @@ class Compressor:
         """The vocabulary (``prepared.vocab``)."""
         return self.prepared.vocab
 
-    def compress(self, grammar: Grammar | str, *, progress: bool = False) -> TokenClasses:
+    def compress(self, grammar: Grammar | str, *, root: str = "root", progress: bool = False) -> TokenClasses:
         """Classes of ``grammar`` over the vocabulary: from the caches, or computed.
 
         Parameters
         ----------
         grammar : Grammar or str
-            The grammar, or GBNF/XGrammar-EBNF text with start rule ``root``.
+            The grammar, or GBNF/XGrammar-EBNF text read from the start rule ``root``.
+        root : str
+            The start rule of a grammar text, as in :func:`compress`.
         progress : bool
             Show a progress bar on stderr while searching.
 
@@ -668,19 +646,19 @@ class Compressor:
         fingerprint, then the grammar's pipeline (:func:`compress`) unless a cache has it.
         """
         with self._lock:
-            return self._compress(grammar, progress)
+            return self._compress(grammar, root, progress)
 
-    def _compress(self, grammar: Grammar | str, progress: bool) -> TokenClasses:
+    def _compress(self, grammar: Grammar | str, root: str, progress: bool) -> TokenClasses:
         """:meth:`compress` under the compressor's lock."""
         t0 = time.perf_counter()
         text_sha = ""
         if isinstance(grammar, str):
-            text_sha = fingerprint_text(grammar)
+            text_sha = fingerprint_text(grammar, root=root)
             known = self._recall("text:" + text_sha)
             if known is not None:
                 self.hits += 1
                 return known
-        g, _ = _read(grammar)
+        g, _ = read_source(grammar, root)
         fp = grammar_fingerprint(g)
         known = self._recall("grammar:" + fp)
         if known is not None:

@@ -26,72 +26,65 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from formalgram.errors import FormalgramError, GrammarTooLarge
-from formalgram_cfgzip.cli import _json_schema_grammar, _read_grammar, _summary
+from formalgram_cfgzip.sources import example_text, read_grammar_file, schema_grammar
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
     from formalgram.grammar import Grammar
+    from formalgram_cfgzip.classes import TokenClasses
     from formalgram_cfgzip.engines import CompiledGrammar, EngineName
     from formalgram_cfgzip.vocabulary import Vocabulary
 
-__all__ = ["BUILTIN_EXAMPLES", "example_text", "greedy_tokenize", "run_demo"]
-
-BUILTIN_EXAMPLES: dict[str, str] = {
-    "grammar builtin:minic": "minic.example.c",
-    "grammar builtin:json": "order.example.json",
-    "schema builtin:order": "order.example.json",
-}
-"""The text the demo decodes for a built-in grammar or schema (a file of the package's data)."""
+__all__ = ["classes_summary", "greedy_tokenize", "run_demo"]
 
 _TEXT_SHOWN = 4000  # bytes of the decoded text printed at the end
 _NL = b"\n"
 
 
-def example_text(*, grammar: str | None = None, schema: str | None = None) -> bytes:
-    """The built-in text of a built-in grammar (``builtin:minic``, ``builtin:json``) or
-    schema (``builtin:order``): a member of its language.
+def classes_summary(classes: TokenClasses, seconds: float) -> str:
+    """The lines ``compress`` and the demo print about a compression: vocabulary, classes,
+    ratio, invalid tokens, GNF size, time and peak memory.
 
     Parameters
     ----------
-    grammar, schema : str or None, keyword-only
-        Exactly one of them.
+    classes : TokenClasses
+        The classes.
+    seconds : float
+        The compression's wall time.
 
     Returns
     -------
-    bytes
-
-    Raises
-    ------
-    FormalgramError
-        If both or neither are given, or the grammar or schema has no built-in text.
+    str
+        Indented ``name  value`` lines.
 
     Examples
     --------
-    >>> example_text(grammar="builtin:minic").splitlines()[0]
-    b'int gcd(int a, int b) {'
-    >>> example_text(schema="./order.json")
-    Traceback (most recent call last):
-    ...
-    formalgram.errors.FormalgramError: ./order.json has no built-in text: give one with --text FILE (built-in texts: --grammar builtin:minic, --grammar builtin:json, --schema builtin:order)
+    >>> from formalgram_cfgzip import Vocabulary, compress
+    >>> classes = compress('root ::= "a"+', Vocabulary([b"a", b"aa", b"b"], name="toy"), progress=False)
+    >>> print(classes_summary(classes, 0.5).splitlines()[1])
+      classes         2
     """
-    if (grammar is None) == (schema is None):
-        raise FormalgramError("give a grammar or a schema (exactly one)")
-    key = f"grammar {grammar}" if grammar is not None else f"schema {schema}"
-    name = BUILTIN_EXAMPLES.get(key)
-    if name is None:
-        known = ", ".join("--" + k for k in BUILTIN_EXAMPLES)
-        raise FormalgramError(
-            f"{key.split(' ', 1)[1]} has no built-in text: give one with --text FILE (built-in texts: {known})"
-        )
-    return resources.files("formalgram_cfgzip").joinpath("data", name).read_bytes()
+    v = classes.vocab
+    st = classes.stats
+    ratio = v.size / max(classes.num_classes, 1)
+    rows = [
+        ("vocabulary", f"{v.name or '?'} ({v.size} tokens, logit width {v.logit_width})"),
+        ("classes", f"{classes.num_classes}"),
+        ("compression", f"{ratio:.1f} : 1"),
+        ("invalid tokens", f"{len(classes.invalid)}"),
+        ("GNF", f"{int(st.get('gnf_rules', 0))} rules, {int(st.get('gnf_nonterminals', 0))} nonterminals"),
+        ("time", f"{seconds:.2f} s (GNF {st.get('gnf_seconds', 0.0):.2f} s)"),
+        ("peak memory", f"{st.get('peak_rss_mib', 0.0):.0f} MiB"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k:<{width}}  {val}" for k, val in rows)
 
 
 def greedy_tokenize(vocab: Vocabulary, data: bytes) -> list[int]:
@@ -316,7 +309,8 @@ def run_demo(
     Parameters
     ----------
     grammar : str or None, keyword-only
-        ``builtin:minic``, ``builtin:json`` or a grammar file; the default (with no
+        ``builtin:minic``, ``builtin:json`` or a grammar file (GBNF, or Lark with ``.lark``:
+        :func:`~formalgram_cfgzip.sources.read_grammar_file`); the default (with no
         ``schema``) is ``builtin:minic``.
     schema : str or None, keyword-only
         A JSON Schema file or ``builtin:order``, compiled to XGrammar's grammar for it.
@@ -351,7 +345,7 @@ def run_demo(
     accepts and one printed line.  Without a stop token in the vocabulary the end of the
     text is judged by the Earley recognizer (within its default budget).
     """
-    from formalgram_cfgzip.classes import compress
+    from formalgram_cfgzip.compress import compress
     from formalgram_cfgzip.engines import compile_full, compile_grammar
     from formalgram_cfgzip.grammar_text import read_grammar
     from formalgram_cfgzip.vocabulary import Vocabulary
@@ -359,17 +353,18 @@ def run_demo(
     if grammar is not None and schema is not None:
         raise FormalgramError("give --grammar or --schema, not both")
     if schema is not None:
-        grammar_text = _json_schema_grammar(schema, None)
+        source = schema_grammar(schema)
         what = f"JSON schema {schema}, XGrammar's grammar for it"
     else:
         grammar = grammar or "builtin:minic"
-        grammar_text = _read_grammar(grammar)
+        source = read_grammar_file(grammar)
         what = grammar
-    g = read_grammar(grammar_text)
+    grammar_text, root = source.text, source.root
+    g = read_grammar(grammar_text, root)
     data = _read_text(text) if text is not None else example_text(grammar=grammar, schema=schema)
     print(f"grammar    {what}: {len(g.rules)} rules, {len(g.names)} nonterminals")
-    source = {None: f"the built-in example of {schema or grammar}", "-": "standard input"}.get(text, text)
-    print(f"text       {source}: {len(data)} bytes, {len(data.splitlines())} lines")
+    origin = {None: f"the built-in example of {schema or grammar}", "-": "standard input"}.get(text, text)
+    print(f"text       {origin}: {len(data)} bytes, {len(data.splitlines())} lines")
     t0 = time.perf_counter()
     vocab = Vocabulary.load(tokenizer)
     print(f"tokenizer  {tokenizer}: {vocab.size} tokens, loaded in {time.perf_counter() - t0:.1f} s")
@@ -377,15 +372,15 @@ def run_demo(
     print(f"tokens     {len(tokens)} ({how})")
     t0 = time.perf_counter()
     native = engine == "native"
-    classes = compress(g, vocab, progress=sys.stderr.isatty(), domains=native)
+    classes = compress(grammar_text, vocab, root=root, progress=sys.stderr.isatty(), domains=native)
     offline = time.perf_counter() - t0
     print("\ncompression (offline, once per grammar and tokenizer):")
-    print(_summary(classes, offline))
+    print(classes_summary(classes, offline))
 
     reference: EngineName = "xgrammar" if native else engine  # the native engine has no full form
-    full = compile_full(vocab, grammar_text, engine=reference)
+    full = compile_full(vocab, grammar_text, engine=reference, root=root)
     t0 = time.perf_counter()
-    comp = compile_grammar(classes, grammar_text, engine=engine)
+    comp = compile_grammar(classes, grammar_text, engine=engine, root=root)
     if native:
         print(f"native tables: built in {time.perf_counter() - t0:.2f} s from the compression's own search")
     capped = steps is not None and steps < len(tokens)

@@ -16,6 +16,7 @@ __all__ = [
     "ClassesMismatchError",
     "EngineError",
     "GrammarViolation",
+    "ManifestError",
     "TokenIdError",
     "VocabularyError",
 ]
@@ -27,6 +28,10 @@ class CfgzipError(FormalgramError):
 
 class VocabularyError(CfgzipError, ValueError):
     """A vocabulary is malformed, or a tokenizer file cannot be read as one."""
+
+
+class ManifestError(CfgzipError, ValueError):
+    """A compress-many manifest that cannot be read (with the line that is wrong)."""
 
 
 class CacheError(CfgzipError):

@@ -6,7 +6,7 @@ separators, property order, how ``pattern`` or ``format`` are read).  Token clas
 lossless for the language the engine enforces, so :func:`from_json_schema` does not convert
 schemas itself: it asks the engine's converter for its grammar and returns that grammar as
 text, which :func:`~formalgram_cfgzip.compress.compress` and
-:func:`formalgram_cfgzip.engines.compile` then take like any GBNF text.
+:func:`formalgram_cfgzip.engines.compile_grammar` then take like any GBNF text.
 
 XGrammar (``engine="xgrammar"``)
     ``xgrammar.Grammar.from_json_schema`` with the options given, printed with ``str()``.
@@ -43,7 +43,7 @@ llguidance (``engine="llguidance"``)
     the schema, which differs from XGrammar's (separators ``", "`` and ``": "``, no free
     whitespace by default).  llguidance can still enforce XGrammar's reading: compress the
     text of ``from_json_schema(schema)`` and compile it with
-    ``engines.compile(classes, text, engine="llguidance")``; the classes are then exact
+    ``engines.compile_grammar(classes, text, engine="llguidance")``; the classes are then exact
     for the language llguidance enforces *from that text*.
 """
 
@@ -134,7 +134,7 @@ def from_json_schema(
             "llguidance compiles a JSON Schema inside its Rust code and exposes no grammar text for it, "
             "so no classes can be computed for llguidance's own reading of a schema; use "
             "from_json_schema(schema) (XGrammar's reading) and compile that text with "
-            "engines.compile(classes, text, engine='llguidance')"
+            "engines.compile_grammar(classes, text, engine='llguidance')"
         )
     if engine not in JSON_SCHEMA_ENGINES:
         raise EngineError(f"unknown engine {engine!r}; choose one of {', '.join(JSON_SCHEMA_ENGINES)}")

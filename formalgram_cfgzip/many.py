@@ -26,13 +26,17 @@ One JSON object per line; blank lines and lines starting with ``#`` are ignored;
 paths are relative to the manifest's folder::
 
     {"grammar": "grammars/sql.gbnf", "tokenizer": "llama3"}
+    {"grammar": "grammars/config.lark", "tokenizer": "llama3", "root": "start"}
     {"grammar": "builtin:json", "tokenizer": ["qwen3", "o200k_harmony"], "specialize": false}
     {"json_schema": "schemas/order.json", "tokenizer": "/models/x/tokenizer.json",
      "json_schema_options": {"any_whitespace": false, "indent": 2}}
 
-Keys: exactly one of ``grammar`` (a GBNF / XGrammar EBNF file, or ``builtin:minic`` /
-``builtin:json``) and ``json_schema`` (a JSON Schema file, converted by
+Keys: exactly one of ``grammar`` (a GBNF / XGrammar EBNF file, a Lark file ending in
+``.lark``, or ``builtin:minic`` / ``builtin:json``, read by
+:func:`~formalgram_cfgzip.sources.read_grammar_file` as ``formalgram-cfgzip compress`` reads
+it) and ``json_schema`` (a JSON Schema file, converted by
 :func:`~formalgram_cfgzip.json_schema.from_json_schema` with ``json_schema_options``);
+optional ``root`` (the grammar's start rule: ``root`` by default, ``start`` for Lark);
 ``tokenizer`` (a :meth:`Vocabulary.load <formalgram_cfgzip.vocabulary.Vocabulary.load>`
 spec, or a list of them: one pair per tokenizer); optional ``specialize`` (true, false or
 null), ``gnf_budget``, ``max_states`` and ``memory_budget_mib`` (null: no limit), as for
@@ -42,7 +46,8 @@ null), ``gnf_budget``, ``max_states`` and ``memory_budget_mib`` (null: no limit)
 ``DIR/<entry>/`` per pair: the classes (``arrays.npz``, ``meta.json``: what
 :meth:`TokenClasses.save <formalgram_cfgzip.classes.TokenClasses.save>` writes, with the
 grammar, text and vocabulary fingerprints), ``grammar.gbnf`` (the exact text the classes
-belong to, which the engine must compile: for a schema, the converter's output) and
+belong to, which the engine must compile with the job's ``root``: for a schema, the
+converter's output, for a Lark file its GBNF form) and
 ``job.json``; ``DIR/summary.json`` lists every pair with its status (``done``, ``skipped``,
 ``failed``), entry, fingerprints, class count, seconds and error.
 """
@@ -57,14 +62,17 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from formalgram_cfgzip.errors import CacheError, CfgzipError
+from formalgram_cfgzip.budgets import DEFAULT_BUDGETS
+from formalgram_cfgzip.errors import CacheError, ManifestError
+
+if TYPE_CHECKING:
+    from formalgram_cfgzip.sources import GrammarSource
 
 __all__ = [
     "Job",
     "JobResult",
-    "ManifestError",
     "ManySummary",
     "compress_many",
     "read_manifest",
@@ -73,6 +81,7 @@ __all__ = [
 
 _KEYS = {
     "grammar",
+    "root",
     "json_schema",
     "tokenizer",
     "json_schema_options",
@@ -86,10 +95,6 @@ _JOB_FILE = "job.json"
 SUMMARY_FILE = "summary.json"
 
 
-class ManifestError(CfgzipError, ValueError):
-    """A compress-many manifest that cannot be read (with the line that is wrong)."""
-
-
 @dataclass(frozen=True)
 class Job:
     """One (grammar, tokenizer) pair to compress.
@@ -99,13 +104,16 @@ class Job:
     tokenizer : str
         A :meth:`Vocabulary.load <formalgram_cfgzip.vocabulary.Vocabulary.load>` spec.
     grammar : str
-        A GBNF / XGrammar EBNF file, or ``builtin:NAME`` (``""`` when ``json_schema`` is set).
+        A GBNF / XGrammar EBNF file, a ``.lark`` file, or ``builtin:NAME`` (``""`` when
+        ``json_schema`` is set).
     json_schema : str
         A JSON Schema file (``""`` when ``grammar`` is set).
     json_schema_options : tuple of (str, object)
         Keyword arguments of :func:`~formalgram_cfgzip.json_schema.from_json_schema`, sorted.
     specialize, gnf_budget, max_states, memory_budget
         As in :func:`~formalgram_cfgzip.compress.compress`.
+    root : str
+        The grammar's start rule (``""``: ``root``, or ``start`` for a Lark file).
     """
 
     tokenizer: str
@@ -113,15 +121,18 @@ class Job:
     json_schema: str = ""
     json_schema_options: tuple[tuple[str, Any], ...] = ()
     specialize: bool | None = None
-    gnf_budget: int = 2_000_000
-    max_states: int = 200_000
-    memory_budget: int | None = 4 << 30
+    gnf_budget: int = DEFAULT_BUDGETS.gnf_budget
+    max_states: int = DEFAULT_BUDGETS.max_states
+    memory_budget: int | None = DEFAULT_BUDGETS.memory_budget
+    root: str = ""
 
     def __post_init__(self) -> None:
         if bool(self.grammar) == bool(self.json_schema):
             raise ManifestError("a job needs exactly one of 'grammar' and 'json_schema'")
         if not self.tokenizer:
             raise ManifestError("a job needs a 'tokenizer'")
+        if self.root and self.json_schema:
+            raise ManifestError("'root' does not apply to a JSON schema (XGrammar's grammar starts at root)")
 
     def describe(self) -> str:
         """``grammar-or-schema x tokenizer``, for reports.
@@ -290,7 +301,10 @@ def _jobs_of(entry: object, base: Path) -> list[Job]:
     specialize = entry.get("specialize")
     if specialize is not None and not isinstance(specialize, bool):
         raise ManifestError("'specialize' must be true, false or null")
-    memory = integer("memory_budget_mib", 4096)
+    memory = integer("memory_budget_mib", DEFAULT_BUDGETS.memory_budget_mib)
+    root = entry.get("root", "")
+    if not isinstance(root, str):
+        raise ManifestError("'root' must be a rule name")
     out = []
     for spec in tokenizers:
         local = base / spec
@@ -303,9 +317,10 @@ def _jobs_of(entry: object, base: Path) -> list[Job]:
                     sorted((str(k), tuple(v) if isinstance(v, list) else v) for k, v in options.items())
                 ),
                 specialize=specialize,
-                gnf_budget=integer("gnf_budget", 2_000_000) or 2_000_000,
-                max_states=integer("max_states", 200_000) or 200_000,
+                gnf_budget=integer("gnf_budget", DEFAULT_BUDGETS.gnf_budget) or DEFAULT_BUDGETS.gnf_budget,
+                max_states=integer("max_states", DEFAULT_BUDGETS.max_states) or DEFAULT_BUDGETS.max_states,
                 memory_budget=None if memory is None else memory << 20,
+                root=root,
             )
         )
     return out
@@ -313,21 +328,25 @@ def _jobs_of(entry: object, base: Path) -> list[Job]:
 
 # -- one job, in a worker -------------------------------------------------------------------
 
-_PREPARED: dict[str, Any] = {}  # tokenizer spec -> PreparedVocabulary, in this worker process
+# tokenizer spec -> PreparedVocabulary, most recent last: the state a worker process keeps from
+# one job to the next (an executor's workers have no other place for it: any executor, Dask's
+# included, runs run_job with no initializer of ours).
+_WORKER_VOCABULARIES: dict[str, Any] = {}
 _KEEP_VOCABULARIES = 2
 
 
 def _compressor(job: Job) -> Any:
     """A compressor with the job's options over this process's preparation of its tokenizer."""
-    from formalgram_cfgzip.compress import Compressor, prepare_vocabulary
+    from formalgram_cfgzip.compress import Compressor, PreparedVocabulary
     from formalgram_cfgzip.vocabulary import Vocabulary
 
-    prepared = _PREPARED.pop(job.tokenizer, None)
+    kept = _WORKER_VOCABULARIES
+    prepared = kept.pop(job.tokenizer, None)
     if prepared is None:
-        prepared = prepare_vocabulary(Vocabulary.load(job.tokenizer))
-    _PREPARED[job.tokenizer] = prepared  # most recent last
-    while len(_PREPARED) > _KEEP_VOCABULARIES:
-        del _PREPARED[next(iter(_PREPARED))]
+        prepared = PreparedVocabulary(Vocabulary.load(job.tokenizer))
+    kept[job.tokenizer] = prepared  # most recent last
+    while len(kept) > _KEEP_VOCABULARIES:
+        del kept[next(iter(kept))]
     return Compressor(
         prepared,
         cache_size=0,
@@ -338,21 +357,13 @@ def _compressor(job: Job) -> Any:
     )
 
 
-def _grammar_text(job: Job) -> str:
-    """The grammar text of a job (a schema goes through the engine's converter)."""
-    from formalgram_cfgzip.cli import builtin_grammar_text
-    from formalgram_cfgzip.json_schema import from_json_schema
+def _grammar_source(job: Job) -> GrammarSource:
+    """The grammar text of a job and its root (a schema goes through the engine's converter)."""
+    from formalgram_cfgzip.sources import read_grammar_file, schema_grammar
 
-    if job.grammar.startswith("builtin:"):
-        return builtin_grammar_text(job.grammar.split(":", 1)[1])
-    source = Path(job.grammar or job.json_schema)
-    try:
-        text = source.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CfgzipError(f"cannot read {str(source)!r}: {exc}") from exc
     if job.grammar:
-        return text
-    return from_json_schema(text, **dict(job.json_schema_options))
+        return read_grammar_file(job.grammar, job.root or None)
+    return schema_grammar(job.json_schema, dict(job.json_schema_options))
 
 
 def run_job(job: Job, out_dir: str) -> JobResult:
@@ -385,8 +396,9 @@ def run_job(job: Job, out_dir: str) -> JobResult:
         from formalgram_cfgzip.compress import cache_entry_name
         from formalgram_cfgzip.grammar_text import read_grammar
 
-        text = _grammar_text(job)
-        grammar = read_grammar(text)
+        source = _grammar_source(job)
+        text = source.text
+        grammar = read_grammar(text, source.root)
         grammar_sha = grammar_fingerprint(grammar)
         compressor = _compressor(job)
         vocab = compressor.vocab
@@ -395,7 +407,7 @@ def run_job(job: Job, out_dir: str) -> JobResult:
         directory = str(entry)
         if (entry / "meta.json").is_file():
             try:
-                old = TokenClasses.load(entry, grammar=text, vocab=vocab)
+                old = TokenClasses.load(entry, grammar=text, vocab=vocab, root=source.root)
                 return JobResult(
                     job,
                     "skipped",
@@ -407,7 +419,7 @@ def run_job(job: Job, out_dir: str) -> JobResult:
                 )
             except CacheError:
                 pass  # unusable: computed again below and replaced
-        classes = compressor.compress(text)
+        classes = compressor.compress(text, root=source.root)
         entry.mkdir(parents=True, exist_ok=True)
         (entry / _GRAMMAR_FILE).write_text(text, encoding="utf-8")
         (entry / _JOB_FILE).write_text(json.dumps(_job_record(job), indent=2) + "\n", encoding="utf-8")

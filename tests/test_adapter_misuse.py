@@ -18,7 +18,7 @@ from _engine_oracle import mask_after
 from _needs import engine_param, engine_params
 
 from formalgram_cfgzip import engines
-from formalgram_cfgzip.classes import compress
+from formalgram_cfgzip.compress import compress
 from formalgram_cfgzip.engines import llguidance as llg_engine
 from formalgram_cfgzip.engines import xgrammar as xgr_engine
 from formalgram_cfgzip.engines._xgrammar_guard import crash_cycle
@@ -289,7 +289,7 @@ def test_unknown_engine_is_an_engine_error() -> None:
 @pytest.mark.parametrize("engine", engine_params("xgrammar", "llguidance"))
 def test_check_false_skips_the_class_checks(engine: str) -> None:
     """``check=False`` compiles classes of another grammar (the caller vouches for them);
-    ``check=True`` refuses them, and the old name ``compile`` is the same function."""
+    ``check=True`` refuses them."""
     v = vocab()
     classes = compress(GRAMMAR, v, progress=False)
     other_text = GRAMMAR + "\n# the same language, another text\n"
@@ -307,6 +307,3 @@ def test_check_false_skips_the_class_checks(engine: str) -> None:
         want = mask_after(full, tokens)
         assert np.array_equal(mask_after(fast, tokens), want), tokens
         assert np.array_equal(mask_after(checked, tokens), want), tokens
-    assert engines.compile is engines.compile_grammar
-    assert xgr_engine.compile is xgr_engine.compile_grammar
-    assert llg_engine.compile is llg_engine.compile_grammar

@@ -38,10 +38,10 @@ from formalgram.recognize.earley import DEFAULT_BUDGET as EARLEY_BUDGET
 from formalgram.recognize.enumerate import _INF, _min_lengths
 from formalgram.testing import grammars
 from formalgram.transforms.budget import DEFAULT_BUDGET, WORK_PER_RULE, Meter, work_allowance
-from formalgram.transforms.gnf import _LC_VARIANTS, Body, _minimise
+from formalgram.transforms.gnf import _LC_VARIANTS
 from formalgram.transforms.gnf_left_corner import LeftCorner, Shared
-from formalgram.transforms.gnf_minimise import partition, quotient_size
-from formalgram.transforms.gnf_rules import Builder
+from formalgram.transforms.gnf_minimise import minimise, partition, quotient_size
+from formalgram.transforms.gnf_rules import Body, Builder
 
 MEMORY_LIMIT = 3 << 29  # 1.5 GiB of address space for a child
 TIMEOUT = 120.0  # seconds; a guard against hangs, not a speed requirement
@@ -284,7 +284,7 @@ def test_minimise_matches_naive_refinement(data: st.DataObject) -> None:
     for a in range(n):
         tails = data.draw(st.lists(st.lists(st.integers(0, n - 1), max_size=3), min_size=1, max_size=4))
         rules[a] = {tuple(t): data.draw(st.sampled_from([1, 2, 3])) for t in tails}
-    out, start, rep = _minimise(rules, 0, Meter("test", DEFAULT_BUDGET))
+    out, start, rep = minimise(rules, 0, Meter("test", DEFAULT_BUDGET))
     blocks: dict[int, set[int]] = {}
     for a in range(n):
         blocks.setdefault(rep[a], set()).add(a)
@@ -336,7 +336,7 @@ def test_minimise_long_chain() -> None:
     rules: dict[int, dict[Body, int]] = {a: {(a + 1,): 1} for a in range(n - 1)}
     rules[n - 1] = {(): 1}
     meter = Meter("test", DEFAULT_BUDGET)
-    out, _, _ = _minimise(rules, 0, meter)
+    out, _, _ = minimise(rules, 0, meter)
     assert len(out) == n
     assert meter.work < 40 * n
 

@@ -28,8 +28,8 @@ from formalgram.testing import grammars
 from formalgram_cfgzip import Compressor, TokenClasses, compress, engines
 from formalgram_cfgzip.classes import DOMAINS_SUBDIR
 from formalgram_cfgzip.engines.native import NativeCompiled, build_tables
-from formalgram_cfgzip.engines.native._adapter import class_gnf
 from formalgram_cfgzip.errors import CacheError, ClassesInvariantError
+from formalgram_cfgzip.pipeline import searched_gnf
 from formalgram_cfgzip.search.displacement import DisplacementSearch
 from formalgram_cfgzip.search.domains import ClassDomains
 from formalgram_cfgzip.search.driver import token_table, token_trie, walk_trie
@@ -65,7 +65,7 @@ def test_recorded_domains_are_the_popped_sequences(g: Grammar, tokens: list[byte
     assert np.array_equal(classes.token_class, plain.token_class)
     assert np.array_equal(classes.representatives, plain.representatives)
     assert plain.domains is None and classes.domains is not None
-    gnf = class_gnf(g, specialized=bool(classes.stats["specialized"]))
+    gnf = searched_gnf(g, specialized=bool(classes.stats["specialized"]))
     auto = classes.domains.automaton
     for k, rep in enumerate(classes.representatives.tolist()):
         if k in (classes.stop_class, classes.invalid_class):
@@ -89,7 +89,7 @@ def test_domain_roots_survive_compaction(g: Grammar, tokens: list[bytes], reset_
     """Compacting the search tables after every token depth keeps each code's root exact."""
     vocab = small_vocab(tokens)
     try:
-        gnf = class_gnf(g, specialized=False)
+        gnf = searched_gnf(g, specialized=False)
     except EmptyLanguageError:
         assume(False)
         return
@@ -150,7 +150,7 @@ def test_domains_of_another_gnf_are_not_used() -> None:
     text = 'root ::= "(" root ")" | "x" | "[" root "]"'
     vocab = small_vocab([b"(", b")", b"x", b"[", b"]", b"((", b"x)"])
     classes = compress(text, vocab, progress=False, domains=True, specialize=True)
-    other = class_gnf(text, specialized=False)
+    other = searched_gnf(text, specialized=False)
     tables = build_tables(classes, text, gnf=other)
     assert tables.stats["domains_from_classes"] == 0.0
     assert build_tables(classes, text).stats["domains_from_classes"] == 1.0

@@ -25,7 +25,7 @@ from formalgram_cfgzip import (
 )
 from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint, read_cache, write_cache
 from formalgram_cfgzip.compress import compress
-from formalgram_cfgzip.engines.base import check_classes, grammar_matches
+from formalgram_cfgzip.engines.tokens import check_classes, grammar_matches
 
 PAREN = 'root ::= "(" root ")" | "x"'
 Arrays = tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]

@@ -3,7 +3,7 @@ job (``demo``) runs, and misuse ends in one line and exit status 2, never a trac
 
 Oracles independent of the command: formalgram's Earley recognizer (the built-in
 grammars accept hand-written members and reject non-members), the language of a start
-rule chosen with ``--start`` (tokens that cannot occur in it must be invalid), and the
+rule chosen with ``--root`` (tokens that cannot occur in it must be invalid), and the
 classes that ``compress`` computes when called directly.
 """
 
@@ -19,17 +19,16 @@ import pytest
 from _class_oracle import check_classes_with_earley
 
 import formalgram as fg
-from formalgram_cfgzip.classes import TokenClasses, compress
-from formalgram_cfgzip.cli import (
+from formalgram_cfgzip.classes import TokenClasses
+from formalgram_cfgzip.cli import build_parser, compress_options, main
+from formalgram_cfgzip.compress import compress
+from formalgram_cfgzip.errors import CfgzipError
+from formalgram_cfgzip.sources import (
     BUILTIN_GRAMMARS,
-    build_parser,
     builtin_grammar_text,
     builtin_schema_text,
-    compress_options,
-    main,
+    example_text,
 )
-from formalgram_cfgzip.demo import example_text
-from formalgram_cfgzip.errors import CfgzipError
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 TINY_TOKENS = [
@@ -135,7 +134,7 @@ def test_library_errors_exit_2_with_one_line(tmp_path: Path, capsys: pytest.Capt
                 "builtin:json",
                 "--tokenizer",
                 tok,
-                "--start",
+                "--root",
                 "nowhere",
                 "-o",
                 str(tmp_path / "o4"),
@@ -194,14 +193,14 @@ def test_compress_options_follow_the_flags() -> None:
 
 
 def test_compress_start_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``--start`` selects the language: tokens that cannot occur in ``other`` (y+) are invalid."""
+    """``--root`` selects the language: tokens that cannot occur in ``other`` (y+) are invalid."""
     tok = tiny_tokenizer(tmp_path)
     grammar = tmp_path / "g.gbnf"
     text = 'root ::= "(" [ab]* ")"\nother ::= "y"+\n'
     grammar.write_text(text)
     out_dir = tmp_path / "classes"
     rc, out, _ = run_cli(
-        ["compress", str(grammar), "--tokenizer", str(tok), "-o", str(out_dir), "--start", "other", "-q"],
+        ["compress", str(grammar), "--tokenizer", str(tok), "-o", str(out_dir), "--root", "other", "-q"],
         capsys,
     )
     assert rc == 0 and "classes" in out
@@ -236,10 +235,17 @@ def test_compress_lark_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         # a token is valid exactly when it is a factor of some member: (, then a/b, then )
         valid = bool(t) and any(fg.is_prefix(lark, c + t) for c in (b"", b"(", b"(ab"))
         assert (int(classes.token_class[i]) != classes.invalid_class) == valid, t
-    # the engine takes the written text with the Lark start rule as its root, and only with it
-    pytest.importorskip("xgrammar")
+    # the engines take the written text with the Lark start rule as their root, and only with it
     from formalgram_cfgzip import compile_grammar
     from formalgram_cfgzip.errors import ClassesMismatchError
+
+    same = TokenClasses.load(out_dir, grammar=text, vocab=vocab, root="start", verify="all")
+    native = compile_grammar(same, text, root="start", engine="native").matcher()
+    assert native.accept_token(TINY_TOKENS.index(b"(")) and native.accept_token(TINY_TOKENS.index(b"ab"))
+    assert not native.accept_token(TINY_TOKENS.index(b"("))
+    with pytest.raises(ClassesMismatchError):
+        compile_grammar(same, text, engine="native")
+    pytest.importorskip("xgrammar")
 
     matcher = compile_grammar(classes, text, root="start").matcher()
     assert matcher.accept_token(TINY_TOKENS.index(b"(")) and matcher.accept_token(TINY_TOKENS.index(b"ab"))

@@ -97,7 +97,7 @@ def test_memory_budget_counts_the_search_growth_only() -> None:
     """memory_budget bounds what the search adds, not what the process already holds: a
     caller holding more than the budget (here 192 MiB of touched pages against 64 MiB)
     still gets its classes; a budget of one byte is exceeded by the search's own tables."""
-    from formalgram_cfgzip.search.displacement import current_rss
+    from formalgram_cfgzip.search.memory import current_rss
 
     text, vocab = _budget_grammar_and_vocab()
     held = np.ones(192 << 17)  # 192 MiB, every page touched
@@ -239,7 +239,7 @@ def test_specialization_is_chosen_by_a_bounded_trial() -> None:
 
     from formalgram.transforms.gnf import to_gnf
     from formalgram.transforms.specialize import specialize_terminal_symbols
-    from formalgram_cfgzip.compress import SPECIALIZE_LIMIT, SPECIALIZE_SAMPLE
+    from formalgram_cfgzip.pipeline import SPECIALIZE_LIMIT, SPECIALIZE_SAMPLE
     from formalgram_cfgzip.search.driver import pick_specialization, token_table
 
     text = _many_words_grammar()
@@ -331,7 +331,7 @@ def test_collector_paused_only_while_compressing() -> None:
 def test_no_trial_for_a_huge_specialised_alphabet() -> None:
     """Past SPECIALIZE_MAX symbols the default keeps the plain GNF without a trial (its set-up
     alone would cost seconds): the plan, and a grammar whose specialisation is that large."""
-    from formalgram_cfgzip.compress import SPECIALIZE_MAX, specialization_plan
+    from formalgram_cfgzip.pipeline import SPECIALIZE_MAX, specialization_plan
 
     assert specialization_plan(100, SPECIALIZE_MAX, None) == "trial"
     assert specialization_plan(100, SPECIALIZE_MAX + 1, None) == "plain"

@@ -22,10 +22,11 @@ from hypothesis import strategies as st
 
 from formalgram import parse_gbnf, to_gnf
 from formalgram_cfgzip.classes import TokenClasses
-from formalgram_cfgzip.compress import Compressor, cache_entry_name, compress, prepare_vocabulary
+from formalgram_cfgzip.compress import Compressor, PreparedVocabulary, cache_entry_name, compress
 from formalgram_cfgzip.errors import CacheError
-from formalgram_cfgzip.search.displacement import DEAD, DisplacementSearch
+from formalgram_cfgzip.search.displacement import DisplacementSearch
 from formalgram_cfgzip.search.driver import build_trie, token_table, token_trie, walk_trie
+from formalgram_cfgzip.search.trie import DEAD
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 SMALL_GRAMMARS = [
@@ -101,7 +102,7 @@ def test_compressor_matches_compress_bit_for_bit_on_real_grammars(rel: str, voca
     text = real_grammar(rel).read_text(encoding="utf-8")
     vocab = Vocabulary.builtin(vocab_name)
     expected = compress(text, vocab, progress=False)
-    prepare_vocabulary(Vocabulary([b"a"]))  # compress()'s vocabulary cache now holds another one
+    PreparedVocabulary.of(Vocabulary([b"a"]))  # compress()'s kept preparation is now another one
     got = Compressor(vocab).compress(text)
     assert _same(got, expected)
     assert got.stats["expansions"] == expected.stats["expansions"]
@@ -204,3 +205,25 @@ def test_walk_gives_the_partition_of_token_by_token_runs(which: int, seed: int) 
         assert (code < 0) == (key is None)
         assert pairs.setdefault(code, key) == key
     assert len(set(pairs.values())) == len(pairs)  # equal codes <=> equal displacements
+
+
+def test_root_is_one_rule_for_compress_compressor_and_load(tmp_path: Path) -> None:
+    """A text whose start rule is not ``root``: ``compress``, ``Compressor.compress`` and
+    ``TokenClasses.load`` take the same ``root``, give the classes of the grammar parsed from
+    that rule, and never take classes of one root for another (the text fingerprint binds it)."""
+    text = 'start ::= item ("," item)*\nitem ::= [a-c]+ | "(" start ")"\nroot ::= "x"'
+    vocab = Vocabulary([b"a", b"b", b",", b"(", b")", b"x", b"ab", b"a,"])
+    from_rule = compress(parse_gbnf(text, "start"), vocab, progress=False)
+    classes = compress(text, vocab, root="start", progress=False)
+    assert np.array_equal(classes.token_class, from_rule.token_class)
+    assert classes.grammar_sha256 == from_rule.grammar_sha256
+    plain = compress(text, vocab, progress=False)  # the same text read from `root`
+    assert plain.grammar_text_sha256 != classes.grammar_text_sha256
+    assert plain.grammar_sha256 != classes.grammar_sha256
+    c = Compressor(vocab)
+    assert _same(c.compress(text, root="start"), classes)
+    assert _same(c.compress(text), plain) and c.misses == 2
+    classes.save(tmp_path)
+    assert _same(TokenClasses.load(tmp_path, grammar=text, vocab=vocab, root="start", verify="all"), classes)
+    with pytest.raises(CacheError, match="another grammar"):
+        TokenClasses.load(tmp_path, grammar=text, vocab=vocab)

@@ -25,13 +25,8 @@ from formalgram.errors import GrammarTooLarge, UnsupportedConstruct
 from formalgram_cfgzip.classes import TokenClasses
 from formalgram_cfgzip.engines import llguidance as llg_engine
 from formalgram_cfgzip.engines import xgrammar as xgr_engine
-from formalgram_cfgzip.engines.base import (
-    BatchIndexError,
-    ClassesMismatchError,
-    CompiledGrammar,
-    EngineError,
-    TokenIdError,
-)
+from formalgram_cfgzip.engines.base import CompiledGrammar
+from formalgram_cfgzip.errors import BatchIndexError, ClassesMismatchError, EngineError, TokenIdError
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 ENGINES: dict[str, Any] = {"xgrammar": xgr_engine, "llguidance": llg_engine}
@@ -201,7 +196,7 @@ def test_identity_classes_lossless(engine: str, width: int) -> None:
     """Identity classes (plus stop/invalid) reproduce the full engine bit for bit (proof step 3)."""
     vocab = tiny_vocab(width)
     mod = ENGINES[engine]
-    compressed = mod.compile(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR)
+    compressed = mod.compile_grammar(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR)
     full = mod.compile_full(vocab, TINY_GRAMMAR)
     for batch, bias in [(1, "uniform"), (1, "stop"), (4, "long")]:
         assert differential_walk(compressed, full, steps=60, seed=width, batch=batch, bias=bias) == []
@@ -209,12 +204,12 @@ def test_identity_classes_lossless(engine: str, width: int) -> None:
 
 @pytest.mark.parametrize("engine", ENGINE_PARAMS)
 def test_compress_classes_lossless_tiny(engine: str) -> None:
-    from formalgram_cfgzip.classes import compress
+    from formalgram_cfgzip.compress import compress
 
     vocab = tiny_vocab()
     classes = compress(TINY_GRAMMAR, vocab, progress=False)
     mod = ENGINES[engine]
-    compressed = mod.compile(classes, TINY_GRAMMAR)
+    compressed = mod.compile_grammar(classes, TINY_GRAMMAR)
     full = mod.compile_full(vocab, TINY_GRAMMAR)
     for seed, bias in [(0, "uniform"), (1, "long"), (2, "stop")]:
         assert differential_walk(compressed, full, steps=80, seed=seed, batch=3, bias=bias) == []
@@ -227,13 +222,13 @@ def test_compress_classes_lossless_tiny(engine: str) -> None:
 def test_expansion_cache_lossless_in_walks(engine: str, cache_entries: int, delta: bool | None) -> None:
     """The row cache of the expander (off, thrashing, small, ample; rows patched from cached
     neighbours or not) stays bit-exact in walks."""
-    from formalgram_cfgzip.classes import compress
+    from formalgram_cfgzip.compress import compress
     from formalgram_cfgzip.expand import MaskExpander
 
     vocab = tiny_vocab(45)
     classes = compress(TINY_GRAMMAR, vocab, progress=False)
     mod = ENGINES[engine]
-    compressed = mod.compile(classes, TINY_GRAMMAR)
+    compressed = mod.compile_grammar(classes, TINY_GRAMMAR)
     full = mod.compile_full(vocab, TINY_GRAMMAR)
     assert compressed.expander is not None
     per_entry = 4 * compressed.token_words + 4 * compressed.engine_words + 100
@@ -264,7 +259,7 @@ def test_wrong_classes_are_caught(engine: str) -> None:
     full = mod.compile_full(vocab, TINY_GRAMMAR)
     for a, b in [(0, 2), (3, 4)]:  # classes of tokens "(" / ")" and "x" / "y"
         wrong = merge_classes(ident, int(ident.token_class[a]), int(ident.token_class[b]))
-        compressed = mod.compile(wrong, TINY_GRAMMAR)
+        compressed = mod.compile_grammar(wrong, TINY_GRAMMAR)
         assert differential_walk(compressed, full, steps=40, seed=0, batch=2) != []
 
 
@@ -276,8 +271,8 @@ def test_special_token_policy() -> None:
     for compiled in (
         xgr_engine.compile_full(vocab, TINY_GRAMMAR),
         llg_engine.compile_full(vocab, TINY_GRAMMAR),
-        xgr_engine.compile(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR),
-        llg_engine.compile(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR),
+        xgr_engine.compile_grammar(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR),
+        llg_engine.compile_grammar(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR),
     ):
         m = compiled.matcher()
         bm = compiled.allocate_token_bitmask(1)
@@ -308,7 +303,7 @@ def test_batches_with_terminated_matchers(engine: str) -> None:
     mod = ENGINES[engine]
     for compiled in (
         mod.compile_full(vocab, TINY_GRAMMAR),
-        mod.compile(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR),
+        mod.compile_grammar(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR),
     ):
         ms = [compiled.matcher() for _ in range(4)]
         for i in (1, 3):
@@ -347,7 +342,7 @@ def test_llguidance_limits_are_passed_to_the_matchers() -> None:
     tight = llguidance.LLParserLimits(step_max_items=1)
     for compiled in (
         llg_engine.compile_full(vocab, TINY_GRAMMAR, limits=tight),
-        llg_engine.compile(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR, limits=tight),
+        llg_engine.compile_grammar(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR, limits=tight),
     ):
         m = compiled.matcher()
         m.fill_next_token_bitmask(compiled.allocate_token_bitmask(1))
@@ -380,24 +375,24 @@ def test_bad_input_errors() -> None:
     vocab = tiny_vocab()
     classes = identity_classes(vocab, TINY_GRAMMAR)
     with pytest.raises(ClassesMismatchError, match="another grammar"):
-        xgr_engine.compile(classes, 'root ::= "x"')
+        xgr_engine.compile_grammar(classes, 'root ::= "x"')
     with pytest.raises(ClassesMismatchError, match="another grammar"):
-        llg_engine.compile(classes, 'root ::= "x"')
+        llg_engine.compile_grammar(classes, 'root ::= "x"')
     other = Vocabulary([b"a", b"b"], name="other")
     with pytest.raises(ClassesMismatchError, match="vocabulary"):
-        xgr_engine.compile(classes, TINY_GRAMMAR, vocab=other)
+        xgr_engine.compile_grammar(classes, TINY_GRAMMAR, vocab=other)
     bad = TokenClasses(
         classes.token_class.copy(), classes.representatives, classes.invalid_class, classes.stop_class,
         vocab, classes.grammar_sha256,
     )  # fmt: skip
     bad.token_class[10] = 0  # a special token outside the invalid class
     with pytest.raises(ClassesMismatchError, match="invalid class"):
-        xgr_engine.compile(bad, TINY_GRAMMAR)
+        xgr_engine.compile_grammar(bad, TINY_GRAMMAR)
     with pytest.raises(EngineError, match="cannot"):
         xgr_engine.compile_full(vocab, "root ::= (")
     with pytest.raises(EngineError):
         llg_engine.compile_full(vocab, "root ::= (")
-    compiled = xgr_engine.compile(classes, TINY_GRAMMAR)
+    compiled = xgr_engine.compile_grammar(classes, TINY_GRAMMAR)
     m = compiled.matcher()
     for tok in (-1, vocab.logit_width, 10**9):
         with pytest.raises(TokenIdError, match="outside the vocabulary"):
@@ -432,7 +427,7 @@ def test_torch_cpu_bitmask_and_lazy_engines() -> None:
     import sys
 
     vocab = tiny_vocab()
-    compiled = xgr_engine.compile(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR)
+    compiled = xgr_engine.compile_grammar(identity_classes(vocab, TINY_GRAMMAR), TINY_GRAMMAR)
     t = torch.zeros((1, compiled.token_words), dtype=torch.int32)
     compiled.matcher().fill_next_token_bitmask(t)
     assert set(allowed_ids(t.numpy()[0], vocab.logit_width).tolist()) == {0, 1, 3, 5, 19}
@@ -513,7 +508,7 @@ def _setup(path: Path, vocab_name: str, engine: str) -> tuple[CompiledGrammar, C
     from compiling it over a one-token vocabulary), or compress() exceeds its budget
     (``GrammarTooLarge``).  Any other exception fails the test.
     """
-    from formalgram_cfgzip.classes import compress
+    from formalgram_cfgzip.compress import compress
 
     vocab = Vocabulary.builtin(vocab_name)
     text = path.read_text(encoding="utf-8")
@@ -542,7 +537,7 @@ def _setup(path: Path, vocab_name: str, engine: str) -> tuple[CompiledGrammar, C
     fkey = (str(path), vocab_name, engine)
     if fkey not in _full_cache:
         _full_cache[fkey] = mod.compile_full(vocab, text, **options)
-    return mod.compile(classes, text, **options), _full_cache[fkey]
+    return mod.compile_grammar(classes, text, **options), _full_cache[fkey]
 
 
 # llguidance's default of 50,000 Earley items per mask step stops its full-vocabulary
@@ -578,7 +573,7 @@ def test_real_grammar_lossless_fast(engine: str, rel: str, vocab_name: str) -> N
 def test_real_grammar_lossless_sweep(rel: str, vocab_name: str, engine: str) -> None:
     path = _data.real_grammar(rel)
     if rel in FORMALGRAM_REFUSES:
-        from formalgram_cfgzip.classes import compress
+        from formalgram_cfgzip.compress import compress
 
         with pytest.raises(UnsupportedConstruct) as info:
             compress(path.read_text(encoding="utf-8"), Vocabulary.builtin(vocab_name), progress=False)

@@ -21,13 +21,14 @@ from _engine_oracle import allowed_after
 from _needs import engine_param
 
 import formalgram
-from formalgram_cfgzip.classes import compress
+from formalgram_cfgzip.compress import compress
 from formalgram_cfgzip.engines import llguidance as llg_engine
 from formalgram_cfgzip.engines import native as native_backend
 from formalgram_cfgzip.engines import xgrammar as xgr_engine
-from formalgram_cfgzip.engines.base import CompiledGrammar, EngineError
+from formalgram_cfgzip.engines.base import CompiledGrammar
+from formalgram_cfgzip.errors import EngineError, GrammarViolation
 from formalgram_cfgzip.expand import TorchMaskExpander
-from formalgram_cfgzip.integrations.transformers import GrammarLogitsProcessor, GrammarViolation
+from formalgram_cfgzip.integrations.transformers import GrammarLogitsProcessor
 from formalgram_cfgzip.integrations.vllm import EXTRA_ARG, RequestGrammarProcessor, vllm_adapter_class
 from formalgram_cfgzip.vocabulary import Vocabulary
 

@@ -429,7 +429,7 @@ def test_classes_lossless_against_xgrammars_own_grammar(name: str, options: dict
     vocab = Vocabulary.builtin("llama3")
     text = from_json_schema(schema, **options)
     classes = compress(text, vocab, progress=False)
-    compressed = engines.compile(classes, text)
+    compressed = engines.compile_grammar(classes, text)
     # the reference: XGrammar's grammar for the schema as XGrammar prints it, lookaheads kept
     own = str(xgr.Grammar.from_json_schema(json.dumps(schema), **options))
     assert "(=" in own
@@ -466,7 +466,7 @@ def test_classes_lossless_on_loosely_read_patterns(engine: str) -> None:
     text = from_json_schema(LOOSE_PATTERNS_SCHEMA)
     assert text.count("Regex(") == 5
     classes = compress(text, vocab, progress=False, domains=engine == "native")
-    compressed = engines.compile(classes, text, engine=engine)  # type: ignore[arg-type]
+    compressed = engines.compile_grammar(classes, text, engine=engine)  # type: ignore[arg-type]
     own = str(xgr.Grammar.from_json_schema(json.dumps(LOOSE_PATTERNS_SCHEMA)))
     full = engines.compile_full(vocab, own)
     assert differential_walk(compressed, full, steps=60, seed=4, batch=1, bias="long") == []
@@ -482,6 +482,6 @@ def test_llguidance_enforcing_the_text_is_lossless_too() -> None:
     vocab = Vocabulary.builtin("llama3")
     text = from_json_schema(_case(_schema_path("recipe"))["schema"])
     classes = compress(text, vocab, progress=False)
-    compressed = engines.compile(classes, text, engine="llguidance")
+    compressed = engines.compile_grammar(classes, text, engine="llguidance")
     full = engines.compile_full(vocab, text, engine="llguidance")
     assert differential_walk(compressed, full, steps=20, seed=3, batch=2, bias="long") == []

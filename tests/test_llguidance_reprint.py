@@ -16,10 +16,10 @@ import pytest
 pytest.importorskip("llguidance")
 pytest.importorskip("xgrammar")
 
-from formalgram_cfgzip.classes import compress
-from formalgram_cfgzip.engines import compile as compile_compressed
+from formalgram_cfgzip.compress import compress
 from formalgram_cfgzip.engines import compile_full
-from formalgram_cfgzip.engines.base import EngineError
+from formalgram_cfgzip.engines import compile_grammar as compile_compressed
+from formalgram_cfgzip.errors import EngineError
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 TEXT = r"""root ::= Item (sep Item)*

@@ -20,7 +20,8 @@ from formalgram import parse_gbnf
 from formalgram_cfgzip.classes import TokenClasses
 from formalgram_cfgzip.cli import main
 from formalgram_cfgzip.compress import compress
-from formalgram_cfgzip.many import Job, ManifestError, compress_many, read_manifest
+from formalgram_cfgzip.errors import ManifestError
+from formalgram_cfgzip.many import Job, compress_many, read_manifest
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 TOKENS = [b"{", b"}", b'"', b"a", b"ab", b"1", b"12", b" ", b",", b":", b"true", b'"a"', b"x", b"(", b")"]

@@ -28,11 +28,11 @@ from _native_helpers import accepted_words, sample_vocab, small_vocab
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import formalgram
 from formalgram import PDA, EarleyRecognizer, EmptyLanguageError, Grammar, accepts
 from formalgram.testing import grammars
 from formalgram_cfgzip import TokenClasses, Vocabulary, compress, engines
 from formalgram_cfgzip.engines.native import NativeTables, build_tables
-from formalgram_cfgzip.engines.native._adapter import class_gnf
 from formalgram_cfgzip.engines.native.matcher import (
     NativeCompiled,
     NativeMatcher,
@@ -40,6 +40,7 @@ from formalgram_cfgzip.engines.native.matcher import (
     _c_tables,
 )
 from formalgram_cfgzip.errors import CacheError, ClassesMismatchError, EngineError, TokenIdError
+from formalgram_cfgzip.pipeline import searched_gnf
 from formalgram_cfgzip.search.displacement import DisplacementSearch
 
 Kernel = Literal["python", "c"]
@@ -197,7 +198,7 @@ def test_gss_holds_exactly_the_pda_stacks(g: Grammar, letters: list[int]) -> Non
     except EmptyLanguageError:
         assume(False)
         return
-    gnf = class_gnf(g, specialized=bool(classes.stats["specialized"]))
+    gnf = searched_gnf(g, specialized=bool(classes.stats["specialized"]))
     tables = build_tables(classes, g, gnf=gnf)
     pda = PDA.from_gnf(gnf)
     for kernel in BOTH:
@@ -241,7 +242,7 @@ def test_domain_automaton_reads_exactly_the_popped_sequences(g: Grammar, tokens:
     except EmptyLanguageError:
         assume(False)
         return
-    gnf = class_gnf(g, specialized=bool(classes.stats["specialized"]))
+    gnf = searched_gnf(g, specialized=bool(classes.stats["specialized"]))
     tables = build_tables(classes, g, gnf=gnf)
     search = DisplacementSearch(gnf)
     for k, rep in enumerate(classes.representatives.tolist()):
@@ -445,7 +446,7 @@ def test_masks_are_exact_for_any_gnf_of_the_language(
 ) -> None:
     """proofs/native_engine.md, Remark 2: tables built on an unspecialised GNF give the same masks."""
     classes, tables, vocab = json_list
-    plain = class_gnf(JSON_LIST, specialized=False)
+    plain = searched_gnf(JSON_LIST, specialized=False)
     other = build_tables(classes, JSON_LIST, gnf=plain)
     a, b = NativeCompiled(classes, tables).matcher(), NativeCompiled(classes, other).matcher()
     ma, mb = np.zeros((1, 1), dtype=np.int32), np.zeros((1, 1), dtype=np.int32)
@@ -464,6 +465,39 @@ def test_masks_are_exact_for_any_gnf_of_the_language(
 
 
 # -- the engines' entry point: options, the tables' cache directory --------------------------
+LARK_PAIRS = r"""
+start: pair ("," pair)*
+pair: NAME "=" (NAME | NUMBER)
+NAME: /[a-c]+/
+NUMBER: /[0-9]+/
+"""
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_lark_root_start_through_compress_and_native_engine(kernel: Kernel) -> None:
+    """A Lark grammar (start rule ``start``) needs no editing: ``compress(..., root="start")`` and
+    ``compile_grammar(..., root="start", engine="native")`` give Earley's masks at every step;
+    the classes are refused from another root."""
+    g = formalgram.parse_lark(LARK_PAIRS)
+    text = g.to_gbnf()
+    vocab = small_vocab([b"a", b"b", b"ab", b"=", b",", b"1", b"12", b"a=", b",b", b"=1", b"c,"])
+    for domains in (True, False):
+        classes = compress(text, vocab, root="start", domains=domains, progress=False)
+        compiled = engines.compile_grammar(classes, text, root="start", engine="native", kernel=kernel)
+        assert isinstance(compiled, NativeCompiled)
+        for seed in range(4):
+            assert check_walk(g, compiled, [], 12, random.Random(seed), VocabTrie(vocab)) > 0
+    with pytest.raises(ClassesMismatchError):
+        engines.compile_grammar(classes, text, engine="native")
+    with pytest.raises(ClassesMismatchError):
+        engines.compile_grammar(
+            compress(text.replace("start", "root"), vocab, progress=False),
+            text,
+            root="start",
+            engine="native",
+        )
+
+
 def test_engine_options_are_typed(json_list: tuple[TokenClasses, NativeTables, Vocabulary]) -> None:
     """Bad options through ``engines.compile_grammar(..., engine="native")``: typed errors."""
     classes, tables, vocab = json_list
@@ -475,7 +509,7 @@ def test_engine_options_are_typed(json_list: tuple[TokenClasses, NativeTables, V
         engines.compile_grammar(classes, JSON_LIST, engine="llguidance", kernel="python")
     with pytest.raises(EngineError, match="GBNF only"):
         engines.compile_grammar(classes, JSON_LIST, engine="native", syntax="lark")
-    with pytest.raises(EngineError, match="'root'"):
+    with pytest.raises(ClassesMismatchError):  # classes read from root, compiled from another rule
         engines.compile_grammar(classes, JSON_LIST, engine="native", root="item")
     with pytest.raises(EngineError, match="kernel"):
         engines.compile_grammar(classes, JSON_LIST, engine="native", kernel="gpu")  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ vocabulary's), ``xgrammar.GrammarCompiler(...).compile_grammar(text)``, one
 ``xgrammar.GrammarMatcher`` per walk and ``xgrammar.BatchGrammarMatcher`` for batches.
 Nothing of ``formalgram_cfgzip.engines`` is on that side, so the special-token policy of
 ``formalgram_cfgzip/engines/base.py`` is not either.  The adapter's side is the public path:
-``compress()`` classes and ``engines.compile(classes, text, engine="xgrammar")``, and the
+``compress()`` classes and ``engines.compile_grammar(classes, text, engine="xgrammar")``, and the
 native engine (``engine="native"``, no XGrammar inside) the same way.
 
 At every step of seeded walks (biased to long tokens, sometimes a stop token) the two masks
@@ -50,8 +50,10 @@ from bench.native_earley_check import earley_viable  # noqa: E402
 from formalgram import parse_gbnf  # noqa: E402
 from formalgram.recognize.earley import EarleyRecognizer  # noqa: E402
 from formalgram_cfgzip import engines  # noqa: E402
-from formalgram_cfgzip.classes import TokenClasses, compress  # noqa: E402
-from formalgram_cfgzip.engines.base import CompiledGrammar, EngineMatcher  # noqa: E402
+from formalgram_cfgzip.classes import TokenClasses  # noqa: E402
+from formalgram_cfgzip.compress import compress  # noqa: E402
+from formalgram_cfgzip.engines.base import CompiledGrammar  # noqa: E402
+from formalgram_cfgzip.engines.matcher import EngineMatcher  # noqa: E402
 from formalgram_cfgzip.vocabulary import Vocabulary  # noqa: E402
 
 pytestmark = pytest.mark.xgrammar
@@ -148,7 +150,7 @@ def _walk(
     raw = xgr.GrammarCompiler(_raw_tokenizer(vocab_name), max_threads=1, cache_enabled=False).compile_grammar(
         text
     )
-    adapter = engines.compile(classes, text, engine=engine)  # type: ignore[arg-type]
+    adapter = engines.compile_grammar(classes, text, engine=engine)  # type: ignore[arg-type]
     start = EarleyRecognizer(parse_gbnf(text))
     stops = set(vocab.stop_ids)
     labels = sorted(

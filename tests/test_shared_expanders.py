@@ -22,7 +22,7 @@ from _engine_oracle import allowed_after
 from _needs import engine_params
 
 from formalgram_cfgzip import engines
-from formalgram_cfgzip.classes import compress
+from formalgram_cfgzip.compress import compress
 from formalgram_cfgzip.engines.base import CompiledGrammar
 from formalgram_cfgzip.errors import EngineError
 from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander

@@ -21,7 +21,7 @@ _CHILD = textwrap.dedent(
     """
     import sys
     from formalgram_cfgzip.engines import compile_full
-    from formalgram_cfgzip.engines.base import EngineError
+    from formalgram_cfgzip.errors import EngineError
     from formalgram_cfgzip.vocabulary import Vocabulary
 
     for text in sys.argv[1:]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from formalgram.transforms.byte_classes import byte_class_map, byte_classes
 from formalgram.transforms.epsilon import remove_epsilon
-from formalgram.transforms.gnf import gnf_violation, is_gnf, to_gnf
+from formalgram.transforms.gnf import to_gnf
+from formalgram.transforms.gnf_check import gnf_violation, is_gnf
 from formalgram.transforms.left_recursion import remove_left_recursion
 from formalgram.transforms.specialize import specialize_terminal_symbols
 from formalgram.transforms.unit import remove_unit

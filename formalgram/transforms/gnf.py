@@ -1,7 +1,7 @@
 """Conversion to Greibach normal form that stays small: :func:`to_gnf` keeps the smallest construction.
 
-GNF itself is defined in :mod:`formalgram.transforms.gnf_check` (:func:`gnf_violation`, the
-check every consumer uses; re-exported here).  :func:`to_gnf` produces a stricter form: its
+GNF itself is defined in :mod:`formalgram.transforms.gnf_check`
+(:func:`~formalgram.transforms.gnf_check.gnf_violation`, the check every consumer uses).  :func:`to_gnf` produces a stricter form: its
 byte sets are non-empty and its start occurs on no right-hand side at all.
 
 The conversion is a pipeline of exact rewritings; what keeps the result small is
@@ -40,28 +40,15 @@ from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram.transforms.budget import DEFAULT_BUDGET, Meter
 from formalgram.transforms.epsilon import remove_epsilon
-from formalgram.transforms.gnf_check import gnf_violation, is_gnf, require_gnf
-from formalgram.transforms.gnf_left_corner import CutFrame, LeftCorner, Shared
-from formalgram.transforms.gnf_minimise import minimise, partition, quotient, quotient_size
-from formalgram.transforms.gnf_rules import Body as Body
-from formalgram.transforms.gnf_rules import Builder, finish, terminal_name
+from formalgram.transforms.gnf_left_corner import LeftCorner, Shared
+from formalgram.transforms.gnf_minimise import partition, quotient, quotient_size
+from formalgram.transforms.gnf_rules import Body, Builder, finish
 from formalgram.transforms.gnf_substitution import expand_leftmost, lift_terminals
 from formalgram.transforms.left_recursion import remove_left_recursion_table
 from formalgram.transforms.unit import merge_unit_cycles
 from formalgram.transforms.useless import remove_useless
 
-__all__ = ["DEFAULT_BUDGET", "STRATEGIES", "gnf_violation", "is_gnf", "require_gnf", "to_gnf"]
-
-# The construction's parts under the names they had when they lived in this module.
-_Builder = Builder
-_LeftCorner = LeftCorner
-_CutFrame = CutFrame
-_terminal_name = terminal_name
-_lift_terminals = lift_terminals
-_expand = expand_leftmost
-_minimise = minimise
-_finish = finish
-
+__all__ = ["STRATEGIES", "to_gnf"]
 
 # left-corner variants: (dominator split, unit steps spelled out, cut at children, deep cut)
 _LC_VARIANTS: dict[str, tuple[bool, bool, bool, bool]] = {
@@ -171,7 +158,7 @@ def to_gnf(
 
     Examples
     --------
-    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production
+    >>> from formalgram import ByteSet, Grammar, Nonterminal, Production, is_gnf
     >>> E = Nonterminal("E")
     >>> a, p = ByteSet.single(97), ByteSet.single(43)
     >>> g = Grammar([Production(E, [E, p, E]), Production(E, [a])], "E")

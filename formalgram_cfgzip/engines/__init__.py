@@ -9,8 +9,7 @@ loaded on first attribute access (or an explicit import).  The compiled grammar 
 threading contract are in :mod:`formalgram_cfgzip.engines.base`, the matcher protocol in
 :mod:`formalgram_cfgzip.engines.matcher`, the special-token policy in
 :mod:`formalgram_cfgzip.engines.tokens` and the errors in :mod:`formalgram_cfgzip.errors`
-(``engines.base`` re-exports them all).  ``compile`` is the former name of
-:func:`compile_grammar`, kept as an alias.
+(``engines.base`` re-exports them all).
 
 Examples
 --------
@@ -29,15 +28,13 @@ import importlib
 import os
 from typing import TYPE_CHECKING, Any, Literal
 
-from formalgram_cfgzip.engines.base import (
+from formalgram_cfgzip.engines.base import CompiledGrammar, Syntax
+from formalgram_cfgzip.engines.matcher import EngineMatcher, Matcher
+from formalgram_cfgzip.errors import (
     BatchIndexError,
     ClassesMismatchError,
-    CompiledGrammar,
     EngineError,
-    EngineMatcher,
     GrammarViolation,
-    Matcher,
-    Syntax,
     TokenIdError,
 )
 
@@ -244,7 +241,3 @@ def compile_full(
     module, extra = _backend(engine, max_threads, syntax, limits)
     result: CompiledGrammar = module.compile_full(vocab, grammar_text, root=root, **extra)
     return result
-
-
-#: The former name of :func:`compile_grammar` (it shadowed the builtin ``compile``).
-compile = compile_grammar

@@ -8,7 +8,7 @@ repetition, directly or through rules whose whole body is one rule reference.  M
 ``root ::= root{2}``.  Others: ``root ::= root{0,1}`` (language ``{""}``), ``r0 ::= r1{2}``
 with ``r1 ::= r0``, ``r0 ::= (r0){1,3} ""``.  Not affected: ``r0 ::= r0{2} | "a"``,
 ``r0 ::= r0+``, ``r0 ::= "a" r0{2}``.  The engines refuse such texts with an
-:class:`~formalgram_cfgzip.engines.base.EngineError` instead of letting the process die;
+:class:`~formalgram_cfgzip.errors.EngineError` instead of letting the process die;
 ``tests/_xgrammar_child.py`` pins the crash itself in a child process.
 
 The check is an over-approximation on purpose: it accepts every such cycle, including a

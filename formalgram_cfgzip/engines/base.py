@@ -14,8 +14,7 @@ over an *engine vocabulary*:
 Both use the same special-token policy (:mod:`formalgram_cfgzip.engines.tokens`), so their
 masks can be compared bit for bit.  The matcher both backends subclass is
 :class:`~formalgram_cfgzip.engines.matcher.EngineMatcher`, the options check
-:mod:`formalgram_cfgzip.engines.arguments`; this module re-exports their names, so backends
-import everything from here.
+:mod:`formalgram_cfgzip.engines.arguments`.
 
 Threads: a :class:`CompiledGrammar` may be shared by threads (its expanders and batch
 buffers are used under :attr:`CompiledGrammar.expander_lock`); a matcher may not (one
@@ -32,32 +31,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from formalgram_cfgzip.engines.arguments import (
-    as_integer,
-    check_compile_options,
-    prepare_compressed,
-    prepare_full,
-)
-from formalgram_cfgzip.engines.matcher import _INT32 as _INT32
-from formalgram_cfgzip.engines.matcher import EngineMatcher, Matcher
-from formalgram_cfgzip.engines.tokens import _vocab_cache_lock as _vocab_cache_lock
-from formalgram_cfgzip.engines.tokens import (
-    check_classes,
-    class_vocabulary,
-    engine_vocabulary,
-    full_engine_tokens,
-    full_never,
-    grammar_matches,
-    never_allowed,
-    per_vocabulary,
-)
-from formalgram_cfgzip.errors import (
-    BatchIndexError,
-    ClassesMismatchError,
-    EngineError,
-    GrammarViolation,
-    TokenIdError,
-)
+from formalgram_cfgzip.engines.arguments import as_integer
+from formalgram_cfgzip.engines.matcher import EngineMatcher
+from formalgram_cfgzip.engines.tokens import never_allowed
+from formalgram_cfgzip.errors import BatchIndexError, EngineError, TokenIdError
 from formalgram_cfgzip.expand import MaskExpander, TorchMaskExpander
 from formalgram_cfgzip.expand.layout import as_int32_rows, check_row_index
 
@@ -65,34 +42,10 @@ if TYPE_CHECKING:
     from formalgram_cfgzip.classes import TokenClasses
     from formalgram_cfgzip.vocabulary import Vocabulary
 
-__all__ = [
-    "BatchIndexError",
-    "ClassesMismatchError",
-    "CompiledGrammar",
-    "EngineError",
-    "EngineMatcher",
-    "GrammarViolation",
-    "Matcher",
-    "Syntax",
-    "TokenIdError",
-    "check_classes",
-    "class_vocabulary",
-    "engine_vocabulary",
-    "full_engine_tokens",
-    "full_never",
-    "grammar_matches",
-    "per_vocabulary",
-    "prepare_compressed",
-    "prepare_full",
-]
+__all__ = ["CompiledGrammar", "Syntax"]
 
 #: Grammar text formats: GBNF / XGrammar EBNF (both engines) or Lark (llguidance only).
 Syntax = Literal["gbnf", "lark"]
-
-
-# Names these parts had when they lived in this module.
-_integer = as_integer
-_check_compile_options = check_compile_options
 
 
 class CompiledGrammar(ABC):
@@ -163,7 +116,7 @@ class CompiledGrammar(ABC):
         rem = self.logit_width % 32
         self._pad_mask = np.int32((1 << rem) - 1) if rem else None
         #: engine ids that the policy never allows (empty bytes, not a stop token); the
-        #: full-vocabulary engines pass their vocabulary's one (:func:`full_never`)
+        #: full-vocabulary engines pass their vocabulary's one (:func:`~formalgram_cfgzip.engines.tokens.full_never`)
         self.never = never_allowed(engine_tokens, stop_ids) if never is None else never
 
     @property

@@ -8,8 +8,7 @@ reference, :func:`compile_full`), with the special-token policy of
 bytes; empty-bytes tokens are never allowed by llguidance; the stop tokens are its EOS
 tokens, allowed when the grammar is accepting).  When the vocabulary has no stop token a
 dummy EOS engine token (empty bytes, no real token maps to it) is appended, because
-llguidance always has one.  ``compile`` is the former name of :func:`compile_grammar`,
-kept as an alias.
+llguidance always has one.
 
 llguidance facts this relies on (1.9.1): ``grammar_from("gbnf" | "lark", text)`` gives a
 grammar string for ``LLMatcher(tokenizer, grammar)``; the matcher never raises for
@@ -28,15 +27,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from formalgram_cfgzip.engines.base import (
-    CompiledGrammar,
-    EngineError,
-    EngineMatcher,
-    Syntax,
-    per_vocabulary,
-    prepare_compressed,
-    prepare_full,
-)
+from formalgram_cfgzip.engines.arguments import prepare_compressed, prepare_full
+from formalgram_cfgzip.engines.base import CompiledGrammar, Syntax
+from formalgram_cfgzip.engines.matcher import EngineMatcher
+from formalgram_cfgzip.engines.tokens import per_vocabulary
+from formalgram_cfgzip.errors import EngineError
 
 if TYPE_CHECKING:
     from llguidance import LLParserLimits
@@ -375,7 +370,3 @@ def compile_full(
     return LLGuidanceCompiled(
         vocab, None, tokens, eos, grammar, limits=limits, max_threads=max_threads, tokenizer=tokenizer
     )
-
-
-#: The former name of :func:`compile_grammar` (it shadowed the builtin ``compile``).
-compile = compile_grammar

@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from formalgram_cfgzip.classes import TokenClasses
     from formalgram_cfgzip.compress import Compressor
     from formalgram_cfgzip.engines import EngineName
-    from formalgram_cfgzip.engines.base import CompiledGrammar, EngineMatcher
+    from formalgram_cfgzip.engines.base import CompiledGrammar
+    from formalgram_cfgzip.engines.matcher import EngineMatcher
     from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [

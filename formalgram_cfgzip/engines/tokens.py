@@ -69,9 +69,10 @@ def grammar_matches(classes: TokenClasses, grammar_text: str, root: str = "root"
     Returns
     -------
     bool
-        True when the text's fingerprint (:func:`~formalgram_cfgzip.cache.fingerprint_text`)
-        is the one recorded by :func:`~formalgram_cfgzip.compress.compress` (or stored as
-        ``grammar_sha256`` by a caller that fingerprints texts), or else when the text parses
+        True when the text's fingerprint read from ``root``
+        (:func:`~formalgram_cfgzip.cache.fingerprint_text`) is the one recorded by
+        :func:`~formalgram_cfgzip.compress.compress` (or stored as ``grammar_sha256`` by a
+        caller that fingerprints texts), or else when the text parses
         to a grammar with the classes' canonical fingerprint
         (:func:`~formalgram_cfgzip.cache.grammar_fingerprint`).  A text that does not parse
         matches nothing.
@@ -92,7 +93,7 @@ def grammar_matches(classes: TokenClasses, grammar_text: str, root: str = "root"
     from formalgram.errors import FormalgramError
     from formalgram_cfgzip.cache import fingerprint_text, grammar_fingerprint
 
-    text_sha = fingerprint_text(grammar_text)
+    text_sha = fingerprint_text(grammar_text, root=root)
     if text_sha in (classes.grammar_text_sha256, classes.grammar_sha256):
         return True
     try:

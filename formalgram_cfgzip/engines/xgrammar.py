@@ -7,7 +7,6 @@ invalid class has empty bytes, which XGrammar treats as a special token and neve
 compiles the grammar for it, and returns an :class:`XGrammarCompiled` whose matchers take
 real token ids and fill full-vocabulary bitmasks.  :func:`compile_full` is the
 uncompressed reference with the same protocol and the same special-token policy.
-``compile`` is the former name of :func:`compile_grammar`, kept as an alias.
 
 XGrammar facts this relies on (0.2.9): tokens given as ``b""`` and ids in
 ``[len(encoded_vocab), vocab_size)`` are special and never allowed; a stop token is
@@ -26,16 +25,11 @@ import numpy as np
 import numpy.typing as npt
 
 from formalgram_cfgzip.engines._xgrammar_guard import crash_cycle
-from formalgram_cfgzip.engines.base import (
-    CompiledGrammar,
-    EngineError,
-    EngineMatcher,
-    full_engine_tokens,
-    full_never,
-    per_vocabulary,
-    prepare_compressed,
-    prepare_full,
-)
+from formalgram_cfgzip.engines.arguments import prepare_compressed, prepare_full
+from formalgram_cfgzip.engines.base import CompiledGrammar
+from formalgram_cfgzip.engines.matcher import EngineMatcher
+from formalgram_cfgzip.engines.tokens import full_engine_tokens, full_never, per_vocabulary
+from formalgram_cfgzip.errors import EngineError
 
 if TYPE_CHECKING:
     from formalgram_cfgzip.classes import TokenClasses
@@ -276,7 +270,3 @@ def compile_full(
     tokens = prepare_full(vocab, grammar_text, root=root, max_threads=max_threads)
     engine = _compile_text(full_tokenizer_info(vocab), grammar_text, root, max_threads)
     return XGrammarCompiled(vocab, None, tokens, sorted(vocab.stop_ids), engine, max_threads=max_threads)
-
-
-#: The former name of :func:`compile_grammar` (it shadowed the builtin ``compile``).
-compile = compile_grammar

@@ -26,9 +26,10 @@ from formalgram_cfgzip.errors import GrammarViolation
 from formalgram_cfgzip.expand import apply_token_bitmask_inplace
 
 if TYPE_CHECKING:
-    from formalgram_cfgzip.engines.base import CompiledGrammar, EngineMatcher
+    from formalgram_cfgzip.engines.base import CompiledGrammar
+    from formalgram_cfgzip.engines.matcher import EngineMatcher
 
-__all__ = ["GrammarLogitsProcessor", "GrammarViolation"]
+__all__ = ["GrammarLogitsProcessor"]
 
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ The search follows every path of Algorithm 1 at once:
   previous consumed symbol (the stack-adjacency relation; ``proofs/stack_adjacency.md``).
 
 All paths are kept in one structure: the set of strings ``σ_out · # · reverse(σ_in)`` as a
-hash-consed trie (a DAG with shared subtries; merging two tries walks them on an explicit
-stack, as deep as they share paths, never on Python's call stack).  A step only rewrites the root of the trie
+canonical hash-consed trie (:mod:`~formalgram_cfgzip.search.trie`, which this search extends:
+a DAG with shared subtries, equal sets equal node ids).  A step only rewrites the root of the trie
 (pop the top symbol, push a rule tail in front of the shared rest), so its cost depends on
 the number of distinct *top* symbols, not on the number of stacks, which can be exponential
 (a token such as ``"))))"`` closes many combinations of contexts).  When ``σ_out`` becomes
@@ -32,16 +32,10 @@ transition ``(trie, byte class) -> trie`` is memoised: the search is a lazily bu
 deterministic automaton over byte classes, and every distinct (trie, byte class) pair is
 expanded once however many tokens share it.
 
-A run of single-edge, non-final trie nodes is stored as one *chain* node (its symbols and
-the node below them): pushing a rule tail of length ``n`` then costs one interned node, not
-``n``.  The representation stays canonical (a chain always ends on a node that is not a
-chain, and no branch node has a single edge without being final), so equal sets still have
-equal ids, and digests are computed as if every chain were unrolled.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 
 from formalgram.adjacency import _members, below_bits
@@ -49,15 +43,10 @@ from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar
 from formalgram.pda import PDA
 from formalgram_cfgzip.search.memory import current_rss
+from formalgram_cfgzip.search.trie import DEAD, EPS, START, CanonicalKey, Edge, SymbolTrie
 
-__all__ = ["DEAD", "EXPANSION_WORK", "START", "CanonicalKey", "DisplacementSearch", "current_rss"]
+__all__ = ["EXPANSION_WORK", "DisplacementSearch"]
 
-Edge = tuple[int, int]  # (symbol, child node)
-CanonicalKey = bytes
-
-DEAD = 0  # the empty set of strings: no path survives
-START = 1  # the initial set (nothing read yet)
-_EPS = 2  # the set holding only the empty string
 _SEP = -1  # separator between σ_out and reverse(σ_in) while σ_out is not empty
 EXPANSION_WORK = 40  # fixed cost of one step, in scanned stack tops (see DisplacementSearch.work)
 
@@ -76,46 +65,13 @@ def _add(groups: dict[int, list[int]], sym: int, child: int) -> None:
         lst.append(child)
 
 
-def _union_key(ids: list[int]) -> tuple[int, ...]:
-    """The distinct non-DEAD sets of ``ids``, sorted: the memo key of their union."""
-    key = tuple(sorted(set(ids)))
-    if key and key[0] == DEAD:
-        key = key[1:]
-    return key
-
-
-class _Merge:
-    """A union of tries in progress (:meth:`DisplacementSearch._union`).
-
-    Either a chain merge (``prefix`` non-empty: the result is ``prefix`` in front of the
-    union of ``parts[0]``) or a branch merge (the result has root edges ``syms[i]`` to the
-    union of ``parts[i]``, and ``final`` as its final flag).  ``done`` collects the unions of
-    the parts, in order.
-    """
-
-    __slots__ = ("done", "final", "key", "parts", "prefix", "syms")
-
-    def __init__(
-        self,
-        key: tuple[int, ...],
-        prefix: tuple[int, ...],
-        final: bool,
-        syms: list[int],
-        parts: list[list[int]],
-    ) -> None:
-        self.key = key
-        self.prefix = prefix
-        self.final = final
-        self.syms = syms
-        self.parts = parts
-        self.done: list[int] = []
-
-
-class DisplacementSearch:
+class DisplacementSearch(SymbolTrie):
     """Lazily determinised displacement automaton of a GNF grammar over its byte classes.
 
     A state of the automaton is a set of strings ``σ_out · # · reverse(σ_in)`` stored as a
-    canonical hash-consed trie (node ids; equal sets have equal ids).  See the module
+    canonical hash-consed trie (node ids of the :class:`~formalgram_cfgzip.search.trie.SymbolTrie`
+    it extends; equal sets have equal ids; ``DEAD`` when no path survives, ``START`` before
+    the first byte).  See the module
     docstring for the search itself.
 
     Parameters
@@ -240,7 +196,7 @@ class DisplacementSearch:
         # memo keys are ints: (node, class) as node * ncls + c, and so on (no tuple per lookup)
         self._n = n
         self._below_c: dict[int, tuple[int, ...]] = {}  # y * ncls + c
-        self.reset()
+        super().__init__()
 
     def reset(self) -> None:
         """Forget every interned trie and memo entry (ids from before become meaningless).
@@ -261,227 +217,15 @@ class DisplacementSearch:
         >>> d.size() < 10, d.canonical(d.run(b"((")) == before
         (True, True)
         """
-        # trie nodes: ids 0, 1, 2 are DEAD, START, EPS.  A *branch* node has a final flag and
-        # sorted edges (and is final or has 0 or >= 2 edges); a *chain* node is a run of
-        # single-edge non-final nodes: symbols (non-empty) and a base node that is no chain.
-        self._final: list[bool] = [False, False, True]
-        self._edges: list[tuple[Edge, ...]] = [(), ((-(1 << 40), DEAD),), ()]  # chains: filled lazily
-        self._syms: list[tuple[int, ...]] = [(), (), ()]  # chain symbols; () for branch nodes
-        self._base: list[int] = [-1, -1, -1]  # chain base; -1 for branch nodes
-        self._ids: dict[tuple[bool, tuple[Edge, ...]], int] = {(False, ()): DEAD, (True, ()): _EPS}
-        self._chains: dict[tuple[tuple[int, ...], int], int] = {}
-        self._unions: dict[tuple[int, ...], int] = {}
+        super().reset()
         self._filter: dict[int, int] = {}  # rev_in * n + z
         self._backtracks: dict[int, tuple[Edge, ...]] = {}  # (rev_in * n + last) * ncls + c
         self._memo: dict[int, int] = {}  # node * ncls + c
         self._keys: dict[int, int] = {}
         self._popped: dict[int, int] = {}
-        self._digest: dict[int, bytes] = {}
         self._checks = 0
 
-    def compact(self, roots: list[int]) -> list[int]:
-        """Reset the tables but keep the sets ``roots``: returns their ids in the new tables.
-
-        A copying collection: the nodes reachable from ``roots`` are interned again, children
-        first, in fresh tables (same structure, so still canonical); everything else, memo
-        tables included, is dropped.  Ids from before (other than the returned ones and DEAD,
-        START, EPS) become meaningless, as after :meth:`reset`.
-
-        Parameters
-        ----------
-        roots : list of int
-            Node ids to keep.
-
-        Returns
-        -------
-        list of int
-            Their ids in the new tables, in the same order.
-
-        Notes
-        -----
-        O(nodes reachable from ``roots``), far less than recomputing the sets; iterative.
-
-        Examples
-        --------
-        >>> from formalgram import parse_gbnf
-        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))  # GNF as written
-        >>> node = d.run(b"((")
-        >>> digest = d.canonical(node)
-        >>> [kept] = d.compact([node])
-        >>> d.canonical(kept) == digest, d.canonical(d.step(kept, d.byte_class[ord(")")])) == d.canonical(d.run(b"(()"))
-        (True, True)
-        """
-        finals, edges_of, syms_of, base_of = self._final, self._edges, self._syms, self._base
-        self.reset()
-        new: dict[int, int] = {DEAD: DEAD, START: START, _EPS: _EPS}
-        todo = list(roots)
-        while todo:
-            n = todo[-1]
-            if n in new:
-                todo.pop()
-                continue
-            syms = syms_of[n]
-            if syms:
-                base = base_of[n]
-                if base not in new:
-                    todo.append(base)
-                    continue
-                todo.pop()
-                new[n] = self._chain(syms, new[base])
-                continue
-            pending = [child for _, child in edges_of[n] if child not in new]
-            if pending:
-                todo.extend(pending)
-                continue
-            todo.pop()
-            new[n] = self._node(finals[n], tuple((sym, new[child]) for sym, child in edges_of[n]))
-        return [new[r] for r in roots]
-
-    # -- trie nodes -----------------------------------------------------------------------
-    def _node(self, final: bool, edges: tuple[Edge, ...]) -> int:
-        """The set with the given final flag and root edges (canonical id)."""
-        if not final:
-            if len(edges) == 1:
-                return self._chain((edges[0][0],), edges[0][1])
-            if not edges:
-                return DEAD
-        k = (final, edges)
-        i = self._ids.get(k)
-        if i is None:
-            i = len(self._final)
-            self._ids[k] = i
-            self._final.append(final)
-            self._edges.append(edges)
-            self._syms.append(())
-            self._base.append(-1)
-        return i
-
-    def _chain(self, syms: tuple[int, ...], base: int) -> int:
-        """The set ``{syms · w : w in base}`` for a non-empty ``syms`` (canonical id)."""
-        if base == DEAD:
-            return DEAD
-        below = self._syms[base]
-        if below:
-            syms = syms + below
-            base = self._base[base]
-        k = (syms, base)
-        i = self._chains.get(k)
-        if i is None:
-            i = len(self._final)
-            self._chains[k] = i
-            self._final.append(False)
-            self._edges.append(())
-            self._syms.append(syms)
-            self._base.append(base)
-        return i
-
-    def _edges_of(self, node: int) -> tuple[Edge, ...]:
-        """Root edges of a set (for a chain: its first symbol and the rest of the chain)."""
-        edges = self._edges[node]
-        if edges:
-            return edges
-        syms = self._syms[node]
-        if not syms:
-            return edges
-        base = self._base[node]
-        rest = base if len(syms) == 1 else self._chain(syms[1:], base)
-        edges = ((syms[0], rest),)
-        self._edges[node] = edges
-        return edges
-
-    def _union(self, ids: list[int]) -> int:
-        """The union of several sets (memoised n-ary merge of canonical tries).
-
-        The merge descends as deep as the tries share paths (one level per symbol of the
-        longest ``σ_out · # · reverse(σ_in)``), so it runs on an explicit stack of pending
-        merges instead of Python recursion.  Each pending merge is computed exactly as a
-        recursive merge would, children in increasing symbol order, so node ids are the same.
-        """
-        if len(ids) == 1:
-            return ids[0]
-        key = _union_key(ids)
-        r = self._known_union(key)
-        if r >= 0:
-            return r
-        pending = [self._open_merge(key)]
-        while True:
-            top = pending[-1]
-            done = top.done
-            parts = top.parts
-            if len(done) < len(parts):
-                part = parts[len(done)]
-                if len(part) == 1:
-                    done.append(part[0])
-                    continue
-                sub = _union_key(part)
-                r = self._known_union(sub)
-                if r >= 0:
-                    done.append(r)
-                else:
-                    pending.append(self._open_merge(sub))
-                continue
-            if top.prefix:
-                r = self._chain(top.prefix, done[0])
-            else:
-                r = self._node(top.final, tuple(zip(top.syms, done, strict=True)))
-            self._unions[top.key] = r
-            pending.pop()
-            if not pending:
-                return r
-            pending[-1].done.append(r)
-
-    def _known_union(self, key: tuple[int, ...]) -> int:
-        """The union of the sets ``key`` (from :func:`_union_key`) if known without merging, else -1."""
-        if not key:
-            return DEAD
-        if len(key) == 1:
-            return key[0]
-        r = self._unions.get(key)
-        return -1 if r is None else r
-
-    def _open_merge(self, key: tuple[int, ...]) -> _Merge:
-        """The pending merge of the sets ``key`` (at least two, none DEAD), its parts to merge first.
-
-        Chains that all start with the same symbol have their common prefix ``P`` factored
-        out at once: ``⋃ P·s_i·B_i = P · ⋃ s_i·B_i`` (one part, then one chain).  Otherwise the
-        root edges are grouped by symbol: one part per symbol, its children.
-        """
-        syms = self._syms
-        first = syms[key[0]]
-        if first:
-            p = len(first)
-            head = first[0]
-            for h in key[1:]:
-                s = syms[h]
-                if not s or s[0] != head:
-                    p = 0
-                    break
-                if len(s) < p:
-                    p = len(s)
-                i = 1
-                while i < p and s[i] == first[i]:
-                    i += 1
-                p = i
-            if p:
-                rests: list[int] = []
-                for h in key:
-                    s = syms[h]
-                    rests.append(self._base[h] if len(s) == p else self._chain(s[p:], self._base[h]))
-                return _Merge(key, first[:p], False, [], [rests])
-        final = False
-        children: dict[int, list[int]] = {}
-        for h in key:
-            if self._final[h]:
-                final = True
-            for sym, child in self._edges_of(h):
-                lst = children.get(sym)
-                if lst is None:
-                    children[sym] = [child]
-                else:
-                    lst.append(child)
-        order = sorted(children)
-        return _Merge(key, (), final, order, [children[sym] for sym in order])
-
+    # -- the stack symbols below
     def _kept_below(self, rev_in: int, z: int) -> int:
         """The strings of ``rev_in`` whose first symbol ``z`` can lie below (DEAD if none)."""
         k = rev_in * self._n + z
@@ -631,7 +375,7 @@ class DisplacementSearch:
         below_classes = self._below_classes
         scanned = 0
         if node == START:
-            self._consume([(a, _EPS) for a in self._starters[c]], c, groups)
+            self._consume([(a, EPS) for a in self._starters[c]], c, groups)
         elif node != DEAD:
             edges = self._edges_of(node)
             scanned = len(edges)
@@ -807,7 +551,7 @@ class DisplacementSearch:
         Notes
         -----
         Memoised per node; an iterative post-order over the ``σ_out`` part of the trie (a
-        DAG), one :meth:`union` per node of it.
+        DAG), one :meth:`~formalgram_cfgzip.search.trie.SymbolTrie.union` per node of it.
 
         Examples
         --------
@@ -844,51 +588,6 @@ class DisplacementSearch:
             todo.pop()
             memo[n] = self._union(parts) if parts else DEAD
         return memo[node]
-
-    def edges(self, node: int) -> tuple[Edge, ...]:
-        """The ``(symbol, child)`` root edges of a set, ascending (a chain: its first symbol).
-
-        Separator symbols are negative.  O(1) (a chain's edge is built once).
-
-        Examples
-        --------
-        >>> from formalgram import parse_gbnf
-        >>> d = DisplacementSearch(parse_gbnf('root ::= "(" root root | ")"'))
-        >>> [sym for sym, _ in d.edges(d.popped(d.run(b")")))]
-        [0]
-        """
-        return self._edges_of(node)
-
-    def is_final(self, node: int) -> bool:
-        """Whether the empty string belongs to the set ``node``; O(1)."""
-        return self._final[node]
-
-    def strings(self, node: int) -> frozenset[tuple[int, ...]]:
-        """All strings of a set (for tests and debugging).
-
-        Parameters
-        ----------
-        node : int
-            A node id.
-
-        Returns
-        -------
-        frozenset of tuple of int
-            The strings ``σ_out · # · reverse(σ_in)`` (separators are negative).
-
-        Notes
-        -----
-        Exponential in the worst case.
-        """
-        out: set[tuple[int, ...]] = set()
-        todo: list[tuple[int, tuple[int, ...]]] = [(node, ())]
-        while todo:
-            n, prefix = todo.pop()
-            if self._final[n]:
-                out.add(prefix)
-            for sym, child in self._edges_of(n):
-                todo.append((child, (*prefix, sym)))
-        return frozenset(out)
 
     def displacement(self, node: int) -> frozenset[tuple[tuple[int, ...], tuple[int, ...]]]:
         """The displacement as explicit ``(σ_in, σ_out)`` id tuples, top first (for tests).
@@ -940,55 +639,6 @@ class DisplacementSearch:
         As :meth:`key_of` plus :meth:`digest`.
         """
         return self.digest(self.key_of(node))
-
-    def digest(self, node: int) -> CanonicalKey:
-        """SHA-256 digest of a trie: equal sets of strings <=> equal digests.
-
-        Parameters
-        ----------
-        node : int
-            A node id (for the digest of a displacement, a key from :meth:`key_of`).
-
-        Returns
-        -------
-        bytes
-
-        Notes
-        -----
-        Iterative post-order over the nodes not digested yet (memoised until the next
-        reset); chains are hashed as if unrolled, so the digest does not depend on how the
-        set is stored.
-        """
-        done = self._digest
-        todo = [node]
-        while todo:
-            n = todo[-1]
-            if n in done:
-                todo.pop()
-                continue
-            syms = self._syms[n]
-            if syms:
-                base = self._base[n]
-                if base not in done:
-                    todo.append(base)
-                    continue
-                todo.pop()
-                h = done[base]
-                for j in range(len(syms) - 1, -1, -1):
-                    h = hashlib.sha256(b"N" + syms[j].to_bytes(8, "little", signed=True) + h).digest()
-                done[n] = h
-                continue
-            pending = [child for _, child in self._edges[n] if child not in done]
-            if pending:
-                todo.extend(pending)
-                continue
-            todo.pop()
-            m = hashlib.sha256(b"F" if self._final[n] else b"N")
-            for sym, child in self._edges[n]:
-                m.update(sym.to_bytes(8, "little", signed=True))
-                m.update(done[child])
-            done[n] = m.digest()
-        return done[node]
 
     def size(self) -> int:
         """Interned trie nodes plus memo entries (what a reset frees); O(1)."""

@@ -33,9 +33,10 @@ from formalgram.grammar import Grammar
 from formalgram.pda import PDA
 from formalgram_cfgzip.cache import read_cache, write_cache
 from formalgram_cfgzip.errors import CacheError
-from formalgram_cfgzip.search.displacement import DEAD, DisplacementSearch
+from formalgram_cfgzip.search.displacement import DisplacementSearch
 from formalgram_cfgzip.search.driver import build_trie, walk_trie
 from formalgram_cfgzip.search.native import NativeSearch
+from formalgram_cfgzip.search.trie import DEAD
 
 __all__ = [
     "DOMAINS_VERSION",

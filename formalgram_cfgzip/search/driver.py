@@ -23,8 +23,9 @@ import numpy.typing as npt
 
 from formalgram.errors import GrammarTooLarge
 from formalgram.grammar import Grammar
-from formalgram_cfgzip.search.displacement import DEAD, START, CanonicalKey, DisplacementSearch
+from formalgram_cfgzip.search.displacement import DisplacementSearch
 from formalgram_cfgzip.search.native import NativeSearch, new_search
+from formalgram_cfgzip.search.trie import DEAD, START, CanonicalKey
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 Search = DisplacementSearch | NativeSearch  # the Python search or the C kernel's
@@ -90,11 +91,9 @@ def rep_order(toks: TokenTable) -> npt.NDArray[np.int64]:
     return order
 
 
-_TABLES: list[tuple[Vocabulary, TokenTable]] = []  # the last vocabulary seen, with its table
-
-
 def token_table(vocab: Vocabulary) -> TokenTable:
-    """Flat arrays of ``vocab``'s searched tokens; cached for the last vocabulary used.
+    """Flat arrays of ``vocab``'s searched tokens (kept, with the vocabulary's other preparations,
+    by :class:`~formalgram_cfgzip.compress.PreparedVocabulary`).
 
     Parameters
     ----------
@@ -107,7 +106,7 @@ def token_table(vocab: Vocabulary) -> TokenTable:
 
     Notes
     -----
-    O(total token bytes) numpy work the first time, O(1) for the same vocabulary object again.
+    O(total token bytes) numpy work.
 
     Examples
     --------
@@ -116,9 +115,6 @@ def token_table(vocab: Vocabulary) -> TokenTable:
     >>> t.ids.tolist(), t.lengths.tolist(), bytes(t.flat)
     ([0, 2], [2, 1], b'abc<s>')
     """
-    for v, table in _TABLES:
-        if v is vocab:
-            return table
     tokens = vocab.tokens
     n = len(tokens)
     holes = [i for i, t in enumerate(tokens) if t is None] if tokens.count(None) else []
@@ -139,10 +135,7 @@ def token_table(vocab: Vocabulary) -> TokenTable:
         all_lengths[np.asarray(holes, dtype=np.int64)] = -1
     ids = np.flatnonzero(searched).astype(np.int64)
     by_length = np.lexsort((ids, lengths[ids])).astype(np.int64)
-    table = TokenTable(ids, starts[ids], lengths[ids], flat, all_lengths, by_length)
-    _TABLES.clear()
-    _TABLES.append((vocab, table))
-    return table
+    return TokenTable(ids, starts[ids], lengths[ids], flat, all_lengths, by_length)
 
 
 @dataclass(frozen=True, eq=False)
@@ -259,11 +252,10 @@ def build_trie(
 
 SMALL_LEVEL = 1024  # trie levels with at most this many nodes are walked without numpy
 
-_TRIES: list[tuple[TokenTable, int, SequenceTrie]] = []  # tries of the last token table seen
-
 
 def token_trie(toks: TokenTable, sample: int = 1) -> SequenceTrie:
-    """The trie of the bytes of every ``sample``-th token of ``toks``; cached for the last table.
+    """The trie of the bytes of every ``sample``-th token of ``toks`` (kept per vocabulary by
+    :meth:`PreparedVocabulary.sample_trie <formalgram_cfgzip.compress.PreparedVocabulary.sample_trie>`).
 
     Parameters
     ----------
@@ -279,7 +271,7 @@ def token_trie(toks: TokenTable, sample: int = 1) -> SequenceTrie:
 
     Notes
     -----
-    :func:`build_trie` the first time, O(1) for the same table and sample again.
+    :func:`build_trie` of ``1/sample`` of the token bytes.
 
     Examples
     --------
@@ -287,14 +279,7 @@ def token_trie(toks: TokenTable, sample: int = 1) -> SequenceTrie:
     >>> t.size, [e.tolist() for e in t.end_positions]
     (3, [[1, 2], [0]])
     """
-    for table, every, trie in _TRIES:
-        if table is toks and every == sample:
-            return trie
-    trie = build_trie(toks.flat, toks.offsets[::sample], toks.lengths[::sample])
-    if _TRIES and _TRIES[0][0] is not toks:
-        _TRIES.clear()
-    _TRIES.append((toks, sample, trie))
-    return trie
+    return build_trie(toks.flat, toks.offsets[::sample], toks.lengths[::sample])
 
 
 def reset_size(memory_budget: int | None) -> int:
@@ -432,8 +417,7 @@ def search_vocabulary(
     max_states, memory_budget : int, int or None
         The budgets of each worker's search.
     trie : SequenceTrie or None
-        The trie of the tokens' bytes (``token_trie(toks)``, taken from its cache or built
-        when ``None``).
+        The trie of the tokens' bytes (``token_trie(toks)``, built when ``None``).
     domains : list of int or None
         Filled as by :func:`walk_trie` (one domain root of ``search`` per code) when the
         tokens are searched in this process; left empty when worker processes search them

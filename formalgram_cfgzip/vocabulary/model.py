@@ -90,7 +90,7 @@ class Vocabulary:
     [0, 1]
     """
 
-    __slots__ = ("_fingerprint", "_logit_width", "_name", "_special_ids", "_stop_ids", "_tokens")
+    __slots__ = ("_fingerprint", "_invalid", "_logit_width", "_name", "_special_ids", "_stop_ids", "_tokens")
 
     def __init__(
         self,
@@ -127,6 +127,7 @@ class Vocabulary:
         self._logit_width: int = width
         self._name: str = str(name)
         self._fingerprint: str = ""
+        self._invalid: tuple[int, ...] | None = None
 
     # -- alternate constructors ---------------------------------------------------------
     # Each hands over to the reader of its format, imported when called: the readers build
@@ -497,6 +498,33 @@ class Vocabulary:
         """Ids of the tokens that can match grammar text: not holes, not special, ascending."""
         special = self._special_ids
         return [i for i, t in enumerate(self._tokens) if t is not None and i not in special]
+
+    def invalid_ids(self) -> tuple[int, ...]:
+        """Logit indices that are never allowed under any grammar: holes, padding ids, empty
+        tokens and special tokens, stop tokens excepted (the invalid class of every
+        :class:`~formalgram_cfgzip.classes.TokenClasses` holds them).
+
+        Returns
+        -------
+        tuple of int
+            Ascending.
+
+        Notes
+        -----
+        Computed once per vocabulary object, O(size); O(1) afterwards.
+
+        Examples
+        --------
+        >>> Vocabulary([b"a", b"", None, b"<s>", b"</s>"], special_ids=[3, 4], stop_ids=[4], logit_width=6).invalid_ids()
+        (1, 2, 3, 5)
+        """
+        if self._invalid is None:
+            stop = self._stop_ids
+            never = {i for i, t in enumerate(self._tokens) if not t and i not in stop}
+            never.update(i for i in self._special_ids if i not in stop)
+            never.update(range(len(self._tokens), self._logit_width))
+            self._invalid = tuple(sorted(never))
+        return self._invalid
 
     def decode(self, ids: Iterable[int]) -> bytes:
         """Concatenated bytes of a sequence of tokens.

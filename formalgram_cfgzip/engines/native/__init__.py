@@ -13,7 +13,6 @@ This package is the ``engine="native"`` backend of :func:`formalgram_cfgzip.engi
 
 from __future__ import annotations
 
-from formalgram_cfgzip.engines.native._adapter import DomainAutomaton, domain_automaton, domain_roots
 from formalgram_cfgzip.engines.native.gss import BOTTOM, PyState
 from formalgram_cfgzip.engines.native.matcher import (
     NativeCompiled,
@@ -22,20 +21,16 @@ from formalgram_cfgzip.engines.native.matcher import (
     compile_grammar,
     resolve_tables,
 )
-from formalgram_cfgzip.engines.native.tables import NativeTables, build_tables, classes_fingerprint
+from formalgram_cfgzip.engines.native.tables import NativeTables, build_tables
 
 __all__ = [
     "BOTTOM",
-    "DomainAutomaton",
     "NativeCompiled",
     "NativeMatcher",
     "NativeTables",
     "PyState",
     "build_tables",
-    "classes_fingerprint",
     "compile_full",
     "compile_grammar",
-    "domain_automaton",
-    "domain_roots",
     "resolve_tables",
 ]

@@ -10,7 +10,8 @@ displacement, so they leave the same stacks) and fills class masks with one walk
 stack through the domain automaton.  Token masks, batches, rollback, the special-token
 policy, the expanders (one per torch device) and every argument check are the shared ones
 of :class:`~formalgram_cfgzip.engines.base.CompiledGrammar` and
-:class:`~formalgram_cfgzip.engines.base.EngineMatcher`.
+:class:`~formalgram_cfgzip.engines.matcher.EngineMatcher`.  The start rule is the ``root``
+every engine and ``compress`` take.
 
 Kernels: the C kernel ``_cnative`` when it is built (``kernel="auto"``; not with
 ``FORMALGRAM_NO_CNATIVE=1``), else the pure-Python
@@ -30,19 +31,16 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from formalgram_cfgzip.engines.native._adapter import (
-    CacheError,
-    CompiledGrammar,
-    EngineError,
-    EngineMatcher,
-    Grammar,
-    TokenClasses,
-    Vocabulary,
-    class_vocabulary,
-    prepare_compressed,
-)
+from formalgram.grammar import Grammar
+from formalgram_cfgzip.classes import TokenClasses, classes_fingerprint
+from formalgram_cfgzip.engines.arguments import prepare_compressed
+from formalgram_cfgzip.engines.base import CompiledGrammar
+from formalgram_cfgzip.engines.matcher import EngineMatcher
 from formalgram_cfgzip.engines.native.gss import PyState
-from formalgram_cfgzip.engines.native.tables import NativeTables, build_tables, classes_fingerprint
+from formalgram_cfgzip.engines.native.tables import NativeTables, build_tables
+from formalgram_cfgzip.engines.tokens import class_vocabulary
+from formalgram_cfgzip.errors import CacheError, EngineError
+from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
     "TABLES_SUBDIR",
@@ -128,7 +126,7 @@ def _c_tables(module: Any, t: NativeTables) -> Any:
 class NativeMatcher(EngineMatcher):
     """Matcher over real token ids backed by a native kernel state (one sequence).
 
-    See :class:`~formalgram_cfgzip.engines.base.EngineMatcher` for the protocol and its errors.
+    See :class:`~formalgram_cfgzip.engines.matcher.EngineMatcher` for the protocol and its errors.
     """
 
     # The kernels' fills write an all-zero row once a stop token was accepted -- what the
@@ -233,7 +231,7 @@ class NativeCompiled(CompiledGrammar):
     kernel : {"auto", "c", "python"}, keyword-only
         ``"auto"``: the C kernel when built, else pure Python.
     max_rollback_tokens : int or None, keyword-only
-        Bound on :meth:`~formalgram_cfgzip.engines.base.EngineMatcher.rollback`: once a
+        Bound on :meth:`~formalgram_cfgzip.engines.matcher.EngineMatcher.rollback`: once a
         matcher holds twice this many accepted tokens it forgets all but the last this many
         (a rollback never reaches past a forgotten position) and frees the stack nodes that
         only older positions reached, so its memory stays bounded however long the text.
@@ -376,6 +374,8 @@ def resolve_tables(
     classes: TokenClasses,
     grammar: Grammar | str,
     tables: NativeTables | str | os.PathLike[str] | None,
+    *,
+    root: str = "root",
 ) -> NativeTables:
     """The tables to compile with: given, loaded from a directory, or built (and saved there).
 
@@ -395,6 +395,8 @@ def resolve_tables(
         rebuilt and replaced, with a warning; one that cannot be written only warns); for
         classes without a cache directory, built now
         (:func:`~formalgram_cfgzip.engines.native.tables.build_tables`).
+    root : str, keyword-only
+        The start rule of a grammar text.
 
     Returns
     -------
@@ -436,14 +438,14 @@ def resolve_tables(
         return tables
     if tables is None:
         if not classes.cache_dir:
-            return build_tables(classes, grammar, check=False)
-        return _beside_classes(classes, grammar, Path(classes.cache_dir) / TABLES_SUBDIR)
+            return build_tables(classes, grammar, check=False, root=root)
+        return _beside_classes(classes, grammar, Path(classes.cache_dir) / TABLES_SUBDIR, root)
     if not isinstance(tables, (str, os.PathLike)):
         raise EngineError(f"tables must be NativeTables, a directory or None, got {type(tables).__name__}")
     where = Path(tables)
     if _holds_tables(where):
         return NativeTables.load(where, classes)
-    built = build_tables(classes, grammar, check=False)
+    built = build_tables(classes, grammar, check=False, root=root)
     built.save(where)
     return built
 
@@ -452,14 +454,14 @@ def _holds_tables(where: Path) -> bool:
     return (where / "meta.json").exists() or (where / "arrays.npz").exists()
 
 
-def _beside_classes(classes: TokenClasses, grammar: Grammar | str, where: Path) -> NativeTables:
+def _beside_classes(classes: TokenClasses, grammar: Grammar | str, where: Path, root: str) -> NativeTables:
     """The tables kept in the classes' own cache directory: loaded, else (re)built and kept."""
     if _holds_tables(where):
         try:
             return NativeTables.load(where, classes)
         except CacheError as exc:
             warnings.warn(f"rebuilding the native tables: {exc}", stacklevel=4)
-    built = build_tables(classes, grammar, check=False)
+    built = build_tables(classes, grammar, check=False, root=root)
     try:
         built.save(where)
     except CacheError as exc:
@@ -488,12 +490,12 @@ def compile_grammar(
     grammar_text : str
         The GBNF text the classes were computed from.
     root : str, keyword-only
-        Start rule; the native engine reads ``root`` only (the start rule of ``compress``).
+        Start rule, the one the classes were computed from (``compress(..., root=...)``).
     vocab : Vocabulary or None, keyword-only
         The vocabulary the caller decodes with; checked against ``classes.vocab``.
     check : bool, keyword-only
         Validate fingerprints and the special-token policy
-        (:func:`~formalgram_cfgzip.engines.base.check_classes`).
+        (:func:`~formalgram_cfgzip.engines.tokens.check_classes`).
     max_threads : int or None, keyword-only
         Accepted for the common signature (checked, at least 1); the native engine fills
         batches in the calling thread.
@@ -517,8 +519,8 @@ def compile_grammar(
     CacheError
         A tables directory that is corrupted or for other classes.
     EngineError
-        On an option of the wrong type or value, a ``root`` other than ``"root"``, tables
-        for other classes, or ``kernel="c"`` without the C kernel.
+        On an option of the wrong type or value, tables for other classes, or ``kernel="c"``
+        without the C kernel.
     GrammarTooLarge, GrammarError
         If building the tables exceeds a budget or the grammar cannot be converted.
 
@@ -542,13 +544,11 @@ def compile_grammar(
     [1, 4]
     """
     prepare_compressed(classes, grammar_text, root=root, vocab=vocab, check=check, max_threads=max_threads)
-    if root != "root":
-        raise EngineError(f"the native engine starts at rule 'root' (as compress does), not {root!r}")
     if kernel not in ("auto", "c", "python"):
         raise EngineError(f"kernel must be 'auto', 'c' or 'python', got {kernel!r}")
     return NativeCompiled(
         classes,
-        resolve_tables(classes, grammar_text, tables),
+        resolve_tables(classes, grammar_text, tables, root=root),
         kernel=kernel,
         max_rollback_tokens=max_rollback_tokens,
     )

@@ -25,29 +25,25 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from formalgram_cfgzip.engines.native._adapter import (
-    PDA,
-    CacheError,
+from formalgram.analysis import generating, reachable
+from formalgram.errors import GrammarError
+from formalgram.grammar import Grammar
+from formalgram.pda import PDA
+from formalgram_cfgzip.cache import grammar_fingerprint, read_cache, write_cache
+from formalgram_cfgzip.classes import TokenClasses, classes_fingerprint, searched_strategy
+from formalgram_cfgzip.errors import CacheError, ClassesMismatchError
+from formalgram_cfgzip.pipeline import searched_gnf
+from formalgram_cfgzip.search.domains import (
     ClassDomains,
-    ClassesMismatchError,
     DomainAutomaton,
-    Grammar,
-    TokenClasses,
-    answering,
     class_domains,
-    class_gnf,
-    classes_fingerprint,
     domain_roots,
     gnf_digest,
-    grammar_fingerprint,
-    new_search,
-    read_cache,
     representative_texts,
-    searched_strategy,
-    write_cache,
 )
+from formalgram_cfgzip.search.native import answering, new_search
 
-__all__ = ["TABLES_VERSION", "NativeTables", "build_tables", "classes_fingerprint"]
+__all__ = ["TABLES_VERSION", "NativeTables", "build_tables"]
 
 TABLES_VERSION = "native-tables-2"
 I32 = npt.NDArray[np.int32]
@@ -341,6 +337,7 @@ def build_tables(
     gnf: Grammar | None = None,
     check: bool = True,
     max_states: int = 4_000_000,
+    root: str = "root",
 ) -> NativeTables:
     """Compute the native engine's tables for ``classes`` of ``grammar``.
 
@@ -354,12 +351,15 @@ def build_tables(
         The grammar (or its GBNF text) of the classes.
     gnf : Grammar or None, keyword-only
         The GNF grammar to use (``None``: the one recorded with the classes' domains, else
-        recomputed as ``compress`` did, specialised when the classes say so).  The mask is exact for any GNF grammar of the language; the tables
-        are smallest on the GNF the classes were computed on.
+        recomputed as ``compress`` did (:func:`~formalgram_cfgzip.pipeline.searched_gnf`),
+        specialised when the classes say so).  The mask is exact for any GNF grammar of the
+        language; the tables are smallest on the GNF the classes were computed on.
     check : bool, keyword-only
         Check the grammar's fingerprint against the classes (``False``: the caller did).
     max_states : int, keyword-only
         Bound on the domain automaton's states.
+    root : str, keyword-only
+        The start rule of a grammar text (as given to ``compress``).
 
     Returns
     -------
@@ -394,7 +394,7 @@ def build_tables(
     (True, [0, 1, 0, 0])
     """
     t0 = time.perf_counter()
-    fp = grammar_fingerprint(grammar) if check else classes.grammar_sha256
+    fp = grammar_fingerprint(grammar, start=root) if check else classes.grammar_sha256
     if check and fp != classes.grammar_sha256:
         raise ClassesMismatchError(
             "these TokenClasses were computed for another grammar "
@@ -406,10 +406,13 @@ def build_tables(
         gnf = (
             kept
             if kept is not None
-            else class_gnf(
-                grammar,
-                specialized=bool(classes.stats.get("specialized", 0.0)),
-                strategy=searched_strategy(classes.stats),
+            else _generating_gnf(
+                searched_gnf(
+                    grammar,
+                    specialized=bool(classes.stats.get("specialized", 0.0)),
+                    strategy=searched_strategy(classes.stats),
+                    root=root,
+                )
             )
         )
     t_gnf = time.perf_counter() - t0
@@ -455,6 +458,16 @@ def build_tables(
         classes_fingerprint(classes),
         stats,
     )
+
+
+def _generating_gnf(gnf: Grammar) -> Grammar:
+    """``gnf``, checked: every nonterminal reachable from its start derives something (a
+    :class:`GrammarError` otherwise; the stack graph relies on it)."""
+    live = generating(gnf)
+    for a in reachable(gnf):
+        if a not in live:
+            raise GrammarError(f"GNF symbol {gnf.names[a]!r} is reachable but derives nothing")
+    return gnf
 
 
 def _search_domains(classes: TokenClasses, gnf: Grammar, max_states: int) -> ClassDomains:
