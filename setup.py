@@ -74,6 +74,7 @@ def _c_extensions() -> list[Extension]:
         Extension(
             "formalgram_cfgzip.expand._cexpand",
             ["formalgram_cfgzip/expand/_cexpand.c"],
+            depends=["formalgram_cfgzip/_cexpand_api.h"],
             extra_compile_args=args,
         ),
         Extension(

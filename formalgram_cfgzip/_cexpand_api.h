@@ -1,0 +1,28 @@
+/*
+ * The C-level entry of formalgram_cfgzip.expand._cexpand for other extensions.
+ *
+ * The expansion kernel exports this struct in a capsule (CEXPAND_CAPSULE), so that the native
+ * engine's kernel (formalgram_cfgzip/engines/native/_cnative.c) fills a class row and expands it
+ * through the same Kernel, row cache included, in one call from Python: no buffers to
+ * re-acquire, no Python frame between the two steps.
+ */
+#ifndef FORMALGRAM_CEXPAND_API_H
+#define FORMALGRAM_CEXPAND_API_H
+
+#include <Python.h>
+#include <stdint.h>
+
+#define CEXPAND_CAPSULE "formalgram_cfgzip.expand._cexpand._C_API"
+#define CEXPAND_API_VERSION 1
+
+typedef struct {
+    int version; /* CEXPAND_API_VERSION */
+    /* the words of a class row and of a token row of `kernel`; -1 with a TypeError when it is
+     * not an initialised Kernel */
+    int (*sizes)(PyObject *kernel, Py_ssize_t *class_words, Py_ssize_t *token_words);
+    /* one class row into one token row through the kernel's row cache (Kernel.expand_rows);
+     * returns the plan code (8: a cache hit) */
+    int (*expand_row)(PyObject *kernel, const uint32_t *class_row, uint32_t *out);
+} CExpandAPI;
+
+#endif
