@@ -201,6 +201,13 @@ class MaskExpander:
         return self._kernel.last_plan
 
     @property
+    def c_kernel(self) -> object | None:
+        """The compiled ``formalgram_cfgzip.expand._cexpand.Kernel`` itself when the C kernel
+        is in use, else ``None``: other C extensions expand rows through it directly (the
+        native engine's fused fill and expansion, ``State.fill_token``)."""
+        return self._kernel.raw if isinstance(self._kernel, CKernel) else None
+
+    @property
     def num_dense(self) -> int:
         """Number of dense classes: with a precomputed row each (C kernel) or covered by the
         subset tables (numpy kernel)."""

@@ -27,6 +27,7 @@ from typing import Any
 SOURCE = "formalgram_cfgzip/engines/native/_cnative.c"
 MODULE = "formalgram_cfgzip.engines.native._cnative"
 HEADER = "formalgram_cfgzip/_cgrow.h"  # included by the source (growable arrays)
+API_HEADER = "formalgram_cfgzip/_cexpand_api.h"  # included by the source (the expansion kernel's C entry)
 
 
 def native_extensions(extra_compile_args: list[str] | None = None) -> list[Any]:
@@ -50,4 +51,4 @@ def native_extensions(extra_compile_args: list[str] | None = None) -> list[Any]:
     if extra_compile_args is None:
         extra_compile_args = [] if sys.platform == "win32" else ["-O3"]
     extension = importlib.import_module("setuptools").Extension  # setuptools: a build-time dependency only
-    return [extension(MODULE, [SOURCE], depends=[HEADER], extra_compile_args=list(extra_compile_args))]
+    return [extension(MODULE, [SOURCE], depends=[HEADER, API_HEADER], extra_compile_args=list(extra_compile_args))]

@@ -149,6 +149,43 @@ class NativeMatcher(EngineMatcher):
         #: history length that triggers a compaction down to ``keep`` tokens (amortised O(1))
         self._keep = keep if keep is not None else -1
         self._compact_at = 2 * keep + 1 if keep is not None else -1
+        # the fused fill and expansion: both C kernels, the state expanding its class mask
+        # through the compiled grammar's expansion kernel in one call (None: the shared path)
+        ex = compiled.expander
+        self._ckernel = ex.c_kernel if ex is not None else None
+        self._fill_token = getattr(self._state, "fill_token", None) if self._ckernel is not None else None
+
+    def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
+        """Write the full-vocabulary mask (XGrammar layout) into row ``index`` of ``bitmask``.
+
+        As :meth:`EngineMatcher.fill_next_token_bitmask
+        <formalgram_cfgzip.engines.matcher.EngineMatcher.fill_next_token_bitmask>` (same
+        arguments, rows and errors).
+
+        Notes
+        -----
+        With both C kernels, a numpy int32 bitmask in shape takes one call into C: the class
+        fill (answered from the state's memo when the stack's tops are those of its last fill)
+        and the expansion through the compiled grammar's row cache.  That call holds the GIL
+        throughout, so it needs no :attr:`~CompiledGrammar.expander_lock`: no other thread can
+        use the expander in between.
+        """
+        fused = self._fill_token
+        if (
+            fused is not None
+            and type(bitmask) is np.ndarray
+            and type(index) is int
+            and bitmask.dtype == np.int32
+            and bitmask.ndim == 2
+            and bitmask.shape[1] == self._token_words
+            and 0 <= index < bitmask.shape[0]
+        ):
+            try:
+                fused(self._ckernel, bitmask, index)
+                return
+            except (BufferError, ValueError):  # not C-contiguous or read-only: the shared path says which
+                pass
+        super().fill_next_token_bitmask(bitmask, index)
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by a real token id; ``False`` (state unchanged) if the grammar forbids it.
