@@ -160,6 +160,8 @@ typedef struct {
     uint32_t *c_keys;       /* cap * cw */
     uint32_t *c_rows;       /* cap * nw */
     uint64_t *c_hash;       /* cap */
+    uint32_t *c_gen;        /* cap: bumped whenever a slot's row is dropped (a hint's check) */
+    uint64_t uid;           /* this kernel's number among the kernels made (a hint's check) */
     int32_t *c_prev, *c_next; /* LRU list: head = most recently used */
     int32_t c_head, c_tail;
     int32_t *c_table;       /* open addressing (linear probing), tsize slots, -1 empty */
@@ -189,6 +191,7 @@ Kernel_dealloc(Kernel *self)
     PyMem_Free(self->c_keys);
     PyMem_Free(self->c_rows);
     PyMem_Free(self->c_hash);
+    PyMem_Free(self->c_gen);
     PyMem_Free(self->c_prev);
     PyMem_Free(self->c_next);
     PyMem_Free(self->c_table);
@@ -422,11 +425,12 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         self->c_keys = PyMem_Malloc((size_t)cache_rows * (size_t)cw * sizeof(uint32_t));
         self->c_rows = PyMem_Malloc((size_t)cache_rows * (size_t)nw * sizeof(uint32_t));
         self->c_hash = PyMem_Malloc((size_t)cache_rows * sizeof(uint64_t));
+        self->c_gen = PyMem_Calloc((size_t)cache_rows, sizeof(uint32_t));
         self->c_prev = PyMem_Malloc((size_t)cache_rows * sizeof(int32_t));
         self->c_next = PyMem_Malloc((size_t)cache_rows * sizeof(int32_t));
         self->c_table = PyMem_Malloc((size_t)tsize * sizeof(int32_t));
-        if (!self->c_keys || !self->c_rows || !self->c_hash || !self->c_prev || !self->c_next ||
-            !self->c_table) {
+        if (!self->c_keys || !self->c_rows || !self->c_hash || !self->c_gen || !self->c_prev ||
+            !self->c_next || !self->c_table) {
             PyErr_NoMemory();
             goto done;
         }
@@ -434,6 +438,8 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         self->c_tmask = tsize - 1;
         self->cap = cache_rows;
     }
+    static uint64_t kernels_made = 0;
+    self->uid = ++kernels_made;
     rc = 0;
 done:
     PyMem_Free(sizes);
@@ -978,11 +984,14 @@ nearest_cached(Kernel *k, Stats *best_diff)
     return best;
 }
 
-/* One row through the cache; returns the plan (PLAN_CACHE_HIT for a hit). */
+/* One row through the cache; returns the plan (PLAN_CACHE_HIT for a hit).  *slot_out (may be
+ * NULL) is the cache slot now holding the row, -1 without a cache. */
 static int
-cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
+cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out)
 {
     Py_ssize_t nw = k->nw, cw = k->cw;
+    if (slot_out)
+        *slot_out = -1;
     if (k->cap == 0) /* no cache: nothing is counted */
         return compute_row(k, row, NULL, NULL, NULL, out, -1, -1);
     uint64_t h = load_key(k, row);
@@ -995,6 +1004,8 @@ cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
             lru_push_front(k, s);
         }
         k->hits++;
+        if (slot_out)
+            *slot_out = s;
         return PLAN_CACHE_HIT;
     }
     k->misses++;
@@ -1015,6 +1026,7 @@ cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
         s = k->c_tail;
         lru_unlink(k, s);
         table_remove(k, s);
+        k->c_gen[s]++;
         k->evictions++;
         int32_t dummy;
         pos = find_pos(k, h, &dummy); /* the removal may have moved the empty position */
@@ -1024,9 +1036,19 @@ cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
     memcpy(k->c_keys + (size_t)s * (size_t)cw, k->c_key, (size_t)cw * 4);
     memcpy(k->c_rows + (size_t)s * (size_t)nw, out, (size_t)nw * 4);
     lru_push_front(k, s);
+    if (slot_out)
+        *slot_out = s;
     return plan;
 }
 
+static int
+cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
+{
+    return cached_row_at(k, row, out, NULL);
+}
+
+/* Kernel.expand_rows(class_bitmask, out, indices=None) -> last row's plan (8: cache hit);
+ * `indices` is an int64 buffer (one output row per class row) or, for one class row, an int */
 static PyObject *
 Kernel_expand_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1099,6 +1121,8 @@ Kernel_clear_cache(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
     if (k->cap > 0)
         memset(k->c_table, 0xff, (size_t)(k->c_tmask + 1) * sizeof(int32_t));
+    for (Py_ssize_t i = 0; i < k->n_cached; i++)
+        k->c_gen[i]++;
     k->n_cached = 0;
     k->c_head = k->c_tail = -1;
     k->hits = k->misses = k->evictions = k->deltas = 0;
@@ -1326,10 +1350,31 @@ api_sizes(PyObject *obj, Py_ssize_t *class_words, Py_ssize_t *token_words)
     return 0;
 }
 
+/* A hint (see _cexpand_api.h) is taken when it names this kernel and a slot whose row was not
+ * dropped since: the caller vouches that the class row is the one the hint was made for. */
 static int
-api_expand_row(PyObject *obj, const uint32_t *class_row, uint32_t *out)
+api_expand_row(PyObject *obj, const uint32_t *class_row, uint32_t *out, CExpandHint *hint, int same_row)
 {
-    return cached_row((Kernel *)obj, class_row, out);
+    Kernel *k = (Kernel *)obj;
+    if (hint != NULL && same_row && hint->kernel == k->uid && hint->slot < (uint64_t)k->n_cached &&
+        hint->gen == k->c_gen[hint->slot]) {
+        int32_t s = (int32_t)hint->slot;
+        memcpy(out, k->c_rows + (size_t)s * (size_t)k->nw, (size_t)k->nw * 4);
+        if (k->c_head != s) {
+            lru_unlink(k, s);
+            lru_push_front(k, s);
+        }
+        k->hits++;
+        return PLAN_CACHE_HIT;
+    }
+    int32_t slot;
+    int plan = cached_row_at(k, class_row, out, &slot);
+    if (hint != NULL) {
+        hint->kernel = slot >= 0 ? k->uid : 0;
+        hint->slot = slot >= 0 ? (uint64_t)slot : 0;
+        hint->gen = slot >= 0 ? k->c_gen[slot] : 0;
+    }
+    return plan;
 }
 
 static CExpandAPI c_api = {CEXPAND_API_VERSION, api_sizes, api_expand_row};

@@ -469,8 +469,9 @@ typedef struct {
     int32_t *mkey;
     int64_t mkey_cap, mkey_len, mmax;
     uint32_t *mrow;
-    int mvalid;
+    int mvalid, from_memo; /* from_memo: the last fill was the memo's */
     long long memo_hits;
+    CExpandHint khint; /* where the expansion kernel keeps the memo's token row (fill_token) */
 } State;
 
 static void
@@ -911,6 +912,7 @@ fill_row(State *s, uint32_t *row)
     size_t bytes = (size_t)t->words * sizeof(uint32_t);
     if (s->h_term[s->hn - 1]) {
         memset(row, 0, bytes);
+        s->from_memo = 0;
         return 0;
     }
     int32_t ntops;
@@ -921,9 +923,12 @@ fill_row(State *s, uint32_t *row)
     if (s->mvalid && s->mkey_len == len && memcmp(s->mkey, t->key, (size_t)len * sizeof(int32_t)) == 0) {
         memcpy(row, s->mrow, bytes);
         s->memo_hits++;
+        s->from_memo = 1;
         return 0;
     }
     s->mvalid = 0;
+    s->from_memo = 0;
+    memset(&s->khint, 0, sizeof(s->khint)); /* it was for the memo's row */
     if (fill_walk(s, row, tops, ntops) < 0)
         return -1;
     if (GROW(s->mkey, s->mkey_cap, len) < 0)
@@ -1271,14 +1276,17 @@ State_fill_into(State *s, PyObject *const *args, Py_ssize_t nargs)
 
 static const CExpandAPI *g_expand_api;
 
-/* fill_token(kernel, bitmask, index): the class mask, expanded by the expansion Kernel `kernel`
- * (through its row cache) into row index of a C-contiguous int32 token bitmask, in one call (so
- * under the GIL throughout: no other thread uses the kernel in between); returns its plan code */
+/* fill_token(kernel, fallback, bitmask, index=0): the class mask, expanded by the expansion Kernel
+ * `kernel` (through its row cache) into row index of a writable C-contiguous 2-D int32 bitmask
+ * (native byte order) of the kernel's token width, in one call: so under the GIL throughout, and
+ * no other thread uses the kernel in between.  Any other argument -- another object or layout, an
+ * index that is not a plain int in range -- goes to fallback(bitmask, index) instead, which
+ * raises the typed error or takes the general path.  Returns None. */
 static PyObject *
 State_fill_token(State *s, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "fill_token(kernel, bitmask, index)");
+    if (nargs < 3 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "fill_token(kernel, fallback, bitmask, index=0)");
         return NULL;
     }
     if (g_expand_api == NULL) {
@@ -1299,30 +1307,51 @@ State_fill_token(State *s, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_ValueError, "the kernel's class rows have %zd words, the tables' %d", cw, t->words);
         return NULL;
     }
-    Py_ssize_t index = PyLong_AsSsize_t(args[2]);
-    if (index == -1 && PyErr_Occurred())
-        return NULL;
-    if (t->crow == NULL && (t->crow = malloc((size_t)(cw > 0 ? cw : 1) * sizeof(uint32_t))) == NULL)
-        return PyErr_NoMemory();
+    PyObject *bitmask = args[2], *index_obj = nargs == 4 ? args[3] : NULL;
+    Py_ssize_t index = 0;
+    if (index_obj != NULL) {
+        if (!PyLong_CheckExact(index_obj))
+            goto fallback;
+        index = PyLong_AsSsize_t(index_obj);
+        if (index == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto fallback;
+        }
+    }
     Py_buffer v;
-    if (PyObject_GetBuffer(args[1], &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-        return NULL;
-    Py_ssize_t row_bytes = nw * 4;
-    if (row_bytes <= 0 || v.len % row_bytes != 0) {
-        PyErr_Format(PyExc_ValueError, "bitmask rows must have %zd int32 words", nw);
-        PyBuffer_Release(&v);
-        return NULL;
+    if (PyObject_GetBuffer(bitmask, &v, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        goto fallback;
     }
-    if (index < 0 || index >= v.len / row_bytes) {
-        PyErr_Format(PyExc_IndexError, "row %zd is outside a bitmask of %zd rows", index, v.len / row_bytes);
+    const char *f = v.format ? v.format : "B";
+    int int32 = v.itemsize == 4 && (!strcmp(f, "i") || !strcmp(f, "=i") || (sizeof(long) == 4 && !strcmp(f, "l")));
+    if (!int32 || v.ndim != 2 || v.shape[1] != nw || index < 0 || index >= v.shape[0]) {
         PyBuffer_Release(&v);
-        return NULL;
+        goto fallback;
     }
-    int plan = fill_row(s, t->crow) < 0 ? -1 : g_expand_api->expand_row(args[0], t->crow, (uint32_t *)v.buf + index * nw);
+    if (t->crow == NULL && (t->crow = malloc((size_t)(cw > 0 ? cw : 1) * sizeof(uint32_t))) == NULL) {
+        PyBuffer_Release(&v);
+        return PyErr_NoMemory();
+    }
+    int plan = fill_row(s, t->crow) < 0 ? -1
+                                        : g_expand_api->expand_row(args[0], t->crow, (uint32_t *)v.buf + index * nw,
+                                                                   &s->khint, s->from_memo);
     PyBuffer_Release(&v);
     if (plan < 0)
         return NULL;
-    return PyLong_FromLong(plan);
+    Py_RETURN_NONE;
+fallback:;
+    PyObject *call[2] = {bitmask, index_obj != NULL ? index_obj : NULL};
+    if (index_obj == NULL) {
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL)
+            return NULL;
+        call[1] = zero;
+        PyObject *r = PyObject_Vectorcall(args[1], call, 2, NULL);
+        Py_DECREF(zero);
+        return r;
+    }
+    return PyObject_Vectorcall(args[1], call, 2, NULL);
 }
 
 static PyObject *
@@ -1453,9 +1482,10 @@ static PyMethodDef State_methods[] = {
     {"fill_into", (PyCFunction)(void (*)(void))State_fill_into, METH_FASTCALL,
      "fill_into(bitmask, index)\n\nWrite the class mask into row index of a writable C-contiguous int32 bitmask."},
     {"fill_token", (PyCFunction)(void (*)(void))State_fill_token, METH_FASTCALL,
-     "fill_token(kernel, bitmask, index) -> int\n\nThe class mask expanded by the expansion Kernel `kernel`\n"
-     "(formalgram_cfgzip.expand._cexpand, through its row cache) into row index of a writable\n"
-     "C-contiguous int32 token bitmask, in one call; returns the kernel's plan code."},
+     "fill_token(kernel, fallback, bitmask, index=0)\n\nThe class mask expanded by the expansion Kernel\n"
+     "`kernel` (formalgram_cfgzip.expand._cexpand, through its row cache) into row index of a\n"
+     "writable C-contiguous 2-D int32 token bitmask, in one call; any other bitmask or index is\n"
+     "handed to fallback(bitmask, index)."},
     {"stop_allowed", (PyCFunction)State_stop_allowed, METH_NOARGS, "Whether the prefix is in the language."},
     {"is_terminated", (PyCFunction)State_is_terminated, METH_NOARGS, "Whether a stop token was accepted."},
     {"tops", (PyCFunction)State_tops, METH_NOARGS, "The current top nodes, ascending (0: the bottom)."},
