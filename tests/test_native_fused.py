@@ -22,6 +22,7 @@ from formalgram_cfgzip import Vocabulary, compress
 from formalgram_cfgzip.engines import compile_full, compile_grammar
 from formalgram_cfgzip.engines.native.matcher import NativeCompiled, c_module
 from formalgram_cfgzip.errors import BatchIndexError, EngineError
+from formalgram_cfgzip.expand import MaskExpander
 from formalgram_cfgzip.expand._c_kernel import load_c_module
 
 pytest.importorskip("xgrammar")
@@ -163,3 +164,65 @@ def test_fused_path_falls_back_with_the_typed_errors(compiled: tuple[NativeCompi
     tensor = torch.zeros((1, native.token_words), dtype=torch.int32)
     m.fill_next_token_bitmask(tensor, 0)
     assert np.array_equal(tensor.numpy(), want)
+
+
+def test_memo_hint_never_names_an_evicted_row(compiled: tuple[NativeCompiled, Any]) -> None:
+    """A one-row cache: matcher A walks, matcher B stays at the start, and they take turns, so
+    between two fills of one state of A the other evicts its row; a memo answer's hint must
+    then not copy B's row."""
+    native, full = compiled
+    tight = NativeCompiled(native.classes, native.tables)  # type: ignore[arg-type]
+    tight.expander = MaskExpander(native.classes.token_class, native.engine_size, cache_bytes=20_000)  # type: ignore[union-attr]
+    assert tight.expander.cache_stats["capacity"] == 1
+    rng = random.Random(4)
+    stops = sorted(native.vocab.stop_ids)
+    a, xa = tight.matcher(), full.matcher()
+    b, xb = tight.matcher(), full.matcher()
+    differ = 0
+    for step in range(40):
+        rows = []
+        for m, x in ((a, xa), (b, xb)):
+            got, want = tight.allocate_token_bitmask(1), full.allocate_token_bitmask(1)
+            m.fill_next_token_bitmask(got, 0)
+            x.fill_next_token_bitmask(want, 0)
+            assert np.array_equal(got, want), step
+            rows.append(want)
+        differ += not np.array_equal(rows[0], rows[1])
+        if step % 3 == 0:  # A stays in a state for two turns out of three: memo answers
+            options = allowed(rows[0][0], native.logit_width, stops)
+            if options:
+                tok = rng.choice(options)
+                assert a.accept_token(tok) and xa.accept_token(tok)
+    assert differ > 10 and tight.expander.cache_stats["evictions"] > 10
+
+
+def test_every_plan_on_real_rows_equals_xgrammar(compiled: tuple[NativeCompiled, Any]) -> None:
+    """The C expansion kernel on the class rows of a real walk: every forced plan, both ways of
+    combining the dense classes' rows, and the patch of the previous step's row give XGrammar's
+    own full-vocabulary mask of that step."""
+    native, full = compiled
+    kernel: Any = native.expander.c_kernel  # type: ignore[union-attr]
+    rng = random.Random(11)
+    stops = sorted(native.vocab.stop_ids)
+    m, x = native.matcher(), full.matcher()
+    prev: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
+    for step in range(50):
+        cm = native.allocate_class_bitmask(1)
+        m.fill_next_class_bitmask(cm, 0)
+        want = full.allocate_token_bitmask(1)
+        x.fill_next_token_bitmask(want, 0)
+        for plan in (-1, 0, 1, 2, 3, 5):
+            for big in (-1, 0, 1) if plan in (1, 2, 3, 5) else (-1,):
+                out = np.full(native.token_words, -1, dtype=np.int32)
+                kernel.expand(cm[0], out, None, None, plan, big)
+                assert np.array_equal(out, want[0]), (step, plan, big)
+        if prev is not None:
+            out = np.full(native.token_words, -1, dtype=np.int32)
+            assert kernel.expand(cm[0], out, prev[1], prev[0], 4) == 4
+            assert np.array_equal(out, want[0]), (step, "delta")
+        prev = (cm[0].copy(), want[0].copy())
+        options = allowed(want[0], native.logit_width, stops)
+        if not options:
+            break
+        tok = rng.choice(options)
+        assert m.accept_token(tok) and x.accept_token(tok)
