@@ -109,8 +109,8 @@ def measure(tc: npt.NDArray[np.int32], classes: int, rows: list[Array], runs: in
         }
         for name, plan, big in (("gather", 0, -1), ("split", 1, -1), ("set_or", 2, 0), ("set_andn", 2, 1),
                                 ("clear_or", 3, 0), ("clear_andn", 3, 1)):  # fmt: skip
-            rec[name] = best_us(lambda p=plan, b=big: kernel.expand(r, out, None, None, p, b), runs)
-        rec["auto"] = best_us(lambda: kernel.expand(r, out), runs)
+            rec[name] = best_us(lambda p=plan, b=big, r=r: kernel.expand(r, out, None, None, p, b), runs)
+        rec["auto"] = best_us(lambda r=r: kernel.expand(r, out), runs)
         rec["auto_plan"] = float(kernel.expand(r, out))
         if prev is not None:
             kernel.expand(prev, base_out, None, None, 0)
@@ -119,7 +119,7 @@ def measure(tc: npt.NDArray[np.int32], classes: int, rows: list[Array], runs: in
             rec["d_big"] = float((diff & dense).sum())
             rec["d_small"] = float((diff & small).sum())
             rec["d_tok"] = float(sizes[diff & small].sum())
-            rec["delta"] = best_us(lambda p=prev: kernel.expand(r, out, base_out, p, 4), runs)
+            rec["delta"] = best_us(lambda p=prev, r=r: kernel.expand(r, out, base_out, p, 4), runs)
         records.append(rec)
         prev = r
     return records
@@ -165,28 +165,44 @@ def fit(records: list[dict[str, float]]) -> None:
     tail_token, tail_fixed = split_coef
     nw = records[0]["nw"]
     print(f"# {len(records)} rows; fitted constants (ns):")
-    print(f"#define NS_FIXED {max(fixed, 0.0):.1f}          /* with NS_INIT_WORD * nw folded in at nw = {nw:.0f} */")
+    print(
+        f"#define NS_FIXED {max(fixed, 0.0):.1f}          /* with NS_INIT_WORD * nw folded in at nw = {nw:.0f} */"
+    )
     print(f"#define NS_ROW_WORD {row_word:.4f}")
     print(f"#define NS_CLASS {per_class:.3f}")
     print(f"#define NS_TOKEN {per_token:.3f}")
     print(f"#define NS_UNPACK_CLASS {unpack:.3f}")
     print(f"#define NS_TAIL_TOKEN {tail_token:.3f}")
     print(f"#define NS_TAIL_WORD {tail_fixed / nw:.3f}   /* the split's intercept per token word */")
-    print(f"#   gather: {gather_coef[1]:.0f} ns + {unpack:.3f} ns per class: NS_GATHER_TOKEN = (intercept - NS_FIXED) / (32 nw)")
+    print(
+        f"#   gather: {gather_coef[1]:.0f} ns + {unpack:.3f} ns per class: NS_GATHER_TOKEN = (intercept - NS_FIXED) / (32 nw)"
+    )
     for name in ("set_or", "set_andn", "clear_or", "clear_andn", "delta"):
         e = err[np.asarray(fam) == name]
         if e.size:
-            print(f"#   {name:10} relative error: median {np.median(e):.2f}, p90 {np.percentile(e, 90):.2f} ({e.size} rows)")
+            print(
+                f"#   {name:10} relative error: median {np.median(e):.2f}, p90 {np.percentile(e, 90):.2f} ({e.size} rows)"
+            )
     scan = [
         (r["auto"] - r[{0: "gather", 1: "split"}.get(int(r["auto_plan"]), "")]) / max(1.0, r["C"] / 32)
         for r in records
         if int(r["auto_plan"]) in (0, 1)
     ]
     if scan:
-        print(f"#   the choice's pass: {np.median(scan):.3f} ns per class word (median over {len(scan)} rows)")
-    best = [min(("gather", "split", "set_or", "set_andn", "clear_or", "clear_andn"), key=lambda k: r[k]) for r in records]
-    auto = [r["auto"] / min(r[k] for k in ("gather", "split", "set_or", "set_andn", "clear_or", "clear_andn")) for r in records]
-    print(f"#   the kernel's own choice / the best forced plan: median {np.median(auto):.2f}, p90 {np.percentile(auto, 90):.2f}, max {max(auto):.2f}")
+        print(
+            f"#   the choice's pass: {np.median(scan):.3f} ns per class word (median over {len(scan)} rows)"
+        )
+    best = [
+        min(("gather", "split", "set_or", "set_andn", "clear_or", "clear_andn"), key=lambda k: r[k])
+        for r in records
+    ]
+    auto = [
+        r["auto"] / min(r[k] for k in ("gather", "split", "set_or", "set_andn", "clear_or", "clear_andn"))
+        for r in records
+    ]
+    print(
+        f"#   the kernel's own choice / the best forced plan: median {np.median(auto):.2f}, p90 {np.percentile(auto, 90):.2f}, max {max(auto):.2f}"
+    )
     print(f"#   best forced plans: {dict(zip(*np.unique(best, return_counts=True), strict=True))}")
 
 

@@ -74,7 +74,9 @@ def kernels() -> tuple[Any, Any]:
             cword = tl.load(class_ptr + row * class_stride + word, mask=valid & live, other=0)
             allowed = ((cword >> bit) & 1) != 0
             ptrs = logits_ptr + row * logits_stride + cols
-            tl.store(ptrs, tl.full([BLOCK], float("-inf"), tl.float32), mask=(cols < n_cols) & ~allowed & live)
+            tl.store(
+                ptrs, tl.full([BLOCK], float("-inf"), tl.float32), mask=(cols < n_cols) & ~allowed & live
+            )
 
     @triton.jit
     def rows_expand_kernel(  # type: ignore[no-untyped-def]
@@ -137,7 +139,9 @@ class DeviceRows:
         )  # fmt: skip
 
 
-def run_case(loaded: Any, walks: list[list[int]], batches: list[int], device: Any, interpret: bool) -> dict[str, Any]:
+def run_case(
+    loaded: Any, walks: list[list[int]], batches: list[int], device: Any, interpret: bool
+) -> dict[str, Any]:
     """Check, then time, the three paths on one grammar's walks at every batch size."""
     import torch
 
@@ -162,9 +166,13 @@ def run_case(loaded: Any, walks: list[list[int]], batches: list[int], device: An
         seqs = [walks[i % len(walks)] for i in range(batch)]
         steps = min(len(s) for s in seqs)
         tok_cpu = torch.zeros((batch, native.token_words), dtype=torch.int32, pin_memory=cuda)
-        cls_cpu = {p: torch.zeros((batch, native.engine_words), dtype=torch.int32, pin_memory=cuda) for p in paths}
+        cls_cpu = {
+            p: torch.zeros((batch, native.engine_words), dtype=torch.int32, pin_memory=cuda) for p in paths
+        }
         tok_dev = torch.zeros((batch, native.token_words), dtype=torch.int32, device=device)
-        cls_dev = {p: torch.zeros((batch, native.engine_words), dtype=torch.int32, device=device) for p in paths}
+        cls_dev = {
+            p: torch.zeros((batch, native.engine_words), dtype=torch.int32, device=device) for p in paths
+        }
         expanded = torch.zeros_like(tok_dev)
         gen = torch.Generator(device="cpu").manual_seed(batch)
         base = torch.randn((batch, native.logit_width), generator=gen).to(device)
@@ -178,7 +186,11 @@ def run_case(loaded: Any, walks: list[list[int]], batches: list[int], device: An
                 for path in paths:
                     c, ms = compiled[path], matchers[path]
                     logits = base.clone()
-                    events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if cuda else None
+                    events = (
+                        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                        if cuda
+                        else None
+                    )
                     sync()
                     t0 = time.perf_counter()
                     if path == "xgrammar":
@@ -212,7 +224,10 @@ def run_case(loaded: Any, walks: list[list[int]], batches: list[int], device: An
                     want = torch.isneginf(results["xgrammar"].float())
                     for path in ("rows", "triton"):
                         got = results[path]
-                        if not (torch.equal(torch.isneginf(got.float()), want) and torch.equal(got[~want], base[~want])):
+                        if not (
+                            torch.equal(torch.isneginf(got.float()), want)
+                            and torch.equal(got[~want], base[~want])
+                        ):
                             mismatches[path] += 1
                 for ms in matchers.values():
                     for m, seq in zip(ms, seqs, strict=True):
@@ -266,7 +281,9 @@ def main() -> int:
     cache = Path(args.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
     batches = [int(b) for b in args.batches.split(",")]
-    summary: dict[str, Any] = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "interpreter"}
+    summary: dict[str, Any] = {
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "interpreter"
+    }
     bad = 0
     for case in CASES:
         if case.name not in args.only.split(","):

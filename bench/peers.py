@@ -31,9 +31,9 @@ variants at every step:
   then :meth:`~formalgram_cfgzip.expand.MaskExpander.expand_at`;
 * ``glrmask``     GLRMask's ``fill_mask`` into a 128k-bit int32 row.
 
-Reported per grammar: median and p99 over all timed steps of all passes, and the total
-(the sum over the steps of each step's minimum over the passes, which drops the preemptions
-of a loaded machine; XGrammar's from its one pass) of each,
+Reported per grammar: median and p99 over all timed steps of all passes, the p99 of each
+step's minimum over the passes and the total (the sum of those minima), which drop the
+preemptions of a loaded machine (XGrammar's from its one pass), of each,
 the ratios native / GLRMask, the class-fill / expansion split and the expander's plans; a
 Markdown table at the end, and with ``--plot`` a figure of the per-step times (each step's
 minimum over the passes) per engine.
@@ -105,7 +105,7 @@ def glrmask_lark(text: str) -> str:
     i, n = 0, len(text)
     while i < n:
         ch = text[i]
-        if ch == '"' or ch == "/" and not text.startswith("//", i):
+        if ch == '"' or (ch == "/" and not text.startswith("//", i)):
             j = i + 1
             while j < n and text[j] != ch and text[j] != "\n":
                 j += 2 if text[j] == "\\" else 1
@@ -138,6 +138,7 @@ class Loaded:
     compile_s: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     glr: Any = None  # the GLRMask Constraint, or None
+    glr_bytes: bytes = b""  # its saved form: each timed pass loads a fresh one
 
 
 def case_source(case: PeerCase, root: Path, overrides: dict[str, str]) -> tuple[str, str] | None:
@@ -175,7 +176,9 @@ def _glrmask_child(kind: str, source_file: str, vocab_name: str, out_file: str) 
     gv = glrmask_vocab(vocab)
     source = Path(source_file).read_text(encoding="utf-8")
     t0 = time.perf_counter()
-    grammar = glrmask.Grammar.from_json_schema(source) if kind == "schema" else glrmask.Grammar.from_lark(source)
+    grammar = (
+        glrmask.Grammar.from_json_schema(source) if kind == "schema" else glrmask.Grammar.from_lark(source)
+    )
     constraint = grammar.compile(gv)
     seconds = time.perf_counter() - t0
     Path(out_file).write_bytes(constraint.save())
@@ -211,12 +214,11 @@ def glrmask_constraint(
             tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
             return None, None, f"GLRMask refused it: {tail[:160]}"
     seconds = float(json.loads(Path(str(out) + ".json").read_text())["seconds"])
-    return glrmask.Constraint.load(out.read_bytes(), gv), seconds, note
+    loaded.glr_bytes = out.read_bytes()
+    return glrmask.Constraint.load(loaded.glr_bytes, gv), seconds, note
 
 
-def load_case(
-    case: PeerCase, gbnf: str, glr_source: str, vocab: Vocabulary, cache_dir: Path
-) -> Loaded:
+def load_case(case: PeerCase, gbnf: str, glr_source: str, vocab: Vocabulary, cache_dir: Path) -> Loaded:
     """Compress (with domains) and build the native tables, both kept under ``cache_dir``."""
     from bench.online_bench import load_or_compress
 
@@ -337,8 +339,12 @@ def check_pass(loaded: Loaded, full: Any, walks: list[list[int]]) -> tuple[list[
     return times, counts
 
 
-def timed_pass(loaded: Loaded, walks: list[list[int]], seed: int) -> tuple[dict[str, list[float]], Counter[str]]:
-    """One replay of every walk by every variant, the variants' order rotated per step."""
+def timed_pass(
+    loaded: Loaded, walks: list[list[int]], seed: int, glr: Any
+) -> tuple[dict[str, list[float]], Counter[str]]:
+    """One replay of every walk by every variant, the variants' order rotated per step; every
+    engine starts cold: the native row caches emptied, GLRMask's constraint ``glr`` freshly
+    loaded."""
     native, split = loaded.native, loaded.split
     for c in (native, split):
         c.expander.clear_cache()  # type: ignore[union-attr]
@@ -347,15 +353,15 @@ def timed_pass(loaded: Loaded, walks: list[list[int]], seed: int) -> tuple[dict[
     bm = native.allocate_token_bitmask(1)
     bm2 = native.allocate_token_bitmask(1)
     cm = split.allocate_class_bitmask(1)
-    gb = np.zeros(max(native.token_words, loaded.glr.mask_len() if loaded.glr is not None else 0), np.int32)
-    variants = ["native", "split"] + (["glrmask"] if loaded.glr is not None else [])
+    gb = np.zeros(max(native.token_words, glr.mask_len() if glr is not None else 0), np.int32)
+    variants = ["native", "split"] + (["glrmask"] if glr is not None else [])
     times: dict[str, list[float]] = {k: [] for k in ("native", "class-fill", "expansion", "glrmask")}
     plans: Counter[str] = Counter()
     perf = time.perf_counter
     rng = np.random.default_rng(seed)
     for walk in walks:
         mn, ms = native.matcher(), split.matcher()
-        state = loaded.glr.start() if loaded.glr is not None else None
+        state = glr.start() if glr is not None else None
         for tok in walk:
             for j in rng.permutation(len(variants)):
                 v = variants[j]
@@ -453,7 +459,9 @@ def main_peers(args: Any) -> None:
             continue
         src = case_source(case, root, overrides)
         if src is None:
-            print(f"\n{case.name}: grammar file absent ({case.path} under {root}; --grammar {case.name}=PATH)")
+            print(
+                f"\n{case.name}: grammar file absent ({case.path} under {root}; --grammar {case.name}=PATH)"
+            )
             continue
         loaded = load_case(case, src[0], src[1], vocab, cache_dir)
         t0 = time.perf_counter()
@@ -461,7 +469,9 @@ def main_peers(args: Any) -> None:
         loaded.compile_s["xgrammar"] = time.perf_counter() - t0
         glr_note = "GLRMask not installed"
         if gv is not None:
-            loaded.glr, glr_s, glr_note = glrmask_constraint(loaded, vocab, gv, cache_dir, args.glrmask_timeout)
+            loaded.glr, glr_s, glr_note = glrmask_constraint(
+                loaded, vocab, gv, cache_dir, args.glrmask_timeout
+            )
             if glr_s is not None:
                 loaded.compile_s["glrmask"] = glr_s
         walks, how = cached_peer_walks(loaded, args.walks, args.steps, args.walk_mode, cache_dir)
@@ -479,48 +489,60 @@ def main_peers(args: Any) -> None:
         plans: Counter[str] = Counter()
         reps: dict[str, list[list[float]]] = {}
         for r in range(args.repeats):
-            times, p = timed_pass(loaded, walks, seed=r)
+            glr = glrmask.Constraint.load(loaded.glr_bytes, gv) if loaded.glr is not None else None
+            times, p = timed_pass(loaded, walks, r, glr)
             plans += p
             for k, v in times.items():
                 merged.setdefault(k, []).extend(v)
                 reps.setdefault(k, []).append(v)
         stats = {k: _stats(v) for k, v in merged.items()}
         stats["xgrammar"] = _stats(x_times)
-        for k, passes in reps.items():  # total: each step's minimum over the passes (drops preemptions)
+        floors = {"xgrammar": np.asarray(x_times)}
+        for k, passes in reps.items():  # each step's minimum over the passes drops preemptions
             if passes and passes[0] and all(len(x) == len(passes[0]) for x in passes):
-                med, p99, _ = stats[k]
-                stats[k] = (med, p99, float(np.min(np.asarray(passes), axis=0).sum()) * 1e3)
+                floors[k] = np.min(np.asarray(passes), axis=0)
+        p99f = {k: float(np.percentile(v, 99)) * 1e6 for k, v in floors.items()}
+        total = {k: float(v.sum()) * 1e3 for k, v in floors.items()}
         for k in ("native", "glrmask", "xgrammar", "class-fill", "expansion"):
-            med, p99, tot = stats[k]
-            print(f"  {k:10} median {med:9.1f} µs  p99 {p99:9.1f} µs  total {tot:10.2f} ms")
+            med, p99, _ = stats[k]
+            print(
+                f"  {k:10} median {med:9.1f} µs  p99 {p99:9.1f} µs  p99 of the step minima "
+                f"{p99f.get(k, float('nan')):9.1f} µs  total {total.get(k, float('nan')):10.2f} ms"
+            )
         print(f"  expansion plans: {dict(plans)}")
-        n_med, n_p99, n_tot = stats["native"]
-        g_med, g_p99, g_tot = stats["glrmask"]
-        x_med, x_p99, x_tot = stats["xgrammar"]
-        cf, ep = stats["class-fill"], stats["expansion"]
+
+        def cell(k: str, digits: int = 1, st: Any = stats, pf: Any = p99f, tot: Any = total) -> str:
+            med, p99, _ = st[k]
+            nan = float("nan")
+            return f"{med:,.{digits}f} / {p99:,.{digits}f} ({pf.get(k, nan):,.{digits}f}) / {tot.get(k, nan):,.{digits}f}"
+
         comp = loaded.compile_s
         native_compile = comp.get("compress", 0.0) + comp.get("tables", 0.0)
         glr_compile = f"{comp['glrmask']:.1f}" if "glrmask" in comp else glr_note or "-"
+        n, g = stats["native"], stats["glrmask"]
         rows.append(
-            f"| {case.name} | {loaded.classes.num_classes:,} | {sum(map(len, walks))} | "
-            f"{n_med:.1f} / {n_p99:.1f} / {n_tot:.1f} | {g_med:.1f} / {g_p99:.1f} / {g_tot:.1f} | "
-            f"{x_med:,.0f} / {x_p99:,.0f} / {x_tot:,.0f} | {n_med / g_med:.2f} | {n_p99 / g_p99:.2f} | "
+            f"| {case.name} | {loaded.classes.num_classes:,} | {sum(map(len, walks))} | {cell('native')} | "
+            f"{cell('glrmask')} | {cell('xgrammar', 0)} | {n[0] / g[0]:.2f} | {n[1] / g[1]:.2f} "
+            f"({p99f.get('native', float('nan')) / p99f.get('glrmask', float('nan')):.2f}) | "
             f"{counts['native_mismatch']} | {native_compile:.1f} / {glr_compile} / {comp['xgrammar']:.1f} |"
         )
         split_rows.append(
-            f"| {case.name} | {cf[0]:.1f} / {cf[1]:.1f} / {cf[2]:.1f} | {ep[0]:.1f} / {ep[1]:.1f} / {ep[2]:.1f} | "
-            f"{n_med:.1f} / {n_p99:.1f} / {n_tot:.1f} | "
+            f"| {case.name} | {cell('class-fill')} | {cell('expansion')} | {cell('native')} | "
             + ", ".join(f"{k} {v}" for k, v in plans.most_common())
             + " |"
         )
-        series: dict[str, npt.NDArray[np.float64]] = {"XGrammar full": np.asarray(x_times)}
-        for label, k in (("GLRMask", "glrmask"), ("native", "native"), ("native expansion", "expansion")):
-            if reps.get(k) and all(len(x) == len(reps[k][0]) for x in reps[k]) and reps[k][0]:
-                series[label] = np.min(np.asarray(reps[k]), axis=0)
-        per_step[case.name] = series
+        labels = {
+            "xgrammar": "XGrammar full",
+            "glrmask": "GLRMask",
+            "native": "native",
+            "expansion": "native expansion",
+        }
+        per_step[case.name] = {label: floors[k] for k, label in labels.items() if k in floors}
     print(
-        "\n# medians and p99 in µs over every timed step of every pass; totals in ms: the sum of each step's "
-        "minimum over the passes; XGrammar full: its own fill, checked pass only; compile s: native (classes + tables; loaded when cached) / GLRMask / XGrammar"
+        "\n# median / p99 (p99 of the steps' minima over the passes) / total: medians and p99 in µs over every "
+        "timed step of every pass, the total in ms is the sum of each step's minimum over the passes; XGrammar "
+        "full: its own fill, checked pass only; compile s: native (classes + tables; loaded when cached) / "
+        "GLRMask / XGrammar"
     )
     print(
         "| grammar | classes | steps | native: median / p99 / total | GLRMask: median / p99 / total | "
@@ -531,7 +553,9 @@ def main_peers(args: Any) -> None:
     for row in rows:
         print(row)
     print("\n# the native mask split: class fill and expansion (another expander, its own row cache)")
-    print("| grammar | class fill: median / p99 / total | expansion: median / p99 / total | native: median / p99 / total | expansion plans |")
+    print(
+        "| grammar | class fill: median / p99 / total | expansion: median / p99 / total | native: median / p99 / total | expansion plans |"
+    )
     print("|---|---:|---:|---:|---|")
     for row in split_rows:
         print(row)

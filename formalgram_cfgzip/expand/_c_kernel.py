@@ -99,7 +99,14 @@ class CKernel:
         self.last_plan = ""
         #: the compiled ``Kernel`` (its numbered plans can be forced: tests and benchmarks)
         self.raw: Any = module.Kernel(
-            token_class.astype(np.int32), num_classes, memory_budget, rows, cache_rows, delta_mode, adapt, max_rows
+            token_class.astype(np.int32),
+            num_classes,
+            memory_budget,
+            rows,
+            cache_rows,
+            delta_mode,
+            adapt,
+            max_rows,
         )
         self._apply_bitmask: Any = module.apply_bitmask
 

@@ -51,4 +51,6 @@ def native_extensions(extra_compile_args: list[str] | None = None) -> list[Any]:
     if extra_compile_args is None:
         extra_compile_args = [] if sys.platform == "win32" else ["-O3"]
     extension = importlib.import_module("setuptools").Extension  # setuptools: a build-time dependency only
-    return [extension(MODULE, [SOURCE], depends=[HEADER, API_HEADER], extra_compile_args=list(extra_compile_args))]
+    return [
+        extension(MODULE, [SOURCE], depends=[HEADER, API_HEADER], extra_compile_args=list(extra_compile_args))
+    ]

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from functools import partial
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
