@@ -316,6 +316,7 @@ def main() -> None:
     peers.add_argument("--grammar", action="append", help="NAME=PATH: a case's grammar file (e.g. java=...)")
     peers.add_argument("--glrmask-timeout", type=float, default=600.0, help="seconds for one GLRMask compile")
     peers.add_argument("--plot", help="write the per-step times per engine to this image (matplotlib)")
+    peers.add_argument("--warm", action="store_true", help="passes keep the engines' caches (default: cold)")
     args = ap.parse_args()
     if args.peers:
         from bench.peers import main_peers

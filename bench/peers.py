@@ -22,8 +22,10 @@ allowed class (``--walk-mode classes``: structure-heavy text with more distinct 
 
 One pass checks every native full-vocabulary mask against XGrammar's own full-vocabulary
 mask, bit for bit, and times XGrammar's fill.  Then ``--repeats`` timed passes replay the
-walks with fresh matchers and an emptied native row cache, rotating the order of the
-variants at every step:
+walks with fresh matchers, rotating the order of the variants at every step; each pass starts
+cold (native row caches emptied, GLRMask's constraint loaded afresh from its saved form), or
+with ``--warm`` both engines keep what the check pass and an untimed pass left (a server
+decoding many requests of one grammar):
 
 * ``native``      ``fill_next_token_bitmask`` of the native engine (class fill + expansion);
 * ``class-fill``  / ``expansion``  the same split in two (another compiled grammar and
@@ -340,14 +342,15 @@ def check_pass(loaded: Loaded, full: Any, walks: list[list[int]]) -> tuple[list[
 
 
 def timed_pass(
-    loaded: Loaded, walks: list[list[int]], seed: int, glr: Any
+    loaded: Loaded, walks: list[list[int]], seed: int, glr: Any, cold: bool
 ) -> tuple[dict[str, list[float]], Counter[str]]:
-    """One replay of every walk by every variant, the variants' order rotated per step; every
-    engine starts cold: the native row caches emptied, GLRMask's constraint ``glr`` freshly
-    loaded."""
+    """One replay of every walk by every variant, the variants' order rotated per step; with
+    ``cold`` the native row caches are emptied first (the caller gives GLRMask a freshly loaded
+    constraint ``glr``), else both keep what earlier passes left."""
     native, split = loaded.native, loaded.split
-    for c in (native, split):
-        c.expander.clear_cache()  # type: ignore[union-attr]
+    if cold:
+        for c in (native, split):
+            c.expander.clear_cache()  # type: ignore[union-attr]
     ex = split.expander
     assert ex is not None
     bm = native.allocate_token_bitmask(1)
@@ -449,6 +452,7 @@ def main_peers(args: Any) -> None:
 
     print(
         f"# vocab={args.vocab} ({vocab.size} tokens); walks {args.walks} x {args.steps} ({args.walk_mode}); "
+        f"{'warm' if args.warm else 'cold'} passes; "
         f"{args.repeats} timed passes; GLRMask {glr_version}, XGrammar {version('xgrammar')}; cache {cache_dir}"
     )
     rows: list[str] = []
@@ -488,9 +492,13 @@ def main_peers(args: Any) -> None:
         merged: dict[str, list[float]] = {}
         plans: Counter[str] = Counter()
         reps: dict[str, list[list[float]]] = {}
+        if args.warm:  # an untimed pass: the split path's cache too holds the walks' rows
+            timed_pass(loaded, walks, args.repeats, loaded.glr, cold=False)
         for r in range(args.repeats):
-            glr = glrmask.Constraint.load(loaded.glr_bytes, gv) if loaded.glr is not None else None
-            times, p = timed_pass(loaded, walks, r, glr)
+            glr = loaded.glr
+            if not args.warm and loaded.glr is not None:
+                glr = glrmask.Constraint.load(loaded.glr_bytes, gv)
+            times, p = timed_pass(loaded, walks, r, glr, cold=not args.warm)
             plans += p
             for k, v in times.items():
                 merged.setdefault(k, []).extend(v)
