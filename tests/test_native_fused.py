@@ -156,6 +156,13 @@ def test_fused_path_falls_back_with_the_typed_errors(compiled: tuple[NativeCompi
     one_d = np.zeros(native.token_words, dtype=np.int32)  # a 1-D row: the shared path
     m.fill_next_token_bitmask(one_d)
     assert np.array_equal(one_d, want[0])
+    by_name = native.allocate_token_bitmask(2)  # keywords: the shared path
+    m.fill_next_token_bitmask(bitmask=by_name, index=1)
+    assert np.array_equal(by_name[1], want[0]) and not by_name[0].any()
+    with pytest.raises(BatchIndexError):
+        m.fill_next_token_bitmask(native.allocate_token_bitmask(), index=1)
+    with pytest.raises(TypeError):
+        m.fill_next_token_bitmask()  # type: ignore[call-arg]
     index = np.int64(0)  # a numpy index: the shared path
     got = native.allocate_token_bitmask(1)
     m.fill_next_token_bitmask(got, index)  # type: ignore[arg-type]

@@ -1280,15 +1280,19 @@ static const CExpandAPI *g_expand_api;
  * `kernel` (through its row cache) into row index of a writable C-contiguous 2-D int32 bitmask
  * (native byte order) of the kernel's token width, in one call: so under the GIL throughout, and
  * no other thread uses the kernel in between.  Any other argument -- another object or layout, an
- * index that is not a plain int in range -- goes to fallback(bitmask, index) instead, which
- * raises the typed error or takes the general path.  Returns None. */
+ * index that is not a plain int in range, keyword arguments -- goes to fallback(bitmask, index)
+ * instead (with the arguments as given), which raises the typed error or takes the general
+ * path.  Returns None. */
 static PyObject *
-State_fill_token(State *s, PyObject *const *args, Py_ssize_t nargs)
+State_fill_token(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
-    if (nargs < 3 || nargs > 4) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 2) {
         PyErr_SetString(PyExc_TypeError, "fill_token(kernel, fallback, bitmask, index=0)");
         return NULL;
     }
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) || nargs < 3 || nargs > 4) /* the fallback sorts them out */
+        return PyObject_Vectorcall(args[1], args + 2, (size_t)(nargs - 2), kwnames);
     if (g_expand_api == NULL) {
         const CExpandAPI *api = PyCapsule_Import(CEXPAND_CAPSULE, 0);
         if (api == NULL)
@@ -1481,7 +1485,7 @@ static PyMethodDef State_methods[] = {
      "compact(keep)\n\nForget all but the last keep accepted tokens and free the nodes no kept token reaches."},
     {"fill_into", (PyCFunction)(void (*)(void))State_fill_into, METH_FASTCALL,
      "fill_into(bitmask, index)\n\nWrite the class mask into row index of a writable C-contiguous int32 bitmask."},
-    {"fill_token", (PyCFunction)(void (*)(void))State_fill_token, METH_FASTCALL,
+    {"fill_token", (PyCFunction)(void (*)(void))State_fill_token, METH_FASTCALL | METH_KEYWORDS,
      "fill_token(kernel, fallback, bitmask, index=0)\n\nThe class mask expanded by the expansion Kernel\n"
      "`kernel` (formalgram_cfgzip.expand._cexpand, through its row cache) into row index of a\n"
      "writable C-contiguous 2-D int32 token bitmask, in one call; any other bitmask or index is\n"
