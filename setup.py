@@ -61,6 +61,7 @@ def _c_extensions() -> list[Extension]:
         Extension(
             "formalgram_cfgzip.expand._cexpand",
             ["formalgram_cfgzip/expand/_cexpand.c"],
+            depends=["formalgram_cfgzip/_cexpand_api.h"],
             extra_compile_args=args,
         ),
         Extension(
@@ -72,7 +73,7 @@ def _c_extensions() -> list[Extension]:
         Extension(
             "formalgram_cfgzip.engines.native._cnative",
             ["formalgram_cfgzip/engines/native/_cnative.c"],
-            depends=["formalgram_cfgzip/_cgrow.h"],
+            depends=["formalgram_cfgzip/_cgrow.h", "formalgram_cfgzip/_cexpand_api.h"],
             extra_compile_args=args,
         ),
     ]

@@ -5,7 +5,7 @@ sequence (median over steps, µs), on the same class masks, interleaved:
 
 * ``c``       :class:`MaskExpander` with the C kernel (compiled install), row cache off:
               the kernel's per-row choice among its plans (gather, split, listed, ...);
-* ``c-gath``  the C kernel's plain gather forced; ``c-split`` its subset tables + tail gather;
+* ``c-gath``  the C kernel's plain gather forced; ``c-split`` its dense classes' rows + tail gather;
 * ``numpy``   :class:`MaskExpander` with the numpy kernel (what the pure-Python build runs);
 * ``np-gath`` the numpy plain gather (``np.take`` of a uint8 class table + ``np.packbits``);
 * ``torch``   :class:`TorchMaskExpander` with the torch backend on the CPU (the device
@@ -142,34 +142,87 @@ def walk_class_rows(text: str, tcl: Any, walks: int, steps: int, seed: int) -> t
     return np.array(list(rows.values())), compiled.engine_size
 
 
+def peers_rows(
+    cache_dir: str, only: set[str] | None, walks: int, steps: int
+) -> list[tuple[str, Any, int, Array]]:
+    """(name, token_class, engine ids, distinct class rows) of the ``bench/peers.py`` grammars
+    whose classes and tables are kept in ``cache_dir``: the rows the native engine fills on the
+    peers' seeded token walks and class walks (GLRMask left out)."""
+    from bench.expand_fit import class_rows
+    from bench.peers import CASES, case_source, load_case, record_peer_walks
+    from formalgram_cfgzip.vocabulary import Vocabulary
+
+    vocab = Vocabulary.builtin("llama3")
+    out = []
+    for case in CASES:
+        if only and case.name not in only:
+            continue
+        src = case_source(case, GRAMMARS, {})
+        if src is None:
+            continue
+        loaded = load_case(case, src[0], src[1], vocab, Path(cache_dir))
+        native = loaded.native
+        w = record_peer_walks(native, None, walks, steps, 0, "tokens")
+        w += record_peer_walks(native, None, walks, steps, 1, "classes")
+        tc = np.asarray(loaded.classes.token_class, dtype=np.int64)
+        out.append((case.name, tc, native.engine_size, np.array(class_rows(native, w))))
+    return out
+
+
+def load_baseline(path: str) -> Any:
+    """Another build of ``_cexpand`` (e.g. of an earlier commit), loaded beside this one."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.ExtensionFileLoader("formalgram_cfgzip.expand._cexpand", path)
+    spec = importlib.util.spec_from_file_location("formalgram_cfgzip.expand._cexpand", path, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
 def real_rows_report(
-    classes_dir: str | None, only: set[str] | None, walks: int, steps: int, flush_mb: int = 0
+    classes_dir: str | None,
+    only: set[str] | None,
+    walks: int,
+    steps: int,
+    flush_mb: int = 0,
+    peers_cache: str | None = None,
+    baseline: str | None = None,
 ) -> None:
     """Per real grammar, the C kernel's automatic choice against every forced plan on the
-    class rows of real walks (row cache off), and the numpy kernel's choice.  With
+    class rows of real walks (row cache off), the numpy kernel's choice, and with ``baseline``
+    the automatic choice of another build of the C kernel on the same rows.  With
     ``flush_mb``, a buffer of that many MiB is rewritten before every timed call, so the
     kernel's tables are cold, as after a large grammar's engine fill in a decoding loop."""
     kernel_module = load_c_module()
     if kernel_module is None:
         print("(--real-rows needs the C kernel: a compiled install)")
         return
-    plans = {C_PLAN_NAMES[code]: code for code in (0, 1, 2, 3, 6, 7)}
+    plans = {C_PLAN_NAMES[code]: code for code in (0, 1, 2, 3)}
+    base_module = load_baseline(baseline) if baseline else None
     if flush_mb:
         print(f"(caches flushed: {flush_mb} MiB rewritten before every timed call)")
     print(
-        "µs per row on the distinct class rows of seeded XGrammar walks (min of 5 runs per row);"
-        " auto = the C kernel's choice, best = the fastest forced plan of each row, numpy = the"
-        " numpy kernel's choice"
+        "µs per row on the distinct class rows of seeded walks (min of 5 runs per row); auto = the C"
+        " kernel's choice, best = the fastest forced plan of each row, numpy = the numpy kernel's"
+        " choice, base = the baseline build's choice"
     )
     print(
         f"{'case':7} {'C':>6} {'rows':>5} {'auto':>6} {'p50':>6} {'max':>6} {'best':>6} {'gather':>7}"
-        f" {'split':>6} {'numpy':>6}  auto/best  c-plans"
+        f" {'split':>6} {'numpy':>6} {'base':>6} {'b-max':>6}  auto/best  c-plans"
     )
-    for name, text, tcl in real_classes(classes_dir):
-        if only and name not in only:
-            continue
-        rows, classes = walk_class_rows(text, tcl, walks, steps, seed=0)
-        tc = np.asarray(tcl.token_class, dtype=np.int64)
+    if peers_cache:
+        cases = peers_rows(peers_cache, only, walks, steps)
+    else:
+        cases = []
+        for name, text, tcl in real_classes(classes_dir):
+            if only and name not in only:
+                continue
+            rows, classes = walk_class_rows(text, tcl, walks, steps, seed=0)
+            cases.append((name, np.asarray(tcl.token_class, dtype=np.int64), classes, rows))
+    for name, tc, classes, rows in cases:
         npx = MaskExpander(tc, classes, cache_bytes=0, delta=False, kernel="numpy")
         # the compiled kernel itself (its numbered plans are forced below), built as
         # MaskExpander(cache_bytes=0, delta=False, kernel="c") builds it
@@ -177,8 +230,12 @@ def real_rows_report(
             kernel_module, tc, classes, memory_budget=32 << 20, max_dense=None, dense=None,
             cache_rows=0, delta=False, adapt=True,
         ).raw  # fmt: skip
+        base = None
+        if base_module is not None:  # positional: (token_class, classes, budget, -1, cache 0, delta 0, adapt)
+            base = base_module.Kernel(tc.astype(np.int32), classes, 32 << 20, -1, 0, 0, True)
         out = np.zeros((1, npx.num_words), dtype=np.int32)
-        times: dict[str, list[float]] = {k: [] for k in ("auto", "numpy", *plans)}
+        names = ["auto", "numpy", *plans] + (["base"] if base is not None else [])
+        times: dict[str, list[float]] = {k: [] for k in names}
         flush = np.zeros(flush_mb << 18, dtype=np.float32)
         chosen: dict[str, int] = {}
         label = ""
@@ -192,6 +249,8 @@ def real_rows_report(
                     t = time.perf_counter()
                     if k == "numpy":
                         npx.expand(r[None, :], out)
+                    elif k == "base":
+                        base.expand(r, out[0])
                     else:
                         used = kernel.expand(r, out[0], None, None, -1 if k == "auto" else plans[k])
                     best[k] = min(best[k], time.perf_counter() - t)
@@ -202,10 +261,13 @@ def real_rows_report(
                 times[k].append(v * 1e6)
         arr = {k: np.array(v) for k, v in times.items()}
         oracle = np.minimum.reduce([arr[k] for k in plans])
+        b_mean = arr["base"].mean() if "base" in arr else float("nan")
+        b_max = arr["base"].max() if "base" in arr else float("nan")
         print(
             f"{name:7} {classes:>6} {len(rows):>5} {arr['auto'].mean():>6.1f} {np.median(arr['auto']):>6.1f}"
             f" {arr['auto'].max():>6.1f} {oracle.mean():>6.1f} {arr['gather'].mean():>7.1f}"
-            f" {arr['split'].mean():>6.1f} {arr['numpy'].mean():>6.1f}  {arr['auto'].mean() / oracle.mean():>9.2f}"
+            f" {arr['split'].mean():>6.1f} {arr['numpy'].mean():>6.1f} {b_mean:>6.1f} {b_max:>6.1f}"
+            f"  {arr['auto'].mean() / oracle.mean():>9.2f}"
             f"  {','.join(f'{k}:{v}' for k, v in sorted(chosen.items()))}"
         )
 
@@ -260,11 +322,16 @@ def main() -> None:
         default=0,
         help="with --real-rows: rewrite this many MiB before every timed call (cold caches)",
     )
+    ap.add_argument(
+        "--peers-cache", help="with --real-rows: the grammars of bench/peers.py kept in this folder"
+    )
+    ap.add_argument("--baseline", help="with --real-rows: another build of _cexpand (.so) to time beside")
     args = ap.parse_args()
     if args.real_rows:
         only_real = set(args.only.split(",")) if args.only else None
+        steps = 12 if args.quick else args.steps
         real_rows_report(
-            args.classes_dir, only_real, args.walks, 12 if args.quick else args.steps, args.flush_mb
+            args.classes_dir, only_real, args.walks, steps, args.flush_mb, args.peers_cache, args.baseline
         )
         return
     import torch

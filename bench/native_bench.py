@@ -25,6 +25,12 @@ walk), walk pairs per step.  Every native token mask is compared with XGrammar's
 and every class mask with XGrammar's class mask; mismatches are counted and the first few
 are printed.
 
+With ``--peers`` it compares the native engine with GLRMask and XGrammar instead, on the
+grammars all three read (``bench/peers.py``: SynCode Go, C, Java, SQL, lark's json and csv,
+the JSON schemas of ``tests/data/json_schemas``)::
+
+    python -m bench.native_bench --peers --cache-dir DIR --walks 3 --steps 100 --repeats 3 --plot peers.png
+
 Run from the repository root::
 
     python -m bench.native_bench --classes-dir /tmp/native-classes --tables-dir /tmp/native-classes \\
@@ -304,7 +310,19 @@ def main() -> None:
     ap.add_argument(
         "--grammars", help="grammar folder (default $FORMALGRAM_GRAMMARS, else ../shared/grammars)"
     )
+    peers = ap.add_argument_group("--peers: the native engine against GLRMask and XGrammar (bench/peers.py)")
+    peers.add_argument("--peers", action="store_true", help="run the comparison with GLRMask and XGrammar")
+    peers.add_argument("--cache-dir", help="keep classes, tables, GLRMask constraints and walks here")
+    peers.add_argument("--grammar", action="append", help="NAME=PATH: a case's grammar file (e.g. java=...)")
+    peers.add_argument("--glrmask-timeout", type=float, default=600.0, help="seconds for one GLRMask compile")
+    peers.add_argument("--plot", help="write the per-step times per engine to this image (matplotlib)")
+    peers.add_argument("--warm", action="store_true", help="passes keep the engines' caches (default: cold)")
     args = ap.parse_args()
+    if args.peers:
+        from bench.peers import main_peers
+
+        main_peers(args)
+        return
     vocab = Vocabulary.builtin(args.vocab)
     root = Path(args.grammars or os.environ.get("FORMALGRAM_GRAMMARS") or GRAMMARS)
     print(f"# {load_average()}")

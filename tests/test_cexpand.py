@@ -27,7 +27,8 @@ from formalgram_cfgzip.expand.plans import C_FORCED, C_PLAN_NAMES
 cexpand: Any = kernel_module("expand")
 pytestmark = pytest.mark.ckernel("expand")
 
-PLANS = (0, 1, 2, 3, 4, 5, 6, 7)
+PLANS = (0, 1, 2, 3, 4, 5)
+BIG_MODES = (-1, 0, 1)  # dense classes: fewer rows, OR of the allowed, union AND-NOT the disallowed
 
 
 def oracle_row(tc: npt.NDArray[np.int64], row: npt.NDArray[np.int32], classes: int) -> npt.NDArray[np.int32]:
@@ -68,11 +69,12 @@ def check_all_plans(
         want = oracle_row(tc, row, classes)
         base = oracle_row(tc, base_row, classes).copy()
         for plan in (-1, *PLANS):
-            out = np.full(nw, -7, dtype=np.int32)
-            used = kernel.expand(row, out, base, base_row, plan)
-            assert np.array_equal(out, want), (plan, used, density)
-            if plan == -1:
-                chosen.add(used)
+            for big in BIG_MODES if plan in (1, 2, 3, 5) else (-1,):
+                out = np.full(nw, -7, dtype=np.int32)
+                used = kernel.expand(row, out, base, base_row, plan, big)
+                assert np.array_equal(out, want), (plan, big, used, density)
+                if plan == -1:
+                    chosen.add(used)
         out = np.full(nw, 3, dtype=np.int32)
         chosen.add(kernel.expand(row, out))
         assert np.array_equal(out, want), density
@@ -82,12 +84,12 @@ def check_all_plans(
 
 @pytest.mark.parametrize("width", [1, 31, 32, 33, 1000, 4097])
 @pytest.mark.parametrize("classes", [1, 3, 32, 33, 200])
-@pytest.mark.parametrize("groups", [-1, 0, 1, 5])
-def test_every_plan_equals_oracle(width: int, classes: int, groups: int) -> None:
-    rng = np.random.default_rng(width * 7 + classes * 3 + groups)
+@pytest.mark.parametrize("rows", [-1, 0, 1, 5, 40])
+def test_every_plan_equals_oracle(width: int, classes: int, rows: int) -> None:
+    rng = np.random.default_rng(width * 7 + classes * 3 + rows)
     for skew in (0.0, 1.5):
         tc = skewed(rng, width, classes, skew, 0.05)
-        kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 30, groups)
+        kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 30, rows)
         check_all_plans(kernel, tc, classes, rng)
 
 
@@ -98,8 +100,9 @@ def test_wide_class_ids() -> None:
     tc = rng.integers(0, classes, width).astype(np.int64)
     tc[:classes] = np.arange(classes)  # every class non-empty, including the top ids
     tc[rng.random(width) < 0.01] = -1
-    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 0, 1)
-    check_all_plans(kernel, tc, classes, rng)
+    for rows in (0, 3):
+        kernel = cexpand.Kernel(tc.astype(np.int32), classes, 0, rows)
+        check_all_plans(kernel, tc, classes, rng)
 
 
 def test_auto_reaches_every_plan() -> None:
@@ -118,7 +121,7 @@ def test_auto_reaches_every_plan() -> None:
     rng.shuffle(tc)
     kernel = cexpand.Kernel(tc.astype(np.int32), 8016, 32 << 20, adapt=False)
     chosen |= check_all_plans(kernel, tc, 8016, rng)
-    assert chosen >= {0, 1, 2, 3, 6, 7}, chosen
+    assert chosen >= {0, 1, 2, 3}, chosen
     # plan 4 (delta) needs a base that differs in a few classes
     tc = skewed(rng, 60_000, 3_000, 0.0, 0.0)
     kernel = cexpand.Kernel(tc.astype(np.int32), 3_000, 32 << 20)
@@ -135,17 +138,18 @@ def test_auto_reaches_every_plan() -> None:
     width=st.integers(1, 500),
     classes=st.integers(1, 100),
     seed=st.integers(0, 2**32 - 1),
-    groups=st.integers(-1, 6),
+    rows=st.integers(-1, 120),
     plan=st.sampled_from((-1, *PLANS)),
+    big=st.sampled_from(BIG_MODES),
 )
-def test_hypothesis_plans(width: int, classes: int, seed: int, groups: int, plan: int) -> None:
+def test_hypothesis_plans(width: int, classes: int, seed: int, rows: int, plan: int, big: int) -> None:
     rng = np.random.default_rng(seed)
     tc = skewed(rng, width, classes, float(rng.random() * 3), float(rng.random() * 0.3))
-    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 30, groups)
+    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 30, rows)
     row = class_row(rng, classes, float(rng.random()), junk=bool(rng.random() < 0.5))
     base_row = class_row(rng, classes, float(rng.random()), junk=False)
     out = np.full((width + 31) // 32, -1, dtype=np.int32)
-    kernel.expand(row, out, oracle_row(tc, base_row, classes).copy(), base_row, plan)
+    kernel.expand(row, out, oracle_row(tc, base_row, classes).copy(), base_row, plan, big)
     assert np.array_equal(out, expand_reference(tc, row[None, :], width)[0])
 
 
@@ -204,7 +208,7 @@ def test_errors() -> None:
         kernel.expand(np.zeros(2, dtype=np.int32), out)
     with pytest.raises(ValueError, match="token row"):
         kernel.expand(row, np.zeros(3, dtype=np.int32))
-    with pytest.raises(ValueError, match=r"plan must be -1 \(choose\) or 0..7"):
+    with pytest.raises(ValueError, match=r"plan must be -1 \(choose\) or 0..5"):
         kernel.expand(row, out, None, None, 9)
     with pytest.raises(ValueError, match="needs base_out and base_class"):
         kernel.expand(row, out, None, None, 4)
@@ -216,7 +220,9 @@ def test_errors() -> None:
         cexpand.Kernel(np.array([0, 3], dtype=np.int32), 3, 0)
     with pytest.raises(ValueError, match="non-empty int32"):
         cexpand.Kernel(b"", 3, 0)
-    with pytest.raises(ValueError, match="table_budget"):
+    with pytest.raises(ValueError, match="big must be"):
+        kernel.expand(row, out, None, None, 2, 2)
+    with pytest.raises(ValueError, match="row_budget"):
         cexpand.Kernel(tc, 3, -1)
     with pytest.raises(ValueError, match="num_classes or the logit width"):
         cexpand.Kernel(tc, 0, 0)
@@ -225,25 +231,30 @@ def test_errors() -> None:
     with pytest.raises(RuntimeError, match="already initialised"):
         kernel.__init__(tc, 3, 0)
     info = kernel.info()
-    assert info["valid_tokens"] == 4 and info["groups"] >= 0
+    assert info["valid_tokens"] == 4 and info["rows"] >= 0
 
 
-def test_expander_uses_the_c_kernel_and_its_tables() -> None:
+def test_expander_uses_the_c_kernel_and_its_rows() -> None:
+    """The C kernel keeps one row per dense class (the largest ones), no subset tables; the
+    budget, ``max_dense`` and ``dense`` bound or force their number."""
     rng = np.random.default_rng(9)
     tc = skewed(rng, 50_000, 500, 1.5, 0.02)
+    by_size = np.argsort(-np.bincount(tc[tc >= 0], minlength=500), kind="stable")
     ex = MaskExpander(tc, 500, kernel="c", cache_bytes=0)
-    assert ex.kernel == "c" and ex.num_stored >= 1 and ex.num_dense == 8 * ex.num_stored
-    assert ex.num_small_tokens == int(
-        np.isin(tc, np.argsort(-np.bincount(tc[tc >= 0]), kind="stable")[8 * ex.num_stored :]).sum()
-    )
+    assert ex.kernel == "c" and ex.num_stored == 0 and ex.num_dense >= 1
+    assert ex.num_small_tokens == int(np.isin(tc, by_size[ex.num_dense :]).sum())
     forced = MaskExpander(tc, 500, kernel="c", dense=17, cache_bytes=0)
-    assert forced.num_stored == 3
+    assert forced.num_dense == 17 and forced.num_small_tokens == int(np.isin(tc, by_size[17:]).sum())
+    bounded = MaskExpander(tc, 500, kernel="c", max_dense=2, cache_bytes=0)
+    assert bounded.num_dense == min(2, ex.num_dense)
+    budget = MaskExpander(tc, 500, kernel="c", memory_budget=3 * 4 * 1568, cache_bytes=0)
+    assert budget.num_dense == min(3, ex.num_dense)  # rows of 1563 words, padded to 64 bytes
     none = MaskExpander(tc, 500, kernel="c", max_dense=0, cache_bytes=0)
-    assert none.num_stored == 0 and none.num_small_tokens == int((tc >= 0).sum())
+    assert none.num_dense == 0 and none.num_small_tokens == int((tc >= 0).sum())
     for density in (0.01, 0.5, 0.99):
         cm = class_row(rng, 500, density, junk=True)[None, :]
         want = expand_reference(tc, cm, 50_000)
-        for e in (ex, forced, none):
+        for e in (ex, forced, bounded, budget, none):
             for strategy in ("auto", "gather", "split", "sparse"):
                 assert np.array_equal(e.expand(cm, strategy=strategy), want), (strategy, density)
 

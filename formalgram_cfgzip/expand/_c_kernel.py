@@ -1,16 +1,18 @@
 """The compiled C kernel (``_cexpand.c``) behind the kernel protocol, and its loader.
 
-The C kernel (built by the normal compiled install) keeps every structure of the numpy
-kernel's algorithms in C and chooses, per row, the cheapest of seven plans by a cost model
-of its own (see the comment at the top of ``_cexpand.c``): a plain gather, subset tables
-plus a tail gather, the tokens of the few allowed (or disallowed) classes listed with or
-without the tables, or a patch of the most recently used cached row.  Listed plans are
-tried when their estimate beats the fixed plans and are given up as soon as their running
-cost passes it.  With ``adapt`` it times the rows whose plan it chooses and scales each
-plan's modelled cost by its measured / modelled ratio, since the engine's fill between two
-rows of a decoding loop can evict the kernel's tables, which slows the listed plans far
-more than the streaming gather.  Its LRU row cache is an open-addressing table keyed by the
-class row (bits past ``num_classes`` ignored).
+The C kernel (built by the normal compiled install) precomputes one full-vocabulary token
+row for each of the largest classes, chosen by its cost model within the memory budget,
+and keeps the other classes' tokens listed.  Per row it chooses the cheapest of five plans
+(see the comment at the top of ``_cexpand.c`` and :mod:`~formalgram_cfgzip.expand.plans`):
+a plain gather; the dense classes' rows combined 32 bytes at a time (OR of the allowed
+ones, or their union AND-NOT the disallowed ones) plus a gather, a scatter of the allowed
+or a clear of the disallowed tail tokens; or a patch of the nearest of the most recently
+used cached rows (the rows of the differing dense classes XOR-ed, the differing tail
+classes' tokens flipped).  With ``adapt`` it times the rows whose plan it chooses and
+scales each plan's modelled cost by its measured / modelled ratio, since the engine's work
+between two rows of a decoding loop can evict the kernel's rows and lists.  Its LRU row
+cache is an open-addressing table keyed by the class row (bits past ``num_classes``
+ignored).
 
 This module translates the expander's options into the kernel's arguments, its plan codes
 into :mod:`~formalgram_cfgzip.expand.plans` names and its index errors into
@@ -29,7 +31,7 @@ import numpy.typing as npt
 
 from formalgram_cfgzip.errors import BatchIndexError
 from formalgram_cfgzip.expand._numpy_kernel import mask_row
-from formalgram_cfgzip.expand.kernel import GROUP_BITS, KernelInfo, RowWriter, forced_groups, table_budget
+from formalgram_cfgzip.expand.kernel import KernelInfo, RowWriter
 from formalgram_cfgzip.expand.plans import C_FORCED, C_PLAN_NAMES, Strategy
 
 __all__ = ["CKernel", "load_c_module"]
@@ -64,7 +66,9 @@ class CKernel:
     num_classes : int
         Number of classes.
     memory_budget, max_dense, dense :
-        The subset-table limits of :class:`~formalgram_cfgzip.expand.MaskExpander`.
+        The limits of :class:`~formalgram_cfgzip.expand.MaskExpander` on the precomputed
+        rows: bytes, at most ``max_dense`` classes (``None``: no bound), exactly the
+        ``dense`` largest classes (``None``: chosen by the cost model).
     cache_rows : int
         Capacity of the row cache.
     delta : bool or None
@@ -88,23 +92,28 @@ class CKernel:
         delta: bool | None,
         adapt: bool,
     ) -> None:
-        num_words = (int(token_class.shape[0]) + 31) // 32
-        budget = table_budget(memory_budget, max_dense, num_words)
-        groups = -1 if dense is None else forced_groups(dense)
+        rows = -1 if dense is None else max(0, dense)
+        max_rows = -1 if max_dense is None else max(0, max_dense)
         delta_mode = 1 if delta is None else 2 if delta else 0
         self.num_classes = num_classes
         self.last_plan = ""
         #: the compiled ``Kernel`` (its numbered plans can be forced: tests and benchmarks)
         self.raw: Any = module.Kernel(
-            token_class.astype(np.int32), num_classes, budget, groups, cache_rows, delta_mode, adapt
+            token_class.astype(np.int32),
+            num_classes,
+            memory_budget,
+            rows,
+            cache_rows,
+            delta_mode,
+            adapt,
+            max_rows,
         )
         self._apply_bitmask: Any = module.apply_bitmask
 
     def info(self) -> KernelInfo:
-        """Sizes of the subset tables and the tail."""
+        """Sizes of the precomputed rows (no subset tables) and the tail."""
         info = self.raw.info()
-        groups = int(info["groups"])
-        return KernelInfo(groups, min(self.num_classes, groups * GROUP_BITS), int(info["tail_tokens"]))
+        return KernelInfo(0, int(info["rows"]), int(info["small_tokens"]))
 
     def cache_stats(self) -> dict[str, int]:
         """The row cache's counters."""

@@ -6,26 +6,36 @@
  * module for MaskExpander, and expand/plans.py names its plan codes).  One Kernel holds,
  * for one token -> class map, every precomputed structure; Kernel.expand() writes one
  * token-bitmask row (XGrammar's layout: int32 words, bit j of word w is token 32*w + j,
- * pad bits zero) from one class-bitmask row, choosing per row the cheapest of seven plans
- * by a cost model (nanoseconds, measured on the development machine):
+ * pad bits zero) from one class-bitmask row.
  *
- *   0 gather   every token reads its class's allowed byte; 32 bytes make one word
- *              (four independent accumulators keep the OR chain short);
- *   1 split    the largest ("head") classes, 8 at a time, have subset tables (the 256
- *              unions of their token bitmasks): one vector OR per group; the remaining
- *              ("tail") tokens are gathered one by one, word by word;
- *   2 set      the allowed classes are listed and their tokens set (few allowed tokens);
- *   3 clear    all valid tokens, minus the tokens of the listed disallowed classes;
- *   4 delta    a caller-provided row for another class row, with the tokens of every
- *              class whose bit differs flipped (a token's bit is its class's bit);
- *   6, 7       the subset tables for the head classes, then plan 2 or 3 over the tail
- *              classes only (few allowed, or few disallowed, tail classes).
+ * The classes are split once, by size.  Each *large* class gets its token bitmask
+ * precomputed: one full-vocabulary row (16 KiB at 128k logits), so that adding or removing
+ * the whole class is one pass of vector ORs (or AND-NOTs, or XORs) over a row, 32 bytes at
+ * a time, up to eight rows per pass.  A class is large when that pass is cheaper than
+ * setting its tokens one by one, within the memory budget.  The *small* classes keep their
+ * token lists (grouped by class) and are scattered token by token.  A token's bit is its
+ * class's bit and the classes are disjoint, so every plan below is exact:
  *
- * Plans 0 and 1 have a fixed cost per kernel.  The listed plans (2-4, 6, 7) are tried
- * first when a lower bound on their cost (from the number of listed classes) is under
- * it, cheapest bound first, and each is given up as soon as its running estimate passes
- * the fixed plan's; so a row never costs much more than about twice the cheaper of
- * plans 0 and 1, and often far less.
+ *   0 gather   every token reads its class's allowed byte; 32 bytes make one word;
+ *   1 split    the large classes by rows, then the small tokens gathered word by word;
+ *   2 set      the large classes by rows, then the tokens of the allowed small classes set;
+ *   3 clear    the large classes by rows, then all small tokens minus the tokens of the
+ *              disallowed small classes (the row starts from their precomputed union);
+ *   4 delta    a previous row (a cached one, or one the caller gives) with every class
+ *              whose bit differs flipped: its row XOR-ed (large) or its tokens (small).
+ *
+ * In plans 1-3 the large classes are the OR of the allowed classes' rows or, when fewer
+ * are disallowed, the union of all large classes AND-NOT the disallowed ones' rows.
+ *
+ * The plan of a row is chosen by a cost model (nanoseconds; its constants are fits of
+ * forced plans on the real decoding rows of bench/expand_bench.py --fit, see the constants
+ * below) from one pass over the class row that counts the allowed large and small classes
+ * and estimates the small tokens (the mean size of the small classes of each class word
+ * times their count).  Through the row cache (expand_rows) a miss is also compared with
+ * patching each of the DELTA_CANDIDATES most recently used cached rows, the nearest first:
+ * consecutive masks of a decoding loop differ in a few classes.  With `adapt`, the rows
+ * whose plan was chosen are timed and each plan's estimates scaled by its running
+ * measured / modelled ratio (see learn()).
  *
  * Not thread-safe: a Kernel has per-row scratch; use one per thread (the Python wrapper
  * documents this).  All memory is allocated in the constructor.
@@ -37,6 +47,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "../_cexpand_api.h"
+
 #if defined(_MSC_VER) && !defined(__clang__)
 #include <intrin.h>
 static inline int
@@ -47,9 +59,11 @@ ctz32(uint32_t x)
     return (int)i;
 }
 #define popcount32(x) ((int)__popcnt(x))
+#define RESTRICT __restrict
 #else
 #define ctz32(x) __builtin_ctz(x)
 #define popcount32(x) __builtin_popcount(x)
+#define RESTRICT __restrict__
 #endif
 
 #if defined(_WIN32)
@@ -78,29 +92,29 @@ now_ns(void)
 }
 #endif
 
-#define GROUP_BITS 8
-#define GROUP_ROWS 256
+/* Cost model (ns), fitted by bench/expand_fit.py: least squares over forced plans (warm, the
+ * minimum of 7 calls) on 478 class rows of real decoding walks and of the same rows with 1-20 %
+ * of their classes flipped (SynCode Go, C and SQL, lark's json and csv and one JSON schema,
+ * Llama-3) on the 2-core AMD EPYC (Zen 5) development VM; the listed plans' median relative error
+ * is 5-13 % (two fits, the second after the first's constants chose the dense classes).  NS_FIXED is the fit's intercept minus the start of the row (NS_INIT_WORD words),
+ * the call from Python included. */
+#define NS_FIXED 160.0         /* a computed row: the call */
+#define NS_SCAN_WORD 0.66      /* the choice's pass, per class word */
+#define NS_INIT_WORD 0.03      /* memset / memcpy of one token word (the row's start) */
+#define NS_ROW_WORD 0.024      /* one token word of one precomputed row, combined 8 rows a pass */
+#define NS_CLASS 0.95          /* a listed tail class */
+#define NS_TOKEN 0.48          /* a token of a listed tail class */
+#define NS_UNPACK_CLASS 0.05   /* plans 0, 1: class bits -> allowed bytes, per class */
+#define NS_GATHER_TOKEN 0.150  /* plan 0, per logit index */
+#define NS_TAIL_WORD 0.38      /* plan 1, per token word */
+#define NS_TAIL_TOKEN 0.37     /* plan 1, per tail token */
+#define NS_DELTA_SCAN_WORD 0.4 /* a delta candidate: its class row against this one, per word */
+#define DELTA_CANDIDATES 4     /* most recently used cached rows a miss may be patched from */
+#define ROWS_PER_PASS 8        /* precomputed rows combined in one pass over the output */
 
-/* Cost model (ns): least-squares fits of forced-plan timings (bench/expand_bench.py rows
- * over real token-class arrays of llama3 / o200k_harmony and flat synthetic ones) on the
- * 2-core AMD EPYC development VM; median relative error 1-2 % for plans 0 and 1.  The listed
- * plans' per-class and per-token constants are fits of forced plans 2, 3, 6 and 7 on the class
- * rows of real decoding walks (SynCode SQL and Go under llama3: 1.1-1.9 ns per class,
- * 0.55-0.64 ns per token, also on random rows over the same classes; bench/expand_bench.py
- * --real-rows); above 16k classes the per-class index leaves L1 and a class costs more. */
-#define NS_FIXED 550.0        /* call, unpacking overhead of plans 0 and 1 */
-#define NS_UNPACK_CLASS 0.1   /* class bits -> allowed bytes, per class */
-#define NS_GATHER_TOKEN 0.213 /* plan 0, per logit index */
-#define NS_SPLIT_WORD 0.84    /* plan 1, per word of the row (tail loop) */
-#define NS_OR_WORD 0.1        /* plan 1, one word of one subset-table row (tables may be cold) */
-#define NS_TAIL_TOKEN 0.47    /* plan 1, per tail token */
-#define NS_LIST_FIXED 230.0   /* plans 2-4, call */
-#define NS_COPY_WORD 0.05     /* plans 2-7, memset / memcpy of one word */
-#define NS_OR_ROW_FIXED 100.0 /* plans 6, 7: reading the head classes' table codes */
-#define NS_LIST_CLASS 1.5     /* plans 2-4, per listed class (index in L1/L2) */
-#define NS_LIST_CLASS_BIG 9.0 /* ... when the per-class index outgrows L1 (> 16k classes) */
-#define NS_LIST_TOKEN 0.6     /* plans 2-4, per listed token */
-#define LIST_SAMPLE 64        /* classes listed before the row estimate is rescaled (apply_listed) */
+enum { PLAN_GATHER = 0, PLAN_SPLIT = 1, PLAN_SET = 2, PLAN_CLEAR = 3, PLAN_DELTA = 4, PLAN_FEWER = 5 };
+#define PLAN_CACHE_HIT 8
+enum { OP_OR = 0, OP_ANDNOT = 1, OP_XOR = 2 };
 
 typedef struct {
     PyObject_HEAD
@@ -108,33 +122,37 @@ typedef struct {
     Py_ssize_t num_classes; /* C */
     Py_ssize_t nw;          /* words of a token row */
     Py_ssize_t cw;          /* words of a class row */
+    Py_ssize_t nwp;         /* words of a precomputed row: nw rounded up to 64 bytes */
     int wide;               /* class ids stored as uint32 (else uint16) */
     void *cls_of;           /* nw*32 class ids; C for never-allowed and pad indices */
     uint8_t *allowed;       /* cw*32 + 8 bytes: 1 when the class is allowed this row */
     uint32_t *csr_start;    /* C + 1 offsets into csr_tok */
     uint32_t *csr_tok;      /* valid tokens, grouped by class, ascending in each */
     uint32_t *valid;        /* nw words: bits of every valid token */
-    Py_ssize_t groups;
-    int32_t *members;       /* groups*8 class ids, -1 for padding */
-    uint32_t *tables;       /* groups*256 rows of nw words */
-    uint8_t *codes;         /* groups bytes of scratch */
+    Py_ssize_t n_valid;
+    /* large classes: one precomputed row each */
+    Py_ssize_t n_rows;
+    int32_t *row_of;        /* C entries: index of the class's row, -1 for a small class */
+    void *rows_raw;         /* allocation holding `rows` */
+    uint32_t *rows;         /* n_rows * nwp words, 64-byte aligned */
+    uint32_t *big_classes;  /* cw words: bit c set for a class with a row */
+    uint32_t *big_union;    /* nw words: the tokens of every large class */
+    /* small classes: their tokens listed (csr), gathered (tail_*), or cleared from their union */
+    uint32_t *small_classes; /* cw words: bit c set for a non-empty class without a row */
+    float *small_mean;      /* cw floats: mean size of the small classes of each class word */
+    uint32_t *small_union;  /* nw words: the tokens of every small class */
+    Py_ssize_t n_small_classes, n_small_tokens;
     uint32_t *tail_start;   /* nw + 1 offsets into tail_bit / tail_cls */
-    uint32_t *tail_classes; /* cw words: bit c set for a class without a subset table */
-    uint32_t *tail_union;   /* nw words: bits of every tail token */
-    Py_ssize_t n_tail_classes;
-    float *tail_mean;       /* cw floats: mean size of the tail classes of each class word */
     uint8_t *tail_bit;
     void *tail_cls;
-    Py_ssize_t n_tail;
-    Py_ssize_t n_valid;
-    double cost_gather;
-    double cost_split;
-    double ns_list_class;   /* NS_LIST_CLASS or NS_LIST_CLASS_BIG */
+    const uint32_t *pass[ROWS_PER_PASS]; /* scratch: the rows of one pass */
+    double cost_gather;     /* plan 0's modelled cost */
+    double cost_tail;       /* plan 1's small-token part */
     uint64_t spread[256];   /* byte -> 8 bytes of 0/1 (little-endian bit order) */
     /* LRU cache of expanded rows, keyed by the class row (bits past num_classes cleared) */
     Py_ssize_t cap;         /* rows; 0: no cache */
     Py_ssize_t n_cached;
-    int delta_mode;         /* 0 never patch the MRU row, 1 when the cost model says so, 2 always */
+    int delta_mode;         /* 0 never patch a cached row, 1 when the cost model says so, 2 always */
     /* self-correction of the cost model (see learn): per plan, measured / modelled time */
     int adapt;
     double corr[8];
@@ -142,6 +160,8 @@ typedef struct {
     uint32_t *c_keys;       /* cap * cw */
     uint32_t *c_rows;       /* cap * nw */
     uint64_t *c_hash;       /* cap */
+    uint32_t *c_gen;        /* cap: bumped whenever a slot's row is dropped (a hint's check) */
+    uint64_t uid;           /* this kernel's number among the kernels made (a hint's check) */
     int32_t *c_prev, *c_next; /* LRU list: head = most recently used */
     int32_t c_head, c_tail;
     int32_t *c_table;       /* open addressing (linear probing), tsize slots, -1 empty */
@@ -158,22 +178,24 @@ Kernel_dealloc(Kernel *self)
     PyMem_Free(self->csr_start);
     PyMem_Free(self->csr_tok);
     PyMem_Free(self->valid);
-    PyMem_Free(self->members);
-    PyMem_Free(self->tables);
-    PyMem_Free(self->codes);
+    PyMem_Free(self->row_of);
+    PyMem_Free(self->rows_raw);
+    PyMem_Free(self->big_classes);
+    PyMem_Free(self->big_union);
+    PyMem_Free(self->small_classes);
+    PyMem_Free(self->small_mean);
+    PyMem_Free(self->small_union);
     PyMem_Free(self->tail_start);
-    PyMem_Free(self->tail_classes);
-    PyMem_Free(self->tail_union);
-    PyMem_Free(self->tail_mean);
+    PyMem_Free(self->tail_bit);
+    PyMem_Free(self->tail_cls);
     PyMem_Free(self->c_keys);
     PyMem_Free(self->c_rows);
     PyMem_Free(self->c_hash);
+    PyMem_Free(self->c_gen);
     PyMem_Free(self->c_prev);
     PyMem_Free(self->c_next);
     PyMem_Free(self->c_table);
     PyMem_Free(self->c_key);
-    PyMem_Free(self->tail_bit);
-    PyMem_Free(self->tail_cls);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -194,16 +216,23 @@ cls_at(const Kernel *k, Py_ssize_t i)
     return k->wide ? ((const uint32_t *)k->cls_of)[i] : ((const uint16_t *)k->cls_of)[i];
 }
 
+/* cost of listing n small classes of `tokens` tokens in all */
+static inline double
+list_cost(double n, double tokens)
+{
+    return NS_CLASS * n + NS_TOKEN * tokens;
+}
+
 static int
 Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"token_class", "num_classes", "table_budget", "groups", "cache_rows",
-                             "delta", "adapt", NULL};
+    static char *kwlist[] = {"token_class", "num_classes", "row_budget", "rows",   "cache_rows",
+                             "delta",       "adapt",       "max_rows",   NULL};
     Py_buffer tc;
-    Py_ssize_t num_classes, budget, force_groups = -1, cache_rows = 0;
+    Py_ssize_t num_classes, budget, force_rows = -1, cache_rows = 0, max_rows = -1;
     int delta_mode = 1, adapt = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nn|nnip", kwlist, &tc, &num_classes, &budget,
-                                     &force_groups, &cache_rows, &delta_mode, &adapt))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nn|nnipn", kwlist, &tc, &num_classes, &budget,
+                                     &force_rows, &cache_rows, &delta_mode, &adapt, &max_rows))
         return -1;
     if (self->cls_of != NULL) {
         PyBuffer_Release(&tc);
@@ -211,8 +240,7 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     int rc = -1;
-    uint32_t *sizes = NULL, *order = NULL, *fill = NULL, *crow = NULL;
-    uint8_t *is_head = NULL;
+    uint32_t *sizes = NULL, *order = NULL, *fill = NULL;
     const int32_t *ids = (const int32_t *)tc.buf;
     Py_ssize_t width = tc.len / 4;
     if (tc.len % 4 != 0 || width < 1) {
@@ -224,7 +252,7 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         goto done;
     }
     if (budget < 0 || cache_rows < 0 || cache_rows >= ((Py_ssize_t)1 << 30)) {
-        PyErr_SetString(PyExc_ValueError, "table_budget and cache_rows must be >= 0");
+        PyErr_SetString(PyExc_ValueError, "row_budget and cache_rows must be >= 0");
         goto done;
     }
     if (delta_mode < 0 || delta_mode > 2) {
@@ -235,8 +263,9 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
     self->num_classes = num_classes;
     self->nw = (width + 31) / 32;
     self->cw = (num_classes + 31) / 32;
+    self->nwp = (self->nw + 15) / 16 * 16;
     self->wide = num_classes >= 65535;
-    Py_ssize_t nw = self->nw, C = num_classes;
+    Py_ssize_t nw = self->nw, cw = self->cw, C = num_classes;
     for (int b = 0; b < 256; b++) {
         uint64_t v = 0;
         for (int j = 0; j < 8; j++)
@@ -247,7 +276,7 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
     /* class of every index, sizes */
     sizes = PyMem_Calloc((size_t)C + 1, sizeof(uint32_t));
     self->cls_of = PyMem_Malloc((size_t)nw * 32 * (self->wide ? 4 : 2));
-    self->allowed = PyMem_Calloc((size_t)self->cw * 32 + 8, 1);
+    self->allowed = PyMem_Calloc((size_t)cw * 32 + 8, 1);
     self->valid = PyMem_Calloc((size_t)nw, sizeof(uint32_t));
     if (!sizes || !self->cls_of || !self->allowed || !self->valid) {
         PyErr_NoMemory();
@@ -287,79 +316,69 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         if (c < (uint32_t)C)
             self->csr_tok[fill[c]++] = (uint32_t)i;
     }
-    /* subset tables for the largest classes */
+    /* the large classes: largest first, while a row pass is cheaper than listing the class
+     * and the budget holds one more row; `rows` >= 0 forces their number */
     order = PyMem_Malloc((size_t)C * sizeof(uint32_t));
-    is_head = PyMem_Calloc((size_t)C + 1, 1);
-    if (!order || !is_head) {
+    self->row_of = PyMem_Malloc((size_t)C * sizeof(int32_t));
+    if (!order || !self->row_of) {
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t c = 0; c < C; c++)
+    for (Py_ssize_t c = 0; c < C; c++) {
         order[c] = (uint32_t)c;
+        self->row_of[c] = -1;
+    }
     g_sort_sizes = sizes;
     qsort(order, (size_t)C, sizeof(uint32_t), by_size_desc);
-    Py_ssize_t table_bytes = (Py_ssize_t)GROUP_ROWS * nw * 4;
-    Py_ssize_t max_groups = budget / table_bytes;
-    Py_ssize_t groups = 0;
-    double or_row = NS_OR_WORD * (double)nw;
-    while (groups < max_groups && groups * GROUP_BITS < C) {
-        double part = 0;
-        for (Py_ssize_t j = groups * GROUP_BITS; j < (groups + 1) * GROUP_BITS && j < C; j++)
-            part += sizes[order[j]];
-        if (part * NS_TAIL_TOKEN < or_row)
-            break;
-        groups++;
+    Py_ssize_t row_bytes = self->nwp * 4;
+    Py_ssize_t n_rows = 0;
+    double row_pass = NS_ROW_WORD * (double)nw;
+    if (force_rows >= 0) {
+        n_rows = force_rows < C ? force_rows : C;
+    } else {
+        while (n_rows < C && (n_rows + 1) * row_bytes <= budget && (max_rows < 0 || n_rows < max_rows) &&
+               list_cost(1.0, (double)sizes[order[n_rows]]) > row_pass)
+            n_rows++;
     }
-    if (force_groups >= 0)
-        groups = force_groups < (C + GROUP_BITS - 1) / GROUP_BITS ? force_groups
-                                                                 : (C + GROUP_BITS - 1) / GROUP_BITS;
-    self->groups = groups;
-    self->members = PyMem_Malloc(((size_t)groups * GROUP_BITS + 1) * sizeof(int32_t));
-    self->codes = PyMem_Calloc((size_t)groups + 1, 1);
-    self->tables = PyMem_Calloc((size_t)groups * GROUP_ROWS * (size_t)nw + 1, sizeof(uint32_t));
-    if (!self->members || !self->codes || !self->tables) {
+    self->n_rows = n_rows;
+    self->rows_raw = PyMem_Malloc((size_t)n_rows * (size_t)row_bytes + 64);
+    self->big_classes = PyMem_Calloc((size_t)cw + 1, sizeof(uint32_t));
+    self->small_classes = PyMem_Calloc((size_t)cw + 1, sizeof(uint32_t));
+    self->small_mean = PyMem_Calloc((size_t)cw + 1, sizeof(float));
+    self->big_union = PyMem_Calloc((size_t)nw, sizeof(uint32_t));
+    self->small_union = PyMem_Calloc((size_t)nw, sizeof(uint32_t));
+    if (!self->rows_raw || !self->big_classes || !self->small_classes || !self->small_mean ||
+        !self->big_union || !self->small_union) {
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t j = 0; j < groups * GROUP_BITS; j++) {
-        int32_t c = j < C ? (int32_t)order[j] : -1;
-        self->members[j] = c;
-        if (c >= 0)
-            is_head[c] = 1;
+    self->rows = (uint32_t *)(((uintptr_t)self->rows_raw + 63) & ~(uintptr_t)63);
+    memset(self->rows, 0, (size_t)n_rows * (size_t)row_bytes);
+    for (Py_ssize_t r = 0; r < n_rows; r++) {
+        uint32_t c = order[r];
+        uint32_t *dst = self->rows + (size_t)r * (size_t)self->nwp;
+        self->row_of[c] = (int32_t)r;
+        self->big_classes[c >> 5] |= (uint32_t)1 << (c & 31);
+        for (uint32_t q = self->csr_start[c]; q < self->csr_start[c + 1]; q++)
+            dst[self->csr_tok[q] >> 5] |= (uint32_t)1 << (self->csr_tok[q] & 31);
     }
-    crow = PyMem_Malloc((size_t)nw * sizeof(uint32_t));
-    if (!crow) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t g = 0; g < groups; g++) {
-        /* rows 2^j .. 2^(j+1) - 1 are rows 0 .. 2^j - 1 with member j's tokens added */
-        uint32_t *t = self->tables + (size_t)g * GROUP_ROWS * (size_t)nw;
-        for (int j = 0; j < GROUP_BITS; j++) {
-            int32_t c = self->members[g * GROUP_BITS + j];
-            memset(crow, 0, (size_t)nw * sizeof(uint32_t));
-            if (c >= 0)
-                for (uint32_t q = self->csr_start[c]; q < self->csr_start[c + 1]; q++)
-                    crow[self->csr_tok[q] >> 5] |= (uint32_t)1 << (self->csr_tok[q] & 31);
-            for (uint32_t r = 0; r < (1u << j); r++) {
-                const uint32_t *lo = t + (size_t)r * (size_t)nw;
-                uint32_t *hi = t + ((size_t)r + ((size_t)1 << j)) * (size_t)nw;
-                for (Py_ssize_t w = 0; w < nw; w++)
-                    hi[w] = lo[w] | crow[w];
+    for (Py_ssize_t w = 0; w < cw; w++) {
+        double tok = 0;
+        int n = 0;
+        for (Py_ssize_t c = 32 * w; c < 32 * w + 32 && c < C; c++)
+            if (self->row_of[c] < 0 && sizes[c] > 0) {
+                self->small_classes[w] |= (uint32_t)1 << (c & 31);
+                tok += sizes[c];
+                n++;
             }
-        }
+        self->n_small_classes += n;
+        self->n_small_tokens += (Py_ssize_t)tok;
+        self->small_mean[w] = n ? (float)(tok / n) : 0.0f;
     }
-    /* tail: the tokens of the other classes, word by word */
-    Py_ssize_t n_tail = 0;
-    for (Py_ssize_t i = 0; i < width; i++) {
-        uint32_t c = cls_at(self, i);
-        if (c < (uint32_t)C && !is_head[c])
-            n_tail++;
-    }
-    self->n_tail = n_tail;
+    /* the small tokens word by word (plan 1) and both unions */
     self->tail_start = PyMem_Malloc(((size_t)nw + 1) * sizeof(uint32_t));
-    self->tail_bit = PyMem_Malloc((size_t)n_tail + 1);
-    self->tail_cls = PyMem_Malloc(((size_t)n_tail + 1) * (self->wide ? 4 : 2));
+    self->tail_bit = PyMem_Malloc((size_t)self->n_small_tokens + 1);
+    self->tail_cls = PyMem_Malloc(((size_t)self->n_small_tokens + 1) * (self->wide ? 4 : 2));
     if (!self->tail_start || !self->tail_bit || !self->tail_cls) {
         PyErr_NoMemory();
         goto done;
@@ -369,58 +388,32 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         self->tail_start[w] = (uint32_t)q;
         for (Py_ssize_t i = 32 * w; i < 32 * w + 32 && i < width; i++) {
             uint32_t c = cls_at(self, i);
-            if (c < (uint32_t)C && !is_head[c]) {
-                self->tail_bit[q] = (uint8_t)(i & 31);
-                if (self->wide)
-                    ((uint32_t *)self->tail_cls)[q] = c;
-                else
-                    ((uint16_t *)self->tail_cls)[q] = (uint16_t)c;
-                q++;
+            if (c >= (uint32_t)C)
+                continue;
+            if (self->row_of[c] >= 0) {
+                self->big_union[w] |= (uint32_t)1 << (i & 31);
+                continue;
             }
+            self->small_union[w] |= (uint32_t)1 << (i & 31);
+            self->tail_bit[q] = (uint8_t)(i & 31);
+            if (self->wide)
+                ((uint32_t *)self->tail_cls)[q] = c;
+            else
+                ((uint16_t *)self->tail_cls)[q] = (uint16_t)c;
+            q++;
         }
     }
     self->tail_start[nw] = (uint32_t)q;
-    self->tail_classes = PyMem_Calloc((size_t)self->cw, sizeof(uint32_t));
-    self->tail_union = PyMem_Calloc((size_t)nw, sizeof(uint32_t));
-    if (!self->tail_classes || !self->tail_union) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    self->tail_mean = PyMem_Calloc((size_t)self->cw, sizeof(float));
-    if (!self->tail_mean) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t w = 0; w < self->cw; w++) {
-        double tok = 0;
-        int n = 0;
-        for (Py_ssize_t c = 32 * w; c < 32 * w + 32 && c < C; c++)
-            if (!is_head[c]) {
-                self->tail_classes[w] |= (uint32_t)1 << (c & 31);
-                tok += sizes[c];
-                n++;
-            }
-        self->n_tail_classes += n;
-        self->tail_mean[w] = n ? (float)(tok / n) : 0.0f;
-    }
-    for (Py_ssize_t i = 0; i < width; i++) {
-        uint32_t c = cls_at(self, i);
-        if (c < (uint32_t)C && !is_head[c])
-            self->tail_union[i >> 5] |= (uint32_t)1 << (i & 31);
-    }
-    self->ns_list_class = C > 16384 ? NS_LIST_CLASS_BIG : NS_LIST_CLASS;
-    double unpack = NS_FIXED + NS_UNPACK_CLASS * (double)C;
-    self->cost_gather = unpack + NS_GATHER_TOKEN * (double)(nw * 32);
-    self->cost_split = groups ? unpack + NS_SPLIT_WORD * (double)nw + (double)groups * or_row +
-                                    NS_TAIL_TOKEN * (double)n_tail
-                              : self->cost_gather * 2 + 1.0;
+    self->cost_gather = NS_FIXED + NS_UNPACK_CLASS * (double)C + NS_GATHER_TOKEN * (double)(nw * 32);
+    self->cost_tail =
+        NS_UNPACK_CLASS * (double)C + NS_TAIL_WORD * (double)nw + NS_TAIL_TOKEN * (double)self->n_small_tokens;
     /* row cache */
     self->delta_mode = delta_mode;
     self->adapt = adapt;
     for (int p = 0; p < 8; p++)
         self->corr[p] = 1.0;
     self->c_head = self->c_tail = -1;
-    self->c_key = PyMem_Calloc((size_t)self->cw + 1, sizeof(uint32_t));
+    self->c_key = PyMem_Calloc((size_t)cw + 1, sizeof(uint32_t));
     if (!self->c_key) {
         PyErr_NoMemory();
         goto done;
@@ -429,14 +422,15 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         Py_ssize_t tsize = 4;
         while (tsize < 2 * cache_rows)
             tsize *= 2;
-        self->c_keys = PyMem_Malloc((size_t)cache_rows * (size_t)self->cw * sizeof(uint32_t));
+        self->c_keys = PyMem_Malloc((size_t)cache_rows * (size_t)cw * sizeof(uint32_t));
         self->c_rows = PyMem_Malloc((size_t)cache_rows * (size_t)nw * sizeof(uint32_t));
         self->c_hash = PyMem_Malloc((size_t)cache_rows * sizeof(uint64_t));
+        self->c_gen = PyMem_Calloc((size_t)cache_rows, sizeof(uint32_t));
         self->c_prev = PyMem_Malloc((size_t)cache_rows * sizeof(int32_t));
         self->c_next = PyMem_Malloc((size_t)cache_rows * sizeof(int32_t));
         self->c_table = PyMem_Malloc((size_t)tsize * sizeof(int32_t));
-        if (!self->c_keys || !self->c_rows || !self->c_hash || !self->c_prev || !self->c_next ||
-            !self->c_table) {
+        if (!self->c_keys || !self->c_rows || !self->c_hash || !self->c_gen || !self->c_prev ||
+            !self->c_next || !self->c_table) {
             PyErr_NoMemory();
             goto done;
         }
@@ -444,15 +438,177 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         self->c_tmask = tsize - 1;
         self->cap = cache_rows;
     }
+    static uint64_t kernels_made = 0;
+    self->uid = ++kernels_made;
     rc = 0;
 done:
     PyMem_Free(sizes);
     PyMem_Free(order);
     PyMem_Free(fill);
-    PyMem_Free(is_head);
-    PyMem_Free(crow);
     PyBuffer_Release(&tc);
     return rc;
+}
+
+/* -- the rows' passes ----------------------------------------------------------------- */
+
+/* out[i] = out[i] OP (r[0][i] | ... | r[n-1][i]) for every word i < nw; 1 <= n <= 8.  The
+ * combination of disjoint rows by OR is also their XOR.  Compiled twice on x86: with AVX2
+ * (32 bytes per vector) when the CPU has it, and for the baseline (16 bytes). */
+#define ROWS_LOOP(OP, EXPR)                                                                \
+    do {                                                                                   \
+        for (Py_ssize_t i = 0; i < nw; i++) {                                              \
+            uint32_t v = EXPR;                                                             \
+            out[i] = OP;                                                                   \
+        }                                                                                  \
+    } while (0)
+#define ROWS_OPS(EXPR)                                                                     \
+    do {                                                                                   \
+        if (op == OP_OR)                                                                   \
+            ROWS_LOOP(out[i] | v, EXPR);                                                   \
+        else if (op == OP_ANDNOT)                                                          \
+            ROWS_LOOP(out[i] & ~v, EXPR);                                                  \
+        else                                                                               \
+            ROWS_LOOP(out[i] ^ v, EXPR);                                                   \
+    } while (0)
+#define ROWS_BODY                                                                          \
+    {                                                                                      \
+        const uint32_t *RESTRICT a = r[0], *RESTRICT b = r[n > 1 ? 1 : 0],                  \
+                                 *RESTRICT c = r[n > 2 ? 2 : 0], *RESTRICT d = r[n > 3 ? 3 : 0]; \
+        const uint32_t *RESTRICT e = r[n > 4 ? 4 : 0], *RESTRICT f = r[n > 5 ? 5 : 0],     \
+                                 *RESTRICT g = r[n > 6 ? 6 : 0], *RESTRICT h = r[n > 7 ? 7 : 0]; \
+        switch (n) {                                                                       \
+        case 1:                                                                            \
+            ROWS_OPS(a[i]);                                                                \
+            break;                                                                         \
+        case 2:                                                                            \
+            ROWS_OPS(a[i] | b[i]);                                                         \
+            break;                                                                         \
+        case 3:                                                                            \
+            ROWS_OPS(a[i] | b[i] | c[i]);                                                  \
+            break;                                                                         \
+        case 4:                                                                            \
+            ROWS_OPS(a[i] | b[i] | c[i] | d[i]);                                           \
+            break;                                                                         \
+        case 5:                                                                            \
+            ROWS_OPS(a[i] | b[i] | c[i] | d[i] | e[i]);                                    \
+            break;                                                                         \
+        case 6:                                                                            \
+            ROWS_OPS(a[i] | b[i] | c[i] | d[i] | e[i] | f[i]);                             \
+            break;                                                                         \
+        case 7:                                                                            \
+            ROWS_OPS(a[i] | b[i] | c[i] | d[i] | e[i] | f[i] | g[i]);                      \
+            break;                                                                         \
+        default:                                                                           \
+            ROWS_OPS(a[i] | b[i] | c[i] | d[i] | e[i] | f[i] | g[i] | h[i]);               \
+            break;                                                                         \
+        }                                                                                  \
+    }
+
+static void
+rows_pass_generic(uint32_t *RESTRICT out, const uint32_t *const *r, int n, Py_ssize_t nw, int op)
+    ROWS_BODY
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+__attribute__((target("avx2"))) static void
+rows_pass_avx2(uint32_t *RESTRICT out, const uint32_t *const *r, int n, Py_ssize_t nw, int op)
+    ROWS_BODY
+
+__attribute__((target("popcnt"))) static inline int
+popcount_hw(uint32_t x)
+{
+    return __builtin_popcount(x);
+}
+
+static int g_has_avx2 = -1, g_has_popcnt = -1;
+
+static void
+cpu_features(void)
+{
+    if (g_has_avx2 < 0) {
+        __builtin_cpu_init();
+        g_has_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+        g_has_popcnt = __builtin_cpu_supports("popcnt") ? 1 : 0;
+    }
+}
+
+static void
+rows_pass(uint32_t *out, const uint32_t *const *r, int n, Py_ssize_t nw, int op)
+{
+    if (g_has_avx2)
+        rows_pass_avx2(out, r, n, nw, op);
+    else
+        rows_pass_generic(out, r, n, nw, op);
+}
+#else
+static int g_has_avx2 = 0;
+
+static void
+cpu_features(void)
+{
+}
+#define rows_pass rows_pass_generic
+#endif
+
+/* Word w of a class set, by mode: 0 the allowed classes (row), 1 the disallowed ones
+ * (~row), 2 the classes that differ from another row (row ^ other); masked by `part` (the
+ * large or the small classes, both zero past num_classes). */
+static inline uint32_t
+set_word(const uint32_t *row, const uint32_t *other, int mode, const uint32_t *part, Py_ssize_t w)
+{
+    uint32_t x = mode == 0 ? row[w] : mode == 1 ? ~row[w] : row[w] ^ other[w];
+    return x & part[w];
+}
+
+/* Apply to `out` with `op` the rows of the large classes of the set of `mode`, eight per pass;
+ * returns the number of rows. */
+static Py_ssize_t
+apply_rows(Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int op, uint32_t *out)
+{
+    int n = 0;
+    Py_ssize_t used = 0;
+    for (Py_ssize_t w = 0; w < k->cw; w++) {
+        uint32_t x = set_word(row, other, mode, k->big_classes, w);
+        while (x) {
+            uint32_t c = (uint32_t)(32 * w) + (uint32_t)ctz32(x);
+            x &= x - 1;
+            k->pass[n++] = k->rows + (size_t)k->row_of[c] * (size_t)k->nwp;
+            if (n == ROWS_PER_PASS) {
+                rows_pass(out, k->pass, n, k->nw, op);
+                used += n;
+                n = 0;
+            }
+        }
+    }
+    if (n) {
+        rows_pass(out, k->pass, n, k->nw, op);
+        used += n;
+    }
+    return used;
+}
+
+/* Set (op OP_OR), clear (OP_ANDNOT) or flip (OP_XOR) in `out` the tokens of the small classes
+ * of the set of `mode`. */
+static void
+apply_small(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int op, uint32_t *out)
+{
+    const uint32_t *start = k->csr_start, *toks = k->csr_tok;
+    for (Py_ssize_t w = 0; w < k->cw; w++) {
+        uint32_t x = set_word(row, other, mode, k->small_classes, w);
+        while (x) {
+            uint32_t c = (uint32_t)(32 * w) + (uint32_t)ctz32(x);
+            x &= x - 1;
+            const uint32_t *tok = toks + start[c], *end = toks + start[c + 1];
+            if (op == OP_OR)
+                for (; tok < end; tok++)
+                    out[*tok >> 5] |= (uint32_t)1 << (*tok & 31);
+            else if (op == OP_ANDNOT)
+                for (; tok < end; tok++)
+                    out[*tok >> 5] &= ~((uint32_t)1 << (*tok & 31));
+            else
+                for (; tok < end; tok++)
+                    out[*tok >> 5] ^= (uint32_t)1 << (*tok & 31);
+        }
+    }
 }
 
 /* allowed[c] = bit c of the class row, for every c < C; allowed[C..] = 0 */
@@ -483,6 +639,7 @@ unpack_row(Kernel *k, const uint32_t *row)
         }                                                                                \
     } while (0)
 
+/* plan 0 (after unpack_row) */
 static void
 plan_gather(Kernel *k, uint32_t *out)
 {
@@ -493,7 +650,7 @@ plan_gather(Kernel *k, uint32_t *out)
         GATHER_BODY(uint16_t);
 }
 
-/* Tail tokens word by word: the OR of a word's tail bits, then one store. */
+/* The small tokens word by word (after unpack_row): the OR of a word's bits, then one OR. */
 #define TAIL_BODY(T)                                                                     \
     do {                                                                                 \
         const T *tcl = (const T *)k->tail_cls;                                           \
@@ -506,41 +663,9 @@ plan_gather(Kernel *k, uint32_t *out)
         }                                                                                \
     } while (0)
 
-/* out = the union of the subset-table rows of the head classes allowed by `row`; returns
- * the number of tables read */
-static Py_ssize_t
-head_rows(Kernel *k, const uint32_t *row, uint32_t *out)
-{
-    Py_ssize_t nw = k->nw, used = 0;
-    for (Py_ssize_t g = 0; g < k->groups; g++) {
-        unsigned code = 0;
-        for (int j = 0; j < GROUP_BITS; j++) {
-            int32_t c = k->members[g * GROUP_BITS + j];
-            if (c >= 0 && (row[c >> 5] >> (c & 31) & 1))
-                code |= 1u << j;
-        }
-        if (!code)
-            continue;
-        const uint32_t *t = k->tables + ((size_t)g * GROUP_ROWS + code) * (size_t)nw;
-        if (!used) {
-            memcpy(out, t, (size_t)nw * 4);
-        } else {
-            for (Py_ssize_t w = 0; w < nw; w++)
-                out[w] |= t[w];
-        }
-        used++;
-    }
-    if (!used)
-        memset(out, 0, (size_t)nw * 4);
-    return used;
-}
-
 static void
-plan_split(Kernel *k, const uint32_t *row, uint32_t *out)
+gather_small(Kernel *k, uint32_t *out)
 {
-    head_rows(k, row, out);
-    if (k->n_tail == 0)
-        return;
     const uint8_t *a = k->allowed;
     const uint8_t *bit = k->tail_bit;
     const uint32_t *ts = k->tail_start;
@@ -550,210 +675,119 @@ plan_split(Kernel *k, const uint32_t *row, uint32_t *out)
         TAIL_BODY(uint16_t);
 }
 
-/* Word w of a listed class set, by mode: 0 the allowed classes (row), 1 the disallowed ones
- * (~row), 2 the classes that differ from another row (row ^ other), 3 and 4 as 0 and 1 but
- * tail classes only (those without a subset table).  Bits past num_classes are cleared. */
-static inline uint32_t
-listed_word(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode, Py_ssize_t w)
+/* Plans 1-3: the large classes by rows (`big`: 0 OR the allowed ones' rows, 1 their union AND-NOT
+ * the disallowed ones' rows), the small ones gathered (1), set (2) or cleared (3). */
+static void
+plan_compose(Kernel *k, int plan, int big, const uint32_t *row, uint32_t *out)
 {
-    uint32_t x;
-    switch (mode) {
-    case 0:
-        x = row[w];
-        break;
-    case 1:
-        x = ~row[w];
-        break;
-    case 2:
-        x = row[w] ^ other[w];
-        break;
-    case 3:
-        x = row[w] & k->tail_classes[w];
-        break;
-    default:
-        x = ~row[w] & k->tail_classes[w];
-        break;
+    size_t bytes = (size_t)k->nw * 4;
+    int small_clear = plan == PLAN_CLEAR;
+    if (big && small_clear)
+        memcpy(out, k->valid, bytes);
+    else if (big)
+        memcpy(out, k->big_union, bytes);
+    else if (small_clear)
+        memcpy(out, k->small_union, bytes);
+    else
+        memset(out, 0, bytes);
+    if (k->n_rows)
+        apply_rows(k, row, NULL, big, big ? OP_ANDNOT : OP_OR, out);
+    if (plan == PLAN_SPLIT) {
+        unpack_row(k, row);
+        gather_small(k, out);
+    } else if (plan == PLAN_SET) {
+        apply_small(k, row, NULL, 0, OP_OR, out);
+    } else {
+        apply_small(k, row, NULL, 1, OP_ANDNOT, out);
     }
-    if (w == k->cw - 1 && (k->num_classes & 31))
-        x &= ((uint32_t)1 << (k->num_classes & 31)) - 1;
-    return x;
 }
 
-/* The listed set of `mode` (see listed_word): its classes, its tail classes, and the tokens
- * of those tail classes estimated at the mean class size of each class word (exact in sum
- * over all the classes of a word; a word holds 32 neighbouring class ids, so this follows
- * any drift of class size with class id, as in classes numbered by size). */
-typedef struct {
-    Py_ssize_t n, n_tail;
-    double tail_tokens;
-} ListedStats;
-
-#define STATS_BODY                                                                       \
-    ListedStats st = {0, 0, 0.0};                                                        \
-    for (Py_ssize_t w = 0; w < k->cw; w++) {                                             \
-        uint32_t x = listed_word(k, row, other, mode, w);                                \
-        if (!x)                                                                          \
-            continue;                                                                    \
-        int nt = popcount32(x & k->tail_classes[w]);                                     \
-        st.n += popcount32(x);                                                           \
-        st.n_tail += nt;                                                                 \
-        st.tail_tokens += (double)nt * (double)k->tail_mean[w];                          \
-    }                                                                                    \
-    return st;
-
-static ListedStats
-listed_stats_generic(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode)
+/* Plan 4: `base_out` (the token row of the class row `base_cls`) with every differing class flipped. */
+static void
+plan_delta(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint32_t *base_out, uint32_t *out)
 {
-    STATS_BODY
+    if (out != base_out)
+        memmove(out, base_out, (size_t)k->nw * 4);
+    if (k->n_rows)
+        apply_rows(k, row, base_cls, 2, OP_XOR, out);
+    apply_small(k, row, base_cls, 2, OP_XOR, out);
 }
+
+/* -- the choice ---------------------------------------------------------------------- */
+
+/* A class set's large classes (exact) and small classes, with the small tokens estimated at
+ * the mean size of the small classes of each class word (exact in sum over a word's small
+ * classes; a word holds 32 neighbouring class ids, so this follows any drift of class size
+ * with class id, as in classes numbered by size). */
+typedef struct {
+    Py_ssize_t big, small;
+    double small_tokens;
+} Stats;
+
+#define STATS_BODY(POPCOUNT)                                                             \
+    {                                                                                    \
+        Stats st = {0, 0, 0.0};                                                          \
+        for (Py_ssize_t w = 0; w < k->cw; w++) {                                         \
+            uint32_t x = other ? row[w] ^ other[w] : row[w];                             \
+            if (!x)                                                                      \
+                continue;                                                                \
+            int ns = POPCOUNT(x & k->small_classes[w]);                                  \
+            st.big += POPCOUNT(x & k->big_classes[w]);                                   \
+            st.small += ns;                                                              \
+            st.small_tokens += (double)ns * (double)k->small_mean[w];                    \
+        }                                                                                \
+        return st;                                                                       \
+    }
+
+/* the allowed classes of `row` (other NULL), or those differing from `other` */
+static Stats
+row_stats_generic(const Kernel *k, const uint32_t *row, const uint32_t *other)
+    STATS_BODY(popcount32)
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-/* Without -mpopcnt, __builtin_popcount is a library call; this copy may use the
- * instruction and is taken only when the CPU has it. */
-__attribute__((target("popcnt"))) static ListedStats
-listed_stats_popcnt(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode)
-{
-    STATS_BODY
-}
+/* Without -mpopcnt, __builtin_popcount is a library call; this copy uses the instruction
+ * and is taken only when the CPU has it. */
+__attribute__((target("popcnt"))) static Stats
+row_stats_popcnt(const Kernel *k, const uint32_t *row, const uint32_t *other)
+    STATS_BODY(popcount_hw)
 
-static ListedStats
-listed_stats(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode)
+static Stats
+row_stats(const Kernel *k, const uint32_t *row, const uint32_t *other)
 {
-    static int has_popcnt = -1;
-    if (has_popcnt < 0) {
-        __builtin_cpu_init();
-        has_popcnt = __builtin_cpu_supports("popcnt") ? 1 : 0;
-    }
-    return has_popcnt ? listed_stats_popcnt(k, row, other, mode)
-                      : listed_stats_generic(k, row, other, mode);
+    return g_has_popcnt ? row_stats_popcnt(k, row, other) : row_stats_generic(k, row, other);
 }
 #else
-#define listed_stats listed_stats_generic
+#define row_stats row_stats_generic
 #endif
 
-/* Set (op 0), clear (1) or flip (2) in `out` the bits of the tokens of the listed classes
- * of `mode` (n_list of them, est_tokens tokens expected).  Returns 0, or -1 once the running
- * cost estimate passes `bound` ns: `out` is then partly written and the caller computes the
- * row by another plan.  From LIST_SAMPLE classes on, the tokens met so far against those
- * expected so far (tail classes at their word's mean size, head classes exactly) also
- * rescale the whole row's estimate, and the row is given up when that passes 1.25 * bound;
- * so a row whose classes are larger than expected is left early, not at the bound. */
-static int
-apply_listed(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int op,
-             uint32_t *out, Py_ssize_t n_list, double est_tokens, double bound, double *model)
+/* Modelled cost of plan 2 or 3 (without NS_FIXED) for a row of `st`, and its large-class mode. */
+static double
+compose_cost(const Kernel *k, int plan, const Stats *st, int *big)
 {
-    double fixed = NS_LIST_FIXED + NS_COPY_WORD * (double)k->nw;
-    Py_ssize_t classes = 0;
-    uint64_t tokens = 0;
-    double expected = 0.0;
-#define RUNNING (fixed + k->ns_list_class * (double)classes + NS_LIST_TOKEN * (double)tokens)
-    for (Py_ssize_t w = 0; w < k->cw; w++) {
-        uint32_t x = listed_word(k, row, other, mode, w);
-        if (!x)
-            continue;
-        uint32_t head = x & ~k->tail_classes[w];
-        expected += (double)popcount32(x & k->tail_classes[w]) * (double)k->tail_mean[w];
-        while (x) {
-            int bit = ctz32(x);
-            uint32_t c = (uint32_t)(32 * w) + (uint32_t)bit;
-            x &= x - 1;
-            const uint32_t *tok = k->csr_tok + k->csr_start[c];
-            const uint32_t *end = k->csr_tok + k->csr_start[c + 1];
-            uint64_t size = (uint64_t)(end - tok);
-            /* checked before the class is written: a huge class is never started */
-            if (RUNNING + k->ns_list_class + NS_LIST_TOKEN * (double)size >= bound) {
-                *model = RUNNING;
-                return -1;
-            }
-            classes++;
-            tokens += size;
-            if (head >> bit & 1)
-                expected += (double)size;
-            if (op == 0)
-                for (; tok < end; tok++)
-                    out[*tok >> 5] |= (uint32_t)1 << (*tok & 31);
-            else if (op == 1)
-                for (; tok < end; tok++)
-                    out[*tok >> 5] &= ~((uint32_t)1 << (*tok & 31));
-            else
-                for (; tok < end; tok++)
-                    out[*tok >> 5] ^= (uint32_t)1 << (*tok & 31);
-        }
-        if (classes >= LIST_SAMPLE && expected > 0.0 &&
-            fixed + k->ns_list_class * (double)n_list +
-                    NS_LIST_TOKEN * est_tokens * ((double)tokens / expected) >
-                1.25 * bound) {
-            *model = RUNNING;
-            return -1;
-        }
-    }
-    *model = RUNNING;
-    return 0;
-#undef RUNNING
+    Py_ssize_t nb = st->big, nb_off = k->n_rows - st->big;
+    *big = nb_off < nb;
+    double cost = NS_INIT_WORD * (double)k->nw + NS_ROW_WORD * (double)k->nw * (double)(*big ? nb_off : nb);
+    if (plan == PLAN_SPLIT)
+        return cost + k->cost_tail;
+    if (plan == PLAN_SET)
+        return cost + list_cost((double)st->small, st->small_tokens);
+    return cost + list_cost((double)(k->n_small_classes - st->small), (double)k->n_small_tokens - st->small_tokens);
 }
 
-/* plan 2, 3, 4, 6 or 7 within `bound` ns: 0, or -1 when given up (out partly written);
- * *model is the modelled cost of the work done */
-static int
-plan_listed(Kernel *k, int plan, const uint32_t *row, const uint32_t *base_cls,
-            const uint32_t *base_out, uint32_t *out, Py_ssize_t n_list, double est_tokens, double bound,
-            double *model)
+/* Modelled cost of plan 4 (without NS_FIXED) from the stats of the differing classes. */
+static double
+delta_cost(const Kernel *k, const Stats *diff)
 {
-    Py_ssize_t nw = k->nw;
-    double tables = 0.0;
-    int mode = 3, op = 0, rc;
-    switch (plan) {
-    case 2:
-        memset(out, 0, (size_t)nw * 4);
-        return apply_listed(k, row, NULL, 0, 0, out, n_list, est_tokens, bound, model);
-    case 3:
-        memcpy(out, k->valid, (size_t)nw * 4);
-        return apply_listed(k, row, NULL, 1, 1, out, n_list, est_tokens, bound, model);
-    case 4:
-        if (out != base_out)
-            memmove(out, base_out, (size_t)nw * 4);
-        return apply_listed(k, row, base_cls, 2, 2, out, n_list, est_tokens, bound, model);
-    default: /* 6, 7: the head classes' table rows, then the tail classes set (or cleared) */
-        tables = NS_OR_ROW_FIXED + (double)head_rows(k, row, out) * NS_OR_WORD * (double)nw;
-        if (plan == 7) {
-            for (Py_ssize_t w = 0; w < nw; w++)
-                out[w] |= k->tail_union[w];
-            mode = 4;
-            op = 1;
-        }
-        break;
-    }
-    rc = apply_listed(k, row, NULL, mode, op, out, n_list, est_tokens, bound - tables, model);
-    *model += tables;
-    return rc;
+    return NS_INIT_WORD * (double)k->nw + NS_ROW_WORD * (double)k->nw * (double)diff->big +
+           list_cost((double)diff->small, diff->small_tokens);
 }
 
-/* classes of the listed set of `mode` among the head classes: count and tokens */
-static void
-head_listed(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode, Py_ssize_t *n,
-            double *tokens)
-{
-    *n = 0;
-    *tokens = 0;
-    for (Py_ssize_t j = 0; j < k->groups * GROUP_BITS; j++) {
-        int32_t c = k->members[j];
-        if (c < 0)
-            continue;
-        if (listed_word(k, row, other, mode, c >> 5) >> (c & 31) & 1) {
-            (*n)++;
-            *tokens += (double)(k->csr_start[c + 1] - k->csr_start[c]);
-        }
-    }
-}
-
-/* Self-correction of the cost model.  Its constants were fitted with warm caches on one
- * machine; in a decoding loop the engine's own fill runs between two rows and may evict
- * the kernel's tables (a plan that reads them at random suffers more than the streaming
- * gather), and other CPUs differ.  So every row whose plan is chosen is timed, and
- * corr[plan], a running mean (weight 1/8) of measured over modelled time, scales that
- * plan's estimates; given-up attempts count with the modelled cost of the work they did.
- * One row in 32 is chosen by the uncorrected model, so that a plan the corrections rule
- * out is measured again.  The rows themselves never depend on the choice. */
+/* Self-correction of the cost model.  Its constants were fitted on one machine; in a decoding
+ * loop the engine's own work runs between two rows and may evict the kernel's rows and lists,
+ * and other CPUs differ.  So every row whose plan is chosen is timed, and corr[plan], a running
+ * mean (weight 1/8) of measured over modelled time, scales that plan's estimates.  One row in 32
+ * is chosen by the uncorrected model, so that a plan the corrections rule out is measured again.
+ * The rows themselves never depend on the choice. */
 static void
 learn(Kernel *k, int plan, double ns, double model)
 {
@@ -764,120 +798,77 @@ learn(Kernel *k, int plan, double ns, double model)
     k->corr[plan] += 0.125 * (r - k->corr[plan]);
 }
 
-/* Plan -1: the cheaper fixed plan (0 or 1), unless a listed plan does better.  Each listed
- * candidate gets an estimate: its listed classes counted exactly, the tokens of the head
- * classes among them exactly and those of the tail classes at their class word's mean size
- * (see ListedStats); all estimates are scaled by the plans' corrections (see learn).
- * Candidates under the fixed plan's cost are tried cheapest first, each given up once its
- * running cost passes min(fixed cost, 2 * estimate + 1 µs).  Returns the plan used (rows
- * of plans 0 and 1 are left to the caller). */
-static int
-choose_and_list(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint32_t *base_out,
-                uint32_t *out)
+/* Run plan `plan` (0-4; `big` -1: the large-class mode of fewer rows). */
+static void
+run_plan(Kernel *k, int plan, int big, const uint32_t *row, const uint32_t *base_cls, const uint32_t *base_out,
+         uint32_t *out)
 {
-    int explore = !k->adapt || (k->n_auto++ & 31) == 0;
-    double cg = k->cost_gather * (explore ? 1.0 : k->corr[0]);
-    double cs = k->cost_split * (explore ? 1.0 : k->corr[1]);
-    int fixed_plan = cs < cg ? 1 : 0;
-    double best = fixed_plan ? cs : cg;
-    double lfixed = NS_LIST_FIXED + NS_COPY_WORD * (double)k->nw;
-    int tries[3], order[3];
-    Py_ssize_t counts[3];
-    double est[3], toks[3], adj[3];
-    int n_try = 0;
-    Py_ssize_t n_head;
-    double head_tok;
-    /* plan 2 or 3: every class */
-    ListedStats all = listed_stats(k, row, NULL, 0);
-    int mode = 2 * all.n <= k->num_classes ? 0 : 1;
-    head_listed(k, row, NULL, mode, &n_head, &head_tok);
-    tries[n_try] = 2 + mode;
-    counts[n_try] = mode == 0 ? all.n : k->num_classes - all.n;
-    toks[n_try] = head_tok + (mode == 0 ? all.tail_tokens : (double)k->n_tail - all.tail_tokens);
-    n_try++;
-    if (base_cls != NULL) { /* plan 4 */
-        ListedStats flip = listed_stats(k, row, base_cls, 2);
-        head_listed(k, row, base_cls, 2, &n_head, &head_tok);
-        tries[n_try] = 4;
-        counts[n_try] = flip.n;
-        toks[n_try] = head_tok + flip.tail_tokens;
-        n_try++;
-    }
-    if (k->groups && k->n_tail_classes) { /* plan 6 or 7 */
-        int setm = 2 * all.n_tail <= k->n_tail_classes;
-        tries[n_try] = setm ? 6 : 7;
-        counts[n_try] = setm ? all.n_tail : k->n_tail_classes - all.n_tail;
-        toks[n_try] = setm ? all.tail_tokens : (double)k->n_tail - all.tail_tokens;
-        n_try++;
-    }
-    double tables = NS_OR_ROW_FIXED + (double)k->groups * NS_OR_WORD * (double)k->nw;
-    for (int i = 0; i < n_try; i++) {
-        est[i] = lfixed + (tries[i] >= 6 ? tables : 0.0) + k->ns_list_class * (double)counts[i] +
-                 NS_LIST_TOKEN * toks[i];
-        adj[i] = est[i] * (explore ? 1.0 : k->corr[tries[i]]);
-        order[i] = i;
-    }
-    for (int i = 1; i < n_try; i++) /* insertion sort by corrected estimate */
-        for (int j = i; j > 0 && adj[order[j]] < adj[order[j - 1]]; j--) {
-            int t = order[j];
-            order[j] = order[j - 1], order[j - 1] = t;
+    if (plan == PLAN_GATHER) {
+        unpack_row(k, row);
+        plan_gather(k, out);
+    } else if (plan == PLAN_DELTA) {
+        plan_delta(k, row, base_cls, base_out, out);
+    } else {
+        if (big < 0) {
+            Stats st = row_stats(k, row, NULL);
+            big = k->n_rows - st.big < st.big;
         }
-    for (int r = 0; r < n_try && adj[order[r]] < best; r++) {
-        int i = order[r];
-        double c = explore ? 1.0 : k->corr[tries[i]];
-        double bound = 2 * est[i] + 1000.0 < best / c ? 2 * est[i] + 1000.0 : best / c;
-        double model = 0.0, t0 = k->adapt ? now_ns() : 0.0;
-        int rc = plan_listed(k, tries[i], row, base_cls, base_out, out, counts[i], toks[i], bound, &model);
-        if (k->adapt)
-            learn(k, tries[i], now_ns() - t0, model);
-        if (rc == 0)
-            return tries[i];
+        plan_compose(k, plan, big, row, out);
     }
-    return fixed_plan;
 }
 
-static int
-get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t words, const char *what)
-{
-    if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
-        return -1;
-    if (view->len != words * 4) {
-        PyErr_Format(PyExc_ValueError, "%s must hold %zd int32 words, got %zd bytes", what, words,
-                     view->len);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
-/* Kernel.expand(class_row, out, base_out=None, base_class=None, plan=-1) -> plan used */
-/* One row by plan `force` (-1: chosen by cost); base_cls / base_out may be NULL. */
+/* One row by plan `force` (-1: chosen by cost; 5: set or clear, whichever lists fewer small
+ * classes), its large classes by mode `big` (-1: fewer rows).  With base_cls / base_out (may be
+ * NULL) plan 4 is possible; `diff` (may be NULL) is then row_stats(row, base_cls) if the caller
+ * has it.  Returns the plan used. */
 static int
 compute_row(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint32_t *base_out,
-            uint32_t *out, int force)
+            const Stats *diff, uint32_t *out, int force, int big)
 {
-    int plan = force;
-    if (plan == 5) { /* the listed plan with fewer classes: set or clear */
-        plan = 2 * listed_stats(k, row, NULL, 0).n <= k->num_classes ? 2 : 3;
+    if (force == PLAN_FEWER) {
+        Stats st = row_stats(k, row, NULL);
+        force = 2 * st.small <= k->n_small_classes ? PLAN_SET : PLAN_CLEAR;
     }
-    int chosen = plan < 0;
-    double model;
-    if (plan >= 2) {
-        plan_listed(k, plan, row, base_cls, base_out, out, 0, 0.0, HUGE_VAL, &model);
-    } else if (chosen) {
-        plan = choose_and_list(k, row, base_cls, base_out, out);
+    if (force >= 0) {
+        run_plan(k, force, big, row, base_cls, base_out, out);
+        return force;
     }
-    if (plan <= 1) {
-        double t0 = chosen && k->adapt ? now_ns() : 0.0;
-        unpack_row(k, row);
-        if (plan == 0)
-            plan_gather(k, out);
-        else
-            plan_split(k, row, out);
-        if (chosen && k->adapt)
-            learn(k, plan, now_ns() - t0, plan == 0 ? k->cost_gather : k->cost_split);
+    int explore = !k->adapt || (k->n_auto++ & 31) == 0;
+    double t0 = k->adapt ? now_ns() : 0.0;
+    Stats st = row_stats(k, row, NULL), d;
+    double model[5];
+    int bigs[5] = {0, 0, 0, 0, 0};
+    double pre = NS_FIXED + NS_SCAN_WORD * (double)k->cw; /* spent whatever the plan */
+    int n_plans = 4;
+    if (base_cls != NULL) {
+        if (diff == NULL) {
+            d = row_stats(k, row, base_cls);
+            diff = &d;
+        }
+        pre += NS_DELTA_SCAN_WORD * (double)k->cw;
+        model[PLAN_DELTA] = delta_cost(k, diff);
+        n_plans = 5;
     }
-    return plan;
+    model[PLAN_GATHER] = k->cost_gather - NS_FIXED;
+    for (int p = PLAN_SPLIT; p <= PLAN_CLEAR; p++)
+        model[p] = compose_cost(k, p, &st, &bigs[p]);
+    int best = 0;
+    double best_cost = HUGE_VAL;
+    for (int p = 0; p < n_plans; p++) {
+        model[p] += pre;
+        double c = model[p] * (explore ? 1.0 : k->corr[p]);
+        if (c < best_cost) {
+            best_cost = c;
+            best = p;
+        }
+    }
+    if (best == PLAN_GATHER || best == PLAN_DELTA)
+        run_plan(k, best, -1, row, base_cls, base_out, out);
+    else
+        plan_compose(k, best, bigs[best], row, out);
+    if (k->adapt)
+        learn(k, best, now_ns() - t0, model[best]);
+    return best;
 }
 
 /* -- row cache ---------------------------------------------------------------------- */
@@ -887,8 +878,11 @@ static uint64_t
 load_key(Kernel *k, const uint32_t *row)
 {
     uint64_t h = 0x243f6a8885a308d3ULL;
+    Py_ssize_t last = k->cw - 1;
     for (Py_ssize_t w = 0; w < k->cw; w++) {
-        uint32_t x = listed_word(k, row, NULL, 0, w);
+        uint32_t x = row[w];
+        if (w == last && (k->num_classes & 31))
+            x &= ((uint32_t)1 << (k->num_classes & 31)) - 1;
         k->c_key[w] = x;
         h = (h ^ x) * 0x9e3779b97f4a7c15ULL;
         h ^= h >> 29;
@@ -970,15 +964,36 @@ table_remove(Kernel *k, int32_t s)
     }
 }
 
-#define PLAN_CACHE_HIT 8
+/* The cached row nearest to c_key among the DELTA_CANDIDATES most recently used ones (the
+ * cheapest to patch by the cost model), with its differing classes' stats; -1 if none. */
+static int32_t
+nearest_cached(Kernel *k, Stats *best_diff)
+{
+    int32_t best = -1;
+    double best_cost = HUGE_VAL;
+    int32_t s = k->c_head;
+    for (int i = 0; i < DELTA_CANDIDATES && s >= 0; i++, s = k->c_next[s]) {
+        Stats d = row_stats(k, k->c_key, k->c_keys + (size_t)s * (size_t)k->cw);
+        double c = delta_cost(k, &d);
+        if (c < best_cost) {
+            best_cost = c;
+            best = s;
+            *best_diff = d;
+        }
+    }
+    return best;
+}
 
-/* One row through the cache; returns the plan (PLAN_CACHE_HIT for a hit). */
+/* One row through the cache; returns the plan (PLAN_CACHE_HIT for a hit).  *slot_out (may be
+ * NULL) is the cache slot now holding the row, -1 without a cache. */
 static int
-cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
+cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out)
 {
     Py_ssize_t nw = k->nw, cw = k->cw;
+    if (slot_out)
+        *slot_out = -1;
     if (k->cap == 0) /* no cache: nothing is counted */
-        return compute_row(k, row, NULL, NULL, out, -1);
+        return compute_row(k, row, NULL, NULL, NULL, out, -1, -1);
     uint64_t h = load_key(k, row);
     int32_t s;
     Py_ssize_t pos = find_pos(k, h, &s);
@@ -989,17 +1004,21 @@ cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
             lru_push_front(k, s);
         }
         k->hits++;
+        if (slot_out)
+            *slot_out = s;
         return PLAN_CACHE_HIT;
     }
     k->misses++;
     int plan;
-    int32_t base = k->c_head;
-    if (base >= 0 && k->delta_mode > 0)
+    Stats diff;
+    int32_t base = k->delta_mode > 0 ? nearest_cached(k, &diff) : -1;
+    if (base >= 0)
         plan = compute_row(k, k->c_key, k->c_keys + (size_t)base * (size_t)cw,
-                           k->c_rows + (size_t)base * (size_t)nw, out, k->delta_mode == 2 ? 4 : -1);
+                           k->c_rows + (size_t)base * (size_t)nw, &diff, out,
+                           k->delta_mode == 2 ? PLAN_DELTA : -1, -1);
     else
-        plan = compute_row(k, k->c_key, NULL, NULL, out, -1);
-    if (plan == 4)
+        plan = compute_row(k, k->c_key, NULL, NULL, NULL, out, -1, -1);
+    if (plan == PLAN_DELTA)
         k->deltas++;
     if (k->n_cached < k->cap) {
         s = (int32_t)k->n_cached++;
@@ -1007,6 +1026,7 @@ cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
         s = k->c_tail;
         lru_unlink(k, s);
         table_remove(k, s);
+        k->c_gen[s]++;
         k->evictions++;
         int32_t dummy;
         pos = find_pos(k, h, &dummy); /* the removal may have moved the empty position */
@@ -1016,7 +1036,15 @@ cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
     memcpy(k->c_keys + (size_t)s * (size_t)cw, k->c_key, (size_t)cw * 4);
     memcpy(k->c_rows + (size_t)s * (size_t)nw, out, (size_t)nw * 4);
     lru_push_front(k, s);
+    if (slot_out)
+        *slot_out = s;
     return plan;
+}
+
+static int
+cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
+{
+    return cached_row_at(k, row, out, NULL);
 }
 
 /* Kernel.expand_rows(class_bitmask, out, indices=None) -> last row's plan (8: cache hit);
@@ -1093,12 +1121,29 @@ Kernel_clear_cache(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
     if (k->cap > 0)
         memset(k->c_table, 0xff, (size_t)(k->c_tmask + 1) * sizeof(int32_t));
+    for (Py_ssize_t i = 0; i < k->n_cached; i++)
+        k->c_gen[i]++;
     k->n_cached = 0;
     k->c_head = k->c_tail = -1;
     k->hits = k->misses = k->evictions = k->deltas = 0;
     Py_RETURN_NONE;
 }
 
+static int
+get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t words, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+        return -1;
+    if (view->len != words * 4) {
+        PyErr_Format(PyExc_ValueError, "%s must hold %zd int32 words, got %zd bytes", what, words,
+                     view->len);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* Kernel.expand(class_row, out, base_out=None, base_class=None, plan=-1, big=-1) -> plan used */
 static PyObject *
 Kernel_expand(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1106,22 +1151,32 @@ Kernel_expand(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "Kernel is not initialised");
         return NULL;
     }
-    if (nargs < 2 || nargs > 5) {
-        PyErr_SetString(PyExc_TypeError, "expand(class_row, out, base_out=None, base_class=None, plan=-1)");
+    if (nargs < 2 || nargs > 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "expand(class_row, out, base_out=None, base_class=None, plan=-1, big=-1)");
         return NULL;
     }
-    long force = -1;
-    if (nargs == 5) {
+    long force = -1, big = -1;
+    if (nargs >= 5) {
         force = PyLong_AsLong(args[4]);
         if (force == -1 && PyErr_Occurred())
             return NULL;
-        if (force < -1 || force > 7) {
-            PyErr_SetString(PyExc_ValueError, "plan must be -1 (choose) or 0..7");
+        if (force < -1 || force > 5) {
+            PyErr_SetString(PyExc_ValueError, "plan must be -1 (choose) or 0..5");
+            return NULL;
+        }
+    }
+    if (nargs == 6) {
+        big = PyLong_AsLong(args[5]);
+        if (big == -1 && PyErr_Occurred())
+            return NULL;
+        if (big < -1 || big > 1) {
+            PyErr_SetString(PyExc_ValueError, "big must be -1 (fewer rows), 0 (OR) or 1 (AND-NOT)");
             return NULL;
         }
     }
     int have_base = nargs >= 4 && args[2] != Py_None && args[3] != Py_None;
-    if (force == 4 && !have_base) {
+    if (force == PLAN_DELTA && !have_base) {
         PyErr_SetString(PyExc_ValueError, "plan 4 (delta) needs base_out and base_class");
         return NULL;
     }
@@ -1134,7 +1189,8 @@ Kernel_expand(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
                        get_buffer(args[3], &bcv, 0, k->cw, "base class row") < 0)))
         goto done;
     plan = compute_row(k, (const uint32_t *)rowv.buf, have_base ? (const uint32_t *)bcv.buf : NULL,
-                       have_base ? (const uint32_t *)bov.buf : NULL, (uint32_t *)outv.buf, (int)force);
+                       have_base ? (const uint32_t *)bov.buf : NULL, NULL, (uint32_t *)outv.buf, (int)force,
+                       (int)big);
 done:
     PyBuffer_Release(&rowv);
     PyBuffer_Release(&outv);
@@ -1149,12 +1205,12 @@ static PyObject *
 Kernel_info(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
     const double *c = k->corr;
-    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:d,s:d,s:i,s:{s:d,s:d,s:d,s:d,s:d,s:d,s:d}}", "groups",
-                         k->groups, "tail_tokens", k->n_tail, "valid_tokens", k->n_valid, "table_bytes",
-                         (Py_ssize_t)(k->groups * GROUP_ROWS * k->nw * 4), "cost_gather_ns",
-                         k->cost_gather, "cost_split_ns", k->cost_split, "adapt", k->adapt,
-                         "corrections", "gather", c[0], "split", c[1], "set", c[2], "clear", c[3],
-                         "delta", c[4], "split/set", c[6], "split/clear", c[7]);
+    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:d,s:i,s:i,s:{s:d,s:d,s:d,s:d,s:d}}", "rows", k->n_rows,
+                         "row_bytes", (Py_ssize_t)(k->n_rows * k->nwp * 4), "small_classes",
+                         k->n_small_classes, "small_tokens", k->n_small_tokens, "valid_tokens", k->n_valid,
+                         "cost_gather_ns", k->cost_gather, "adapt", k->adapt, "avx2", g_has_avx2 > 0,
+                         "corrections", "gather", c[0], "split", c[1], "set", c[2], "clear", c[3], "delta",
+                         c[4]);
 }
 
 /* apply_bitmask(bits, values, itemsize, pattern): values[i] = pattern (the -inf bit pattern of
@@ -1227,41 +1283,44 @@ static PyMethodDef module_methods[] = {
 
 static PyMethodDef Kernel_methods[] = {
     {"expand", (PyCFunction)(void (*)(void))Kernel_expand, METH_FASTCALL,
-     "expand(class_row, out, base_out=None, base_class=None, plan=-1) -> int\n\n"
+     "expand(class_row, out, base_out=None, base_class=None, plan=-1, big=-1) -> int\n\n"
      "Write the token-bitmask row of one class-bitmask row into `out` (int32 buffers of\n"
      "ceil(num_classes/32) and ceil(width/32) words).  With `base_out` / `base_class` (a\n"
      "token row and the class row it was expanded from) the row may be patched from it.\n"
      "`plan` forces 0 gather, 1 split, 2 set, 3 clear, 4 delta, 5 (set or clear,\n"
-     "whichever lists fewer classes), 6 tables + set tail or 7 tables + clear tail;\n"
-     "-1 chooses by cost.\n"
+     "whichever lists fewer small classes); -1 chooses by cost.  `big` forces how plans\n"
+     "1-3 treat the large classes: 0 OR the allowed ones' rows, 1 their union AND-NOT the\n"
+     "disallowed ones' rows, -1 whichever needs fewer rows.\n"
      "Returns the plan used."},
     {"expand_rows", (PyCFunction)(void (*)(void))Kernel_expand_rows, METH_FASTCALL,
      "expand_rows(class_bitmask, out, indices=None) -> int\n\n"
      "Expand every row of a C-contiguous int32 class bitmask into row indices[i] (int64\n"
      "buffer; default i; an int for a single class row) of the token bitmask `out`,\n"
      "through the LRU row cache (a miss\n"
-     "may patch the most recently used cached row).  Returns the last row's plan, 8\n"
+     "may patch one of the most recently used cached rows).  Returns the last row's plan, 8\n"
      "for a cache hit."},
     {"cache_info", (PyCFunction)Kernel_cache_info, METH_NOARGS,
      "Row-cache counters: hits, misses, evictions, deltas, entries, capacity."},
     {"clear_cache", (PyCFunction)Kernel_clear_cache, METH_NOARGS,
      "Drop every cached row and reset the counters."},
     {"info", (PyCFunction)Kernel_info, METH_NOARGS,
-     "Sizes of the precomputed structures, the modelled costs of plans 0 and 1, and the\n"
-     "cost-model corrections learnt so far (measured / modelled time per plan)."},
+     "Sizes of the precomputed structures (rows of the large classes, small classes and\n"
+     "tokens), the modelled cost of plan 0, whether AVX2 is used, and the cost-model\n"
+     "corrections learnt so far (measured / modelled time per plan)."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyTypeObject KernelType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "formalgram_cfgzip.expand._cexpand.Kernel",
-    .tp_doc = PyDoc_STR("Kernel(token_class, num_classes, table_budget, groups=-1, cache_rows=0,\n"
-                        "       delta=1)\n\n"
+    .tp_doc = PyDoc_STR("Kernel(token_class, num_classes, row_budget, rows=-1, cache_rows=0,\n"
+                        "       delta=1, adapt=True, max_rows=-1)\n\n"
                         "Precomputed class -> token expansion for one int32 token-class array\n"
-                        "(negative ids: never allowed); subset tables use at most\n"
-                        "`table_budget` bytes (`groups` >= 0 forces their number); an LRU\n"
-                        "cache of `cache_rows` expanded rows serves expand_rows(); on a miss\n"
-                        "the most recently used row is patched never (delta=0), when cheaper\n"
-                        "(1) or always (2)."),
+                        "(negative ids: never allowed).  The largest classes get one precomputed\n"
+                        "token row each, within `row_budget` bytes and at most `max_rows` of them\n"
+                        "(-1: no bound; `rows` >= 0 forces their number); an LRU cache of\n"
+                        "`cache_rows` expanded rows serves expand_rows(); on a miss the nearest of\n"
+                        "the most recently used rows is patched never (delta=0), when cheaper (1)\n"
+                        "or always (2)."),
     .tp_basicsize = sizeof(Kernel),
     .tp_itemsize = 0,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -1277,9 +1336,53 @@ static struct PyModuleDef module = {
     module_methods, NULL, NULL, NULL, NULL,
 };
 
+/* -- the C-level entry (see _cexpand_api.h) -------------------------------------------- */
+
+static int
+api_sizes(PyObject *obj, Py_ssize_t *class_words, Py_ssize_t *token_words)
+{
+    if (!PyObject_TypeCheck(obj, &KernelType) || ((Kernel *)obj)->cls_of == NULL) {
+        PyErr_SetString(PyExc_TypeError, "an initialised formalgram_cfgzip.expand._cexpand.Kernel is needed");
+        return -1;
+    }
+    *class_words = ((Kernel *)obj)->cw;
+    *token_words = ((Kernel *)obj)->nw;
+    return 0;
+}
+
+/* A hint (see _cexpand_api.h) is taken when it names this kernel and a slot whose row was not
+ * dropped since: the caller vouches that the class row is the one the hint was made for. */
+static int
+api_expand_row(PyObject *obj, const uint32_t *class_row, uint32_t *out, CExpandHint *hint, int same_row)
+{
+    Kernel *k = (Kernel *)obj;
+    if (hint != NULL && same_row && hint->kernel == k->uid && hint->slot < (uint64_t)k->n_cached &&
+        hint->gen == k->c_gen[hint->slot]) {
+        int32_t s = (int32_t)hint->slot;
+        memcpy(out, k->c_rows + (size_t)s * (size_t)k->nw, (size_t)k->nw * 4);
+        if (k->c_head != s) {
+            lru_unlink(k, s);
+            lru_push_front(k, s);
+        }
+        k->hits++;
+        return PLAN_CACHE_HIT;
+    }
+    int32_t slot;
+    int plan = cached_row_at(k, class_row, out, &slot);
+    if (hint != NULL) {
+        hint->kernel = slot >= 0 ? k->uid : 0;
+        hint->slot = slot >= 0 ? (uint64_t)slot : 0;
+        hint->gen = slot >= 0 ? k->c_gen[slot] : 0;
+    }
+    return plan;
+}
+
+static CExpandAPI c_api = {CEXPAND_API_VERSION, api_sizes, api_expand_row};
+
 PyMODINIT_FUNC
 PyInit__cexpand(void)
 {
+    cpu_features();
     if (PyType_Ready(&KernelType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
@@ -1288,6 +1391,12 @@ PyInit__cexpand(void)
     Py_INCREF(&KernelType);
     if (PyModule_AddObject(m, "Kernel", (PyObject *)&KernelType) < 0) {
         Py_DECREF(&KernelType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyObject *capsule = PyCapsule_New(&c_api, CEXPAND_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(m, "_C_API", capsule) < 0) {
+        Py_XDECREF(capsule);
         Py_DECREF(m);
         return NULL;
     }

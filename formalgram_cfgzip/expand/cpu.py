@@ -53,20 +53,23 @@ class MaskExpander:
     num_classes : int
         Number of classes (width of the class bitmask).
     memory_budget : int, keyword-only
-        Bytes allowed for the precomputed subset tables (default 32 MiB; each table of
-        8 classes takes ``256 * 4 * ceil(logit_width / 32)`` bytes, 4 MiB at 128k).
+        Bytes allowed for what is precomputed for the largest (*dense*) classes (default
+        32 MiB): the C kernel's one token row per dense class (``4 * ceil(logit_width /
+        32)`` bytes, 16 KiB at 128k; the cost model takes a class when OR-ing its row is
+        cheaper than setting its tokens), the numpy kernel's subset tables (8 classes
+        each, ``256 * 4 * ceil(logit_width / 32)`` bytes, 4 MiB at 128k).
     max_dense : int or None, keyword-only
-        Upper bound on the number of classes covered by subset tables (``None``: chosen
-        by the cost model; ``0`` disables them).
+        Upper bound on the number of dense classes (``None``: chosen by the cost model;
+        ``0``: none).
     dense : int or None, keyword-only
-        Force subset tables for the ``dense`` largest classes, rounded up to a multiple
-        of 8, ignoring the budget and the cost model (tests and benchmarks).
+        Force the ``dense`` largest classes to be dense (the numpy kernel rounds up to a
+        multiple of 8), ignoring the budget and the cost model (tests and benchmarks).
     cache_bytes : int, keyword-only
         Bytes of the LRU cache of expanded rows, keyed by the class-bitmask row (default
         8 MiB; ``0`` disables it).  See :attr:`cache_stats`.
     delta : bool or None, keyword-only
-        On a cache miss, patch the most recently used cached row (flip the tokens of the
-        classes whose bits differ): ``None`` when the cost model expects it to be cheaper
+        On a cache miss, patch a recently used cached row (flip the tokens of the classes
+        whose bits differ; the C kernel takes the nearest of the few most recent ones): ``None`` when the cost model expects it to be cheaper
         than a fresh row, ``True`` always (tests), ``False`` never.
     kernel : {"auto", "c", "numpy"}, keyword-only
         Which implementation computes rows: ``"auto"`` the C kernel when it is built (the
@@ -92,7 +95,8 @@ class MaskExpander:
     expander per thread.  Rows written into caller buffers are copies (the cache never
     aliases them).
 
-    Construction is O(logit_width + groups * 256 * logit_width / 32).  A row costs a cache
+    Construction is O(logit_width + precomputed words): ``dense * logit_width / 32`` for the
+    C kernel, ``groups * 256 * logit_width / 32`` for the numpy kernel.  A row costs a cache
     lookup (hashing the class row) and, on a hit, one copy of the token row; on a miss,
     the cheapest plan of the kernel's cost model (see :mod:`~formalgram_cfgzip.expand.plans`).
 
@@ -197,18 +201,27 @@ class MaskExpander:
         return self._kernel.last_plan
 
     @property
+    def c_kernel(self) -> object | None:
+        """The compiled ``formalgram_cfgzip.expand._cexpand.Kernel`` itself when the C kernel
+        is in use, else ``None``: other C extensions expand rows through it directly (the
+        native engine's fused fill and expansion, ``State.fill_token``)."""
+        return self._kernel.raw if isinstance(self._kernel, CKernel) else None
+
+    @property
     def num_dense(self) -> int:
-        """Number of classes covered by the subset tables (expanded by one OR per 8)."""
+        """Number of dense classes: with a precomputed row each (C kernel) or covered by the
+        subset tables (numpy kernel)."""
         return self._kernel.info().dense_classes
 
     @property
     def num_stored(self) -> int:
-        """Number of subset tables (256 precomputed rows each)."""
+        """Number of subset tables (numpy kernel, 256 precomputed rows each; the C kernel
+        has none: its :attr:`num_dense` rows instead)."""
         return self._kernel.info().groups
 
     @property
     def num_small_tokens(self) -> int:
-        """Number of logit indices not covered by the subset tables."""
+        """Number of logit indices outside the dense classes (the tail)."""
         return self._kernel.info().tail_tokens
 
     @property
@@ -234,11 +247,11 @@ class MaskExpander:
         out_row : numpy.ndarray
             int32, shape ``(ceil(logit_width / 32),)``, C-contiguous; overwritten.
         strategy : {"auto", "split", "gather", "sparse"}
-            ``"auto"``: the row cache, then (on a miss) a patch of the last cached row or
-            the cheapest plan of the cost model.  The others force one plan and bypass
+            ``"auto"``: the row cache, then (on a miss) a patch of a recently cached row
+            or the cheapest plan of the cost model.  The others force one plan and bypass
             the cache (tests and benchmarks): ``"gather"`` the plain gather, ``"split"``
-            subset tables + tail gather, ``"sparse"`` the listed classes (or their
-            complement); see :mod:`~formalgram_cfgzip.expand.plans`.
+            the dense classes + a tail gather, ``"sparse"`` the dense classes + the listed
+            tail classes (or their complement); see :mod:`~formalgram_cfgzip.expand.plans`.
 
         Notes
         -----

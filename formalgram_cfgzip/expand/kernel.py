@@ -28,7 +28,7 @@ RowWriter = Callable[[npt.NDArray[np.int32], npt.NDArray[np.int32], int], object
 
 
 def table_budget(memory_budget: int, max_dense: int | None, num_words: int) -> int:
-    """Bytes a kernel may spend on subset tables: ``memory_budget``, and at most the tables
+    """Bytes the numpy kernel may spend on subset tables: ``memory_budget``, and at most the tables
     of ``max_dense`` classes when it is given (rounded down to whole tables).
 
     Parameters
@@ -70,11 +70,13 @@ def forced_groups(dense: int) -> int:
 class KernelInfo(NamedTuple):
     """Sizes of a kernel's precomputed structures."""
 
-    #: number of subset tables (256 precomputed rows each, 8 head classes per table)
+    #: number of subset tables (numpy kernel: 256 precomputed rows each, 8 dense classes per
+    #: table; the C kernel has none)
     groups: int
-    #: number of classes the subset tables cover
+    #: number of dense classes: covered by the subset tables (numpy) or with a precomputed
+    #: row each (C)
     dense_classes: int
-    #: number of logit indices outside the subset tables' classes (the tail)
+    #: number of logit indices outside the dense classes (the tail)
     tail_tokens: int
 
 

@@ -4,28 +4,39 @@ A *plan* is how one token-bitmask row was computed from its class-bitmask row.  
 kernels report the plan of the last row they wrote under these names
 (:attr:`MaskExpander.last_strategy <formalgram_cfgzip.expand.MaskExpander.last_strategy>`),
 and the C kernel's cost-model corrections (``Kernel.info()["corrections"]``) are keyed by
-them too.  The *head* classes are the largest ones, covered by subset tables (the 256
-unions of the token bitmasks of 8 classes); the *tail* tokens are all the others.
+them too.  Both kernels precompute something for the largest (*dense*) classes: the C
+kernel one full-vocabulary token row per class (combined 32 bytes at a time, up to 8 rows
+per pass), the numpy kernel subset tables (the 256 unions of the token rows of 8 classes);
+the *tail* tokens are those of all the other classes.
 
 ==============  =======================================================  ============
 name            what the row cost                                        reported by
 ==============  =======================================================  ============
 ``gather``      every logit index reads its class's bit                  C, numpy
-``split``       one OR per subset table, then a gather of the tail       C, numpy
-``set``         the tokens of the listed allowed classes are set         C
-``clear``       every valid token, minus the listed disallowed classes   C
+``split``       the dense classes' rows or tables, then a word-by-word   C, numpy
+                gather of the tail tokens
+``set``         the dense classes' rows, then the tokens of the allowed  C
+                tail classes set
+``clear``       the dense classes' rows, then every tail token minus     C
+                the tokens of the disallowed tail classes
 ``delta``       a cached row with the tokens of the differing classes    C, numpy
                 flipped (a token's bit is its class's bit)
-``split/set``   subset tables, then ``set`` over the tail classes        C, numpy
-``split/clear`` subset tables, then ``clear`` over the tail classes      C, numpy
+``split/set``   subset tables, then ``set`` over the tail classes        numpy
+``split/clear`` subset tables, then ``clear`` over the tail classes      numpy
 ``split/none``  subset tables only (no tail token is allowed)            numpy
 ``split/all``   subset tables, then every tail token                     numpy
 ``cache``       a copy of a cached row                                   C, numpy
 ==============  =======================================================  ============
 
+In the C kernel's ``split``, ``set`` and ``clear`` the dense classes are the OR of the
+allowed classes' rows or, when fewer are disallowed, the union of all dense classes
+AND-NOT the disallowed ones' rows; its ``delta`` patches the nearest of the few most
+recently used cached rows (XOR of the differing dense classes' rows).
+
 A caller may force a plan by *strategy* (tests and benchmarks; forced rows bypass the row
-cache): ``"gather"``, ``"split"``, or ``"sparse"`` (the listed plan with fewer classes:
-the numpy kernel after its subset tables, the C kernel without them).
+cache): ``"gather"``, ``"split"``, or ``"sparse"`` (the listed plan with fewer tail
+classes: ``set`` or ``clear`` in the C kernel, after the dense classes' rows; the numpy
+kernel's after its subset tables).
 """
 
 from __future__ import annotations
@@ -64,9 +75,9 @@ CACHE: Final = "cache"
 PLANS: Final = (GATHER, SPLIT, SET, CLEAR, DELTA, SPLIT_SET, SPLIT_CLEAR, SPLIT_NONE, SPLIT_ALL, CACHE)
 
 #: the C kernel's plan codes (what ``Kernel.expand`` and ``Kernel.expand_rows`` return) ->
-#: names; code 5 is only a request ("set or clear, whichever lists fewer classes"), run and
-#: reported as 2 or 3
-C_PLAN_NAMES: Final = (GATHER, SPLIT, SET, CLEAR, DELTA, "", SPLIT_SET, SPLIT_CLEAR, CACHE)
+#: names; code 5 is only a request ("set or clear, whichever lists fewer tail classes"), run
+#: and reported as 2 or 3; codes 6 and 7 are unused
+C_PLAN_NAMES: Final = (GATHER, SPLIT, SET, CLEAR, DELTA, "", "", "", CACHE)
 
 #: how a plan is forced: ``"auto"`` lets the kernel choose (through its row cache)
 Strategy = Literal["auto", "split", "gather", "sparse"]

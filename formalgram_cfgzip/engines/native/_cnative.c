@@ -27,6 +27,8 @@
 
 /* grow() and GROW(): */
 #include "../../_cgrow.h"
+/* the expansion kernel's C-level entry (State.fill_token) */
+#include "../../_cexpand_api.h"
 
 /* ------------------------------------------------------------------------------------ */
 /* Tables                                                                                */
@@ -118,6 +120,9 @@ typedef struct {
     int32_t *stack;
     int64_t stack_cap;
     int64_t last_pairs;
+    int32_t *key;     /* scratch: the memo key of the fill under way (see fill_row) */
+    int64_t key_cap;
+    uint32_t *crow;   /* scratch: a class row (State.fill_token) */
 } Tables;
 
 static void
@@ -132,6 +137,8 @@ Tables_dealloc(Tables *t)
     free(t->set_class);
     free(t->set_bits_at);
     free(t->set_bits);
+    free(t->key);
+    free(t->crow);
     free(t->fresh);
     free(t->symx);
     free(t->recs);
@@ -458,6 +465,13 @@ typedef struct {
     int64_t hcap, hn;
     int32_t *tarena;
     int64_t tcap, tn;
+    /* memo of the last fill (see fill_row): its key, the largest node id the key names, the row */
+    int32_t *mkey;
+    int64_t mkey_cap, mkey_len, mmax;
+    uint32_t *mrow;
+    int mvalid, from_memo; /* from_memo: the last fill was the memo's */
+    long long memo_hits;
+    CExpandHint khint; /* where the expansion kernel keeps the memo's token row (fill_token) */
 } State;
 
 static void
@@ -472,6 +486,8 @@ State_dealloc(State *s)
     free(s->h_ntops);
     free(s->h_term);
     free(s->tarena);
+    free(s->mkey);
+    free(s->mrow);
     Py_XDECREF(s->t);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -545,6 +561,7 @@ state_reset(State *s)
     s->an = 0;
     s->hn = 0;
     s->tn = 0;
+    s->mvalid = 0;
     if (new_node(s, -1) < 0 || new_node(s, t->start) < 0 || GROW(s->arena, s->acap, 1) < 0)
         return -1;
     s->arena[0] = 0; /* node 1 lies on the bottom */
@@ -852,16 +869,88 @@ stop_allowed(const State *s)
     return !s->h_term[s->hn - 1] && n > 0 && tops[0] == 0;
 }
 
-/* the class mask into row[0..words) */
+/* The memo key of the current tops: their number, then per top its symbol, its number of
+ * parents and the parents.  The class mask is a function of the stack below the tops, i.e. of
+ * this key: nodes never change once made, and the nodes older than a history entry are closed
+ * under "parent of" (a node's parents exist when it is made), so a rollback keeps the memo
+ * exactly when every node the key names survives it.  Returns the key's length (in t->key), or
+ * -1 (MemoryError); *max is the largest node id it names. */
+static int64_t
+memo_key(State *s, const int32_t *tops, int32_t ntops, int64_t *max)
+{
+    Tables *t = s->t;
+    int64_t len = 1;
+    for (int32_t i = 0; i < ntops; i++)
+        len += 2 + s->nodes[tops[i]].plen;
+    if (GROW(t->key, t->key_cap, len) < 0)
+        return -1;
+    int32_t *key = t->key;
+    int64_t q = 0, m = 0;
+    key[q++] = ntops;
+    for (int32_t i = 0; i < ntops; i++) {
+        const Node *v = &s->nodes[tops[i]];
+        key[q++] = v->sym;
+        key[q++] = v->plen;
+        for (int32_t k = 0; k < v->plen; k++) {
+            int32_t u = s->arena[v->poff + k];
+            key[q++] = u;
+            if (u > m)
+                m = u;
+        }
+    }
+    *max = m;
+    return len;
+}
+
+static int fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops);
+
+/* the class mask into row[0..words): the memo's row when the tops' key is the last fill's */
 static int
 fill_row(State *s, uint32_t *row)
 {
     Tables *t = s->t;
-    memset(row, 0, (size_t)t->words * sizeof(uint32_t));
-    if (s->h_term[s->hn - 1])
+    size_t bytes = (size_t)t->words * sizeof(uint32_t);
+    if (s->h_term[s->hn - 1]) {
+        memset(row, 0, bytes);
+        s->from_memo = 0;
         return 0;
+    }
     int32_t ntops;
     const int32_t *tops = cur_tops(s, &ntops);
+    int64_t max = 0, len = memo_key(s, tops, ntops, &max);
+    if (len < 0)
+        return -1;
+    if (s->mvalid && s->mkey_len == len && memcmp(s->mkey, t->key, (size_t)len * sizeof(int32_t)) == 0) {
+        memcpy(row, s->mrow, bytes);
+        s->memo_hits++;
+        s->from_memo = 1;
+        return 0;
+    }
+    s->mvalid = 0;
+    s->from_memo = 0;
+    memset(&s->khint, 0, sizeof(s->khint)); /* it was for the memo's row */
+    if (fill_walk(s, row, tops, ntops) < 0)
+        return -1;
+    if (GROW(s->mkey, s->mkey_cap, len) < 0)
+        return -1;
+    if (s->mrow == NULL && (s->mrow = malloc(bytes > 0 ? bytes : 1)) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(s->mkey, t->key, (size_t)len * sizeof(int32_t));
+    memcpy(s->mrow, row, bytes);
+    s->mkey_len = len;
+    s->mmax = max;
+    s->mvalid = 1;
+    return 0;
+}
+
+/* the walk of the stack below `tops` through the domain automaton: the class mask */
+static int
+fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
+{
+    Tables *t = s->t;
+    memset(row, 0, (size_t)t->words * sizeof(uint32_t));
     uint32_t w = ++t->walk_id;
     if (w == 0) {
         memset(t->set_stamp, 0, (size_t)(t->nsets > 0 ? t->nsets : 1) * sizeof(uint32_t));
@@ -1011,6 +1100,8 @@ State_rollback(State *s, PyObject *arg)
         s->nn = s->h_nodes[s->hn - 1];
         s->an = s->h_arena[s->hn - 1];
         s->tn = s->h_toff[s->hn - 1] + s->h_ntops[s->hn - 1];
+        if (s->mmax >= s->nn) /* a node the memo names is gone (see memo_key) */
+            s->mvalid = 0;
     }
     Py_RETURN_NONE;
 }
@@ -1141,6 +1232,7 @@ State_compact(State *s, PyObject *arg)
     s->hn -= first;
     s->tn = tn;
     s->nn = kept;
+    s->mvalid = 0; /* renumbered: the memo's key names other nodes */
     s->an = an;
     memset(s->nstamp, 0, (size_t)s->ncap * sizeof(uint32_t));
     s->mark = 0;
@@ -1180,6 +1272,90 @@ State_fill_into(State *s, PyObject *const *args, Py_ssize_t nargs)
     if (r < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+static const CExpandAPI *g_expand_api;
+
+/* fill_token(kernel, fallback, bitmask, index=0): the class mask, expanded by the expansion Kernel
+ * `kernel` (through its row cache) into row index of a writable C-contiguous 2-D int32 bitmask
+ * (native byte order) of the kernel's token width, in one call: so under the GIL throughout, and
+ * no other thread uses the kernel in between.  Any other argument -- another object or layout, an
+ * index that is not a plain int in range, keyword arguments -- goes to fallback(bitmask, index)
+ * instead (with the arguments as given), which raises the typed error or takes the general
+ * path.  Returns None. */
+static PyObject *
+State_fill_token(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 2) {
+        PyErr_SetString(PyExc_TypeError, "fill_token(kernel, fallback, bitmask, index=0)");
+        return NULL;
+    }
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) || nargs < 3 || nargs > 4) /* the fallback sorts them out */
+        return PyObject_Vectorcall(args[1], args + 2, (size_t)(nargs - 2), kwnames);
+    if (g_expand_api == NULL) {
+        const CExpandAPI *api = PyCapsule_Import(CEXPAND_CAPSULE, 0);
+        if (api == NULL)
+            return NULL;
+        if (api->version != CEXPAND_API_VERSION) {
+            PyErr_SetString(PyExc_ImportError, "the expansion kernel's C API has another version");
+            return NULL;
+        }
+        g_expand_api = api;
+    }
+    Tables *t = s->t;
+    Py_ssize_t cw, nw;
+    if (g_expand_api->sizes(args[0], &cw, &nw) < 0)
+        return NULL;
+    if (cw != t->words) {
+        PyErr_Format(PyExc_ValueError, "the kernel's class rows have %zd words, the tables' %d", cw, t->words);
+        return NULL;
+    }
+    PyObject *bitmask = args[2], *index_obj = nargs == 4 ? args[3] : NULL;
+    Py_ssize_t index = 0;
+    if (index_obj != NULL) {
+        if (!PyLong_CheckExact(index_obj))
+            goto fallback;
+        index = PyLong_AsSsize_t(index_obj);
+        if (index == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto fallback;
+        }
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(bitmask, &v, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        goto fallback;
+    }
+    const char *f = v.format ? v.format : "B";
+    int int32 = v.itemsize == 4 && (!strcmp(f, "i") || !strcmp(f, "=i") || (sizeof(long) == 4 && !strcmp(f, "l")));
+    if (!int32 || v.ndim != 2 || v.shape[1] != nw || index < 0 || index >= v.shape[0]) {
+        PyBuffer_Release(&v);
+        goto fallback;
+    }
+    if (t->crow == NULL && (t->crow = malloc((size_t)(cw > 0 ? cw : 1) * sizeof(uint32_t))) == NULL) {
+        PyBuffer_Release(&v);
+        return PyErr_NoMemory();
+    }
+    int plan = fill_row(s, t->crow) < 0 ? -1
+                                        : g_expand_api->expand_row(args[0], t->crow, (uint32_t *)v.buf + index * nw,
+                                                                   &s->khint, s->from_memo);
+    PyBuffer_Release(&v);
+    if (plan < 0)
+        return NULL;
+    Py_RETURN_NONE;
+fallback:;
+    PyObject *call[2] = {bitmask, index_obj != NULL ? index_obj : NULL};
+    if (index_obj == NULL) {
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL)
+            return NULL;
+        call[1] = zero;
+        PyObject *r = PyObject_Vectorcall(args[1], call, 2, NULL);
+        Py_DECREF(zero);
+        return r;
+    }
+    return PyObject_Vectorcall(args[1], call, 2, NULL);
 }
 
 static PyObject *
@@ -1240,8 +1416,9 @@ State_node(State *s, PyObject *arg)
 static PyObject *
 State_info(State *s, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("{s:L,s:L,s:L,s:L}", "nodes", (long long)s->nn, "parents", (long long)s->an, "position",
-                         (long long)(s->hn - 1), "last_pairs", (long long)s->t->last_pairs);
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L}", "nodes", (long long)s->nn, "parents", (long long)s->an,
+                         "position", (long long)(s->hn - 1), "last_pairs", (long long)s->t->last_pairs,
+                         "memo_hits", s->memo_hits);
 }
 
 /* fill_batch(states, bitmask): row i of a C-contiguous int32 (batch, words) bitmask from states[i] */
@@ -1308,12 +1485,18 @@ static PyMethodDef State_methods[] = {
      "compact(keep)\n\nForget all but the last keep accepted tokens and free the nodes no kept token reaches."},
     {"fill_into", (PyCFunction)(void (*)(void))State_fill_into, METH_FASTCALL,
      "fill_into(bitmask, index)\n\nWrite the class mask into row index of a writable C-contiguous int32 bitmask."},
+    {"fill_token", (PyCFunction)(void (*)(void))State_fill_token, METH_FASTCALL | METH_KEYWORDS,
+     "fill_token(kernel, fallback, bitmask, index=0)\n\nThe class mask expanded by the expansion Kernel\n"
+     "`kernel` (formalgram_cfgzip.expand._cexpand, through its row cache) into row index of a\n"
+     "writable C-contiguous 2-D int32 token bitmask, in one call; any other bitmask or index is\n"
+     "handed to fallback(bitmask, index)."},
     {"stop_allowed", (PyCFunction)State_stop_allowed, METH_NOARGS, "Whether the prefix is in the language."},
     {"is_terminated", (PyCFunction)State_is_terminated, METH_NOARGS, "Whether a stop token was accepted."},
     {"tops", (PyCFunction)State_tops, METH_NOARGS, "The current top nodes, ascending (0: the bottom)."},
     {"node", (PyCFunction)State_node, METH_O, "node(i) -> (symbol, parents)"},
     {"info", (PyCFunction)State_info, METH_NOARGS,
-     "Sizes: nodes, parents (arena entries), position, last_pairs (pairs of the last walk of the tables)."},
+     "Sizes: nodes, parents (arena entries), position, last_pairs (pairs of the last walk of the tables),\n"
+     "memo_hits (fills answered by the memo of the last fill)."},
     {NULL, NULL, 0, NULL},
 };
 

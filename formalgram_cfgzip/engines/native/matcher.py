@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -147,6 +148,38 @@ class NativeMatcher(EngineMatcher):
         #: history length that triggers a compaction down to ``keep`` tokens (amortised O(1))
         self._keep = keep if keep is not None else -1
         self._compact_at = 2 * keep + 1 if keep is not None else -1
+        # The fused fill and expansion (both C kernels): the state expands its class mask through
+        # the compiled grammar's expansion kernel in one call.  It is bound as this matcher's
+        # fill_next_token_bitmask (no Python frame on the hot path); any argument it does not
+        # take itself goes to the shared path, which raises the typed errors.
+        ex = compiled.expander
+        kernel = ex.c_kernel if ex is not None else None
+        fill_token = getattr(self._state, "fill_token", None)
+        if kernel is not None and fill_token is not None:
+            self.__dict__["fill_next_token_bitmask"] = partial(fill_token, kernel, self._fill_shared)
+
+    def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
+        """Write the full-vocabulary mask (XGrammar layout) into row ``index`` of ``bitmask``.
+
+        As :meth:`EngineMatcher.fill_next_token_bitmask
+        <formalgram_cfgzip.engines.matcher.EngineMatcher.fill_next_token_bitmask>` (same
+        arguments, rows and errors).
+
+        Notes
+        -----
+        With both C kernels each matcher binds this name to the fused C entry
+        ``State.fill_token``: a 2-D int32 numpy bitmask in shape and a plain int row take one
+        call into C, the class fill (answered from the state's memo when the stack's tops are
+        those of its last fill) and the expansion through the compiled grammar's row cache.
+        That call holds the GIL throughout, so it needs no
+        :attr:`~formalgram_cfgzip.engines.base.CompiledGrammar.expander_lock`: no other
+        thread can use the expander in between.  Other arguments (torch tensors, 1-D rows,
+        numpy integers, anything to refuse) take the shared path.
+        """
+        self._fill_shared(bitmask, index)
+
+    def _fill_shared(self, bitmask: Any, index: int = 0) -> None:
+        EngineMatcher.fill_next_token_bitmask(self, bitmask, index)
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by a real token id; ``False`` (state unchanged) if the grammar forbids it.

@@ -1,0 +1,235 @@
+"""The native engine's fused fill and expansion (``State.fill_token``: the class mask, from the
+state's memo of its last fill when the stack's tops are the same, expanded through the compiled
+grammar's C expansion kernel in one call) against XGrammar's own full-vocabulary masks, on real
+grammars with the Llama-3 vocabulary: random walks with rollbacks, compactions and resets, rows
+of a batch bitmask; and the fallbacks to the shared path, with its typed errors.
+
+Needs both C kernels (the compiled install); skipped otherwise, where the shared path that
+``tests/test_native_engine.py`` covers is the only one.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+from _data import GRAMMARS
+
+from formalgram.syntax.lark import parse_lark
+from formalgram_cfgzip import Vocabulary, compress
+from formalgram_cfgzip.engines import compile_full, compile_grammar
+from formalgram_cfgzip.engines.native.matcher import NativeCompiled, c_module
+from formalgram_cfgzip.errors import BatchIndexError, EngineError
+from formalgram_cfgzip.expand import MaskExpander
+from formalgram_cfgzip.expand._c_kernel import load_c_module
+
+pytest.importorskip("xgrammar")
+pytestmark = pytest.mark.skipif(
+    c_module() is None or load_c_module() is None, reason="the C kernels are not built (pure-Python install)"
+)
+
+CASES = ["json_schemas/invoice.gbnf", "syncode/c_grammar.lark"]
+
+
+def grammar_text(rel: str) -> str:
+    text = (GRAMMARS / rel).read_text(encoding="utf-8")
+    if rel.endswith(".lark"):
+        return "root ::= start\n" + parse_lark(text, start="start").to_gbnf()
+    return text
+
+
+@pytest.fixture(scope="module")
+def vocab() -> Vocabulary:
+    return Vocabulary.builtin("llama3")
+
+
+@pytest.fixture(scope="module", params=CASES)
+def compiled(request: pytest.FixtureRequest, vocab: Vocabulary) -> tuple[NativeCompiled, Any]:
+    text = grammar_text(request.param)
+    native = compile_grammar(compress(text, vocab, domains=True, progress=False), text, engine="native")
+    assert isinstance(native, NativeCompiled)
+    return native, compile_full(vocab, text)
+
+
+def allowed(bm: np.ndarray[Any, Any], width: int, stops: list[int]) -> list[int]:
+    bits = np.unpackbits(bm.view(np.uint8), bitorder="little")[:width].astype(bool)
+    bits[stops] = False
+    return np.flatnonzero(bits).tolist()
+
+
+def walk_against_xgrammar(native: NativeCompiled, full: Any, seed: int, steps: int, max_back: int) -> int:
+    """A random walk of the fused native matcher and XGrammar's full-vocabulary matcher in
+    lockstep, rolling back up to ``max_back`` tokens now and then and resetting once; every
+    mask is compared (in row 1 of a 3-row bitmask, the other rows untouched).  Returns the
+    native state's memo hits."""
+    rng = random.Random(seed)
+    stops = sorted(native.vocab.stop_ids)
+    m, x = native.matcher(), full.matcher()
+    assert "fill_next_token_bitmask" in vars(m)  # the fused C entry is the one under test
+    history: list[int] = []
+    for step in range(steps):
+        got = np.full((3, native.token_words), 7, dtype=np.int32)
+        want = full.allocate_token_bitmask(1)
+        m.fill_next_token_bitmask(got, 1)
+        x.fill_next_token_bitmask(want, 0)
+        assert np.array_equal(got[1], want[0]), (seed, step, history[-5:])
+        assert (got[0] == 7).all() and (got[2] == 7).all()
+        if step == steps // 2:
+            m.reset()
+            x.reset()
+            history.clear()
+            continue
+        undoable = min(max_back, len(history), len(m._history))  # a compaction forgets tokens
+        if undoable and rng.random() < 0.2:
+            k = rng.randint(1, undoable)
+            m.rollback(k)
+            x.rollback(k)
+            del history[-k:]
+            continue
+        options = allowed(want[0], native.logit_width, stops)
+        if not options:
+            break
+        tok = rng.choice(options)
+        assert m.accept_token(tok) and x.accept_token(tok)
+        history.append(tok)
+    return int(m._state.info()["memo_hits"])
+
+
+def test_fused_masks_equal_xgrammar_under_rollback(compiled: tuple[NativeCompiled, Any]) -> None:
+    native, full = compiled
+    hits = sum(walk_against_xgrammar(native, full, seed, 80, 4) for seed in range(3))
+    assert hits > 0  # the memo answered some fills (repeated states: inside names and strings)
+
+
+def test_fused_masks_equal_xgrammar_with_compactions(compiled: tuple[NativeCompiled, Any]) -> None:
+    """``max_rollback_tokens=2``: compactions renumber the stack's nodes every few tokens; the
+    memo must forget its key then."""
+    native, full = compiled
+    bounded = NativeCompiled(native.classes, native.tables, max_rollback_tokens=2)  # type: ignore[arg-type]
+    for seed in range(3, 5):
+        walk_against_xgrammar(bounded, full, seed, 80, 2)
+
+
+def test_fused_rows_equal_the_shared_path_and_class_fills(compiled: tuple[NativeCompiled, Any]) -> None:
+    """The fused row is the shared path's row (class fill, then the expander), and the class
+    fill after a memo answer is the walk's (a second grammar with its own kernel state)."""
+    native, _ = compiled
+    other = NativeCompiled(native.classes, native.tables)  # type: ignore[arg-type]
+    rng = random.Random(9)
+    m, o = native.matcher(), other.matcher()
+    stops = sorted(native.vocab.stop_ids)
+    for _ in range(40):
+        fused = native.allocate_token_bitmask(1)
+        m.fill_next_token_bitmask(fused, 0)
+        cm = other.allocate_class_bitmask(1)
+        o.fill_next_class_bitmask(cm, 0)
+        cm2 = native.allocate_class_bitmask(1)
+        m.fill_next_class_bitmask(cm2, 0)  # after the fused fill: from the memo
+        assert np.array_equal(cm, cm2)
+        shared = other.expander.expand(cm)  # type: ignore[union-attr]
+        assert np.array_equal(fused, shared)
+        options = allowed(fused[0], native.logit_width, stops)
+        if not options:
+            break
+        tok = rng.choice(options)
+        assert m.accept_token(tok) and o.accept_token(tok)
+
+
+def test_fused_path_falls_back_with_the_typed_errors(compiled: tuple[NativeCompiled, Any]) -> None:
+    native, _ = compiled
+    m = native.matcher()
+    want = native.allocate_token_bitmask(1)
+    m.fill_next_token_bitmask(want, 0)
+    fortran = np.asfortranarray(np.zeros((2, native.token_words), dtype=np.int32))
+    with pytest.raises(EngineError, match="C-contiguous"):
+        m.fill_next_token_bitmask(fortran, 0)
+    frozen = native.allocate_token_bitmask(1)
+    frozen.flags.writeable = False
+    with pytest.raises(EngineError, match="read-only"):
+        m.fill_next_token_bitmask(frozen, 0)
+    with pytest.raises(BatchIndexError):
+        m.fill_next_token_bitmask(native.allocate_token_bitmask(2), 2)
+    with pytest.raises(EngineError, match="int32 words per row"):
+        m.fill_next_token_bitmask(np.zeros((1, native.token_words + 1), dtype=np.int32), 0)
+    one_d = np.zeros(native.token_words, dtype=np.int32)  # a 1-D row: the shared path
+    m.fill_next_token_bitmask(one_d)
+    assert np.array_equal(one_d, want[0])
+    by_name = native.allocate_token_bitmask(2)  # keywords: the shared path
+    m.fill_next_token_bitmask(bitmask=by_name, index=1)
+    assert np.array_equal(by_name[1], want[0]) and not by_name[0].any()
+    with pytest.raises(BatchIndexError):
+        m.fill_next_token_bitmask(native.allocate_token_bitmask(), index=1)
+    with pytest.raises(TypeError):
+        m.fill_next_token_bitmask()  # type: ignore[call-arg]
+    index = np.int64(0)  # a numpy index: the shared path
+    got = native.allocate_token_bitmask(1)
+    m.fill_next_token_bitmask(got, index)  # type: ignore[arg-type]
+    assert np.array_equal(got, want)
+    torch = pytest.importorskip("torch")
+    tensor = torch.zeros((1, native.token_words), dtype=torch.int32)
+    m.fill_next_token_bitmask(tensor, 0)
+    assert np.array_equal(tensor.numpy(), want)
+
+
+def test_memo_hint_never_names_an_evicted_row(compiled: tuple[NativeCompiled, Any]) -> None:
+    """A one-row cache: matcher A walks, matcher B stays at the start, and they take turns, so
+    between two fills of one state of A the other evicts its row; a memo answer's hint must
+    then not copy B's row."""
+    native, full = compiled
+    tight = NativeCompiled(native.classes, native.tables)  # type: ignore[arg-type]
+    tight.expander = MaskExpander(native.classes.token_class, native.engine_size, cache_bytes=20_000)  # type: ignore[union-attr]
+    assert tight.expander.cache_stats["capacity"] == 1
+    rng = random.Random(4)
+    stops = sorted(native.vocab.stop_ids)
+    a, xa = tight.matcher(), full.matcher()
+    b, xb = tight.matcher(), full.matcher()
+    differ = 0
+    for step in range(40):
+        rows = []
+        for m, x in ((a, xa), (b, xb)):
+            got, want = tight.allocate_token_bitmask(1), full.allocate_token_bitmask(1)
+            m.fill_next_token_bitmask(got, 0)
+            x.fill_next_token_bitmask(want, 0)
+            assert np.array_equal(got, want), step
+            rows.append(want)
+        differ += not np.array_equal(rows[0], rows[1])
+        if step % 3 == 0:  # A stays in a state for two turns out of three: memo answers
+            options = allowed(rows[0][0], native.logit_width, stops)
+            if options:
+                tok = rng.choice(options)
+                assert a.accept_token(tok) and xa.accept_token(tok)
+    assert differ > 10 and tight.expander.cache_stats["evictions"] > 10
+
+
+def test_every_plan_on_real_rows_equals_xgrammar(compiled: tuple[NativeCompiled, Any]) -> None:
+    """The C expansion kernel on the class rows of a real walk: every forced plan, both ways of
+    combining the dense classes' rows, and the patch of the previous step's row give XGrammar's
+    own full-vocabulary mask of that step."""
+    native, full = compiled
+    kernel: Any = native.expander.c_kernel  # type: ignore[union-attr]
+    rng = random.Random(11)
+    stops = sorted(native.vocab.stop_ids)
+    m, x = native.matcher(), full.matcher()
+    prev: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
+    for step in range(50):
+        cm = native.allocate_class_bitmask(1)
+        m.fill_next_class_bitmask(cm, 0)
+        want = full.allocate_token_bitmask(1)
+        x.fill_next_token_bitmask(want, 0)
+        for plan in (-1, 0, 1, 2, 3, 5):
+            for big in (-1, 0, 1) if plan in (1, 2, 3, 5) else (-1,):
+                out = np.full(native.token_words, -1, dtype=np.int32)
+                kernel.expand(cm[0], out, None, None, plan, big)
+                assert np.array_equal(out, want[0]), (step, plan, big)
+        if prev is not None:
+            out = np.full(native.token_words, -1, dtype=np.int32)
+            assert kernel.expand(cm[0], out, prev[1], prev[0], 4) == 4
+            assert np.array_equal(out, want[0]), (step, "delta")
+        prev = (cm[0].copy(), want[0].copy())
+        options = allowed(want[0], native.logit_width, stops)
+        if not options:
+            break
+        tok = rng.choice(options)
+        assert m.accept_token(tok) and x.accept_token(tok)
