@@ -70,7 +70,11 @@ VALUE: /[0-9]{1,3}/ | "true" | "false"
 """
 
 #: name -> (kind, grammar): ``json`` a schema, ``gbnf`` GBNF text, ``lark`` Lark text.
-REQUESTS: dict[str, tuple[str, Any]] = {"json": ("json", SCHEMA), "gbnf": ("gbnf", GBNF), "lark": ("lark", LARK)}
+REQUESTS: dict[str, tuple[str, Any]] = {
+    "json": ("json", SCHEMA),
+    "gbnf": ("gbnf", GBNF),
+    "lark": ("lark", LARK),
+}
 PROMPT = "Write the answer:"
 
 
@@ -107,8 +111,8 @@ def check_output(kind: str, grammar: Any, text: bytes) -> bool:
 
 def grammar_text(kind: str, grammar: Any) -> str:
     """GBNF text of a request, start rule ``root`` (XGrammar's grammar for a schema, no free
-    whitespace: :func:`formalgram_cfgzip.integrations.sglang.grammar_text_for`)."""
-    from formalgram_cfgzip.integrations.sglang import grammar_text_for
+    whitespace: :func:`formalgram_cfgzip.integrations.request_grammars.grammar_text_for`)."""
+    from formalgram_cfgzip.integrations.request_grammars import grammar_text_for
 
     key = json.dumps(grammar) if kind == "json" else str(grammar)
     return grammar_text_for("json" if kind == "json" else "ebnf", key, any_whitespace=False)
@@ -166,7 +170,7 @@ def write_llama3_tokenizer(directory: Path) -> Path:
     return path
 
 
-def build_tiny_llama(directory: Path, *, layers: int = 2, hidden: int = 64, seed: int = 0) -> Path:
+def build_tiny_llama(directory: Path, *, layers: int = 2, hidden: int = 128, seed: int = 0) -> Path:
     """Write a random tiny Llama with Llama-3's tokenizer into ``directory`` (reused when there).
 
     Parameters
@@ -175,7 +179,8 @@ def build_tiny_llama(directory: Path, *, layers: int = 2, hidden: int = 64, seed
         Where ``config.json``, ``model.safetensors``, ``generation_config.json`` and the
         tokenizer files go.
     layers, hidden : int
-        Decoder layers and hidden size (4 attention heads, 2 key-value heads).
+        Decoder layers and hidden size (heads of 64 dimensions, which vLLM's CPU attention
+        supports; as many key-value heads).
     seed : int
         Seed of the random weights.
 
@@ -196,8 +201,8 @@ def build_tiny_llama(directory: Path, *, layers: int = 2, hidden: int = 64, seed
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=hidden // 64,
         max_position_embeddings=2048,
         bos_token_id=128000,
         eos_token_id=list(EOS_IDS),
@@ -213,7 +218,9 @@ def build_tiny_llama(directory: Path, *, layers: int = 2, hidden: int = 64, seed
 # -- timing rows ---------------------------------------------------------------------------------
 
 
-def _row(framework: str, request: str, backend: str, tokens: int, seconds: float, **extra: Any) -> dict[str, Any]:
+def _row(
+    framework: str, request: str, backend: str, tokens: int, seconds: float, **extra: Any
+) -> dict[str, Any]:
     return {
         "framework": framework,
         "request": request,

@@ -10,24 +10,20 @@ SGLang loads in each of its processes; :func:`register` adds two names:
 * ``formalgram-xgrammar``: XGrammar over the class representatives.
 
 Both give every request's full-vocabulary mask, bit for bit the mask of XGrammar over the
-full vocabulary for the same grammar text.  The backend (:class:`FormalgramBackend`)
-compiles what SGLang's requests carry:
+full vocabulary for the same grammar text.  The backend (:class:`FormalgramBackend`) compiles
+what SGLang's requests carry with a
+:class:`~formalgram_cfgzip.integrations.request_grammars.RequestCompiler` (one compressor per
+tokenizer, shared by the process, with an on-disk cache):
 
-* ``json_schema``: XGrammar's own grammar for the schema
-  (:func:`~formalgram_cfgzip.json_schema.from_json_schema`); ``"$$ANY$$"`` is any JSON value;
-* ``ebnf``: GBNF / XGrammar EBNF, or a Lark grammar (a text without ``::=`` is read as Lark,
-  start rule ``start``, :func:`lark_to_gbnf`; SGLang has no request field of its own for
-  Lark);
+* ``json_schema``: XGrammar's own grammar for the schema; ``"$$ANY$$"`` is any JSON value;
+* ``ebnf``: GBNF / XGrammar EBNF, or a Lark grammar (a text without ``::=``; SGLang has no
+  request field of its own for Lark);
 * ``regex``: :func:`formalgram.parse_regex` with XGrammar's ASCII reading of ``\\d \\w \\s``;
-* ``structural_tag``: not supported (SGLang's own error path: the request fails with that
-  message).
+* ``structural_tag``: not supported.
 
-One :class:`~formalgram_cfgzip.compress.Compressor` per tokenizer and engine is shared by every
-backend of the process (:func:`shared_compressor`), with an on-disk cache
-(``$FORMALGRAM_CACHE_DIR``, else ``~/.cache/formalgram``); a grammar beyond its work budget is
-served by XGrammar over the full vocabulary instead.  A grammar that does not parse or compile
-becomes SGLang's ``InvalidGrammarObject`` with the message, so the request fails and the
-scheduler goes on.
+A grammar that does not parse or compile (or a structural tag) becomes SGLang's
+``InvalidGrammarObject`` with the message, so the request fails with it and the scheduler goes
+on.
 
 The mask travels in XGrammar's layout (int32 rows of ``ceil(vocab_size / 32)`` words, all bits
 set for rows that no grammar fills): the class mask is expanded on the CPU by the compiled
@@ -44,16 +40,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
-import threading
 from collections.abc import Iterable, Sequence
-from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from formalgram.errors import FormalgramError, GrammarTooLarge
+from formalgram.errors import FormalgramError
 from formalgram_cfgzip.errors import EngineError
 from formalgram_cfgzip.expand import apply_token_bitmask_inplace
+from formalgram_cfgzip.integrations.request_grammars import RequestCompiler
 
 if TYPE_CHECKING:
     from formalgram_cfgzip.compress import Compressor
@@ -61,31 +54,12 @@ if TYPE_CHECKING:
     from formalgram_cfgzip.engines.base import CompiledGrammar
     from formalgram_cfgzip.vocabulary import Vocabulary
 
-__all__ = [
-    "BACKEND_NAMES",
-    "FormalgramBackend",
-    "FormalgramGrammar",
-    "create_backend",
-    "grammar_text_for",
-    "lark_to_gbnf",
-    "register",
-    "shared_compressor",
-]
+__all__ = ["BACKEND_NAMES", "FormalgramBackend", "FormalgramGrammar", "create_backend", "register"]
 
 logger = logging.getLogger(__name__)
 
 #: The names :func:`register` gives SGLang, and the engine each runs over the classes.
 BACKEND_NAMES: dict[str, EngineName] = {"formalgram": "native", "formalgram-xgrammar": "xgrammar"}
-
-#: Compressor options per request grammar: the native engine's tables from the search
-#: (``domains``), no specialization, the fast GNF strategy, and a work budget past which the
-#: grammar is served by XGrammar over the full vocabulary.
-COMPRESS_OPTIONS: dict[str, Any] = {
-    "domains": True,
-    "specialize": False,
-    "gnf_strategy": "fast",
-    "max_work": 20_000_000,
-}
 
 if TYPE_CHECKING:
     _GrammarBase = object
@@ -112,150 +86,6 @@ def _invalid(message: str) -> Any:
     except ImportError:
         raise EngineError(message) from None
     return InvalidGrammarObject(message)
-
-
-def grammar_text_for(key_type: str, key_string: str, *, any_whitespace: bool = True) -> str:
-    """The GBNF text, start rule ``root``, that an SGLang request's grammar key stands for.
-
-    Parameters
-    ----------
-    key_type : {"json", "ebnf", "full_assistant_ebnf", "regex"}
-        SGLang's kind of grammar key.
-    key_string : str
-        The request's schema, grammar or pattern.
-    any_whitespace : bool, keyword-only
-        For a JSON Schema: free whitespace between elements (SGLang's default; its
-        ``--constrained-json-disable-any-whitespace`` turns it off).
-
-    Returns
-    -------
-    str
-        GBNF / XGrammar EBNF text whose start rule is ``root`` (a Lark grammar's start rule
-        becomes the one alternative of a new rule ``root``).
-
-    Raises
-    ------
-    EngineError
-        For another key type, a schema XGrammar's converter refuses, or a Lark grammar with
-        a rule of its own named ``root``.
-    GrammarSyntaxError
-        For a Lark grammar or a pattern that does not parse.
-
-    Notes
-    -----
-    A schema costs XGrammar's conversion (about a millisecond); a Lark grammar or a pattern
-    one parse and one print.
-
-    Examples
-    --------
-    >>> grammar_text_for("regex", r"[a-c]\\d")
-    'root ::= [a-c] [0-9]\\n'
-    >>> grammar_text_for("ebnf", 'start: "x" NUMBER\\nNUMBER: /[0-9]+/').splitlines()[:2]
-    ['root ::= start', 'start ::= "x" NUMBER']
-    """
-    import formalgram
-
-    if key_type == "json":
-        if key_string == "$$ANY$$":
-            return resources.files("formalgram_cfgzip").joinpath("data/json.gbnf").read_text("utf-8")
-        from formalgram_cfgzip.json_schema import from_json_schema
-
-        return from_json_schema(key_string, any_whitespace=any_whitespace)
-    if key_type in ("ebnf", "full_assistant_ebnf"):
-        return key_string if "::=" in key_string else lark_to_gbnf(key_string)
-    if key_type == "regex":
-        return formalgram.parse_regex(key_string, ascii=True).to_gbnf()
-    raise EngineError(f"the formalgram backend does not compile {key_type!r} grammars")
-
-
-def lark_to_gbnf(text: str) -> str:
-    """GBNF text, start rule ``root``, of a Lark grammar (start rule ``start``).
-
-    Parameters
-    ----------
-    text : str
-        The grammar in Lark's syntax (:func:`formalgram.parse_lark`).
-
-    Returns
-    -------
-    str
-        ``root ::= start`` followed by the printed grammar (the native engine and the
-        compression start at ``root``).
-
-    Raises
-    ------
-    GrammarSyntaxError
-        If the text does not parse.
-    EngineError
-        If the grammar has a rule named ``root`` of its own.
-
-    Notes
-    -----
-    One parse and one print of the grammar.
-
-    Examples
-    --------
-    >>> print(lark_to_gbnf('start: "a"+'), end="")
-    root ::= start
-    start ::= "a" start | "a"
-    """
-    import formalgram
-
-    grammar = formalgram.parse_lark(text)
-    if grammar.has_nonterminal("root"):
-        raise EngineError("a Lark grammar served here must not have a rule named 'root'")
-    return f"root ::= {grammar.start.name}\n{grammar.to_gbnf()}"
-
-
-def _cache_dir() -> Path:
-    """Where compressions are kept: ``$FORMALGRAM_CACHE_DIR``, else ``~/.cache/formalgram``."""
-    found = os.environ.get("FORMALGRAM_CACHE_DIR")
-    return Path(found) if found else Path.home() / ".cache" / "formalgram"
-
-
-_COMPRESSORS: dict[tuple[str, str], Compressor] = {}
-_COMPRESSORS_LOCK = threading.Lock()
-
-
-def shared_compressor(vocab: Vocabulary, cache_dir: str | os.PathLike[str] | None = None) -> Compressor:
-    """The process's compressor for ``vocab`` (made on first use, then shared).
-
-    Parameters
-    ----------
-    vocab : Vocabulary
-        The tokenizer's vocabulary.
-    cache_dir : path or None
-        The on-disk cache (``None``: ``$FORMALGRAM_CACHE_DIR``, else ``~/.cache/formalgram``).
-
-    Returns
-    -------
-    Compressor
-        With :data:`COMPRESS_OPTIONS`; one per vocabulary fingerprint and cache directory.
-
-    Notes
-    -----
-    The first call per vocabulary prepares it (tenths of a second for 128k tokens); later
-    calls are one dictionary lookup.
-
-    Examples
-    --------
-    >>> from formalgram_cfgzip import Vocabulary
-    >>> vocab = Vocabulary([b"a", b"b", b"</s>"], special_ids=[2], stop_ids=[2])
-    >>> import tempfile
-    >>> where = tempfile.mkdtemp()
-    >>> shared_compressor(vocab, where) is shared_compressor(vocab, where)
-    True
-    """
-    from formalgram_cfgzip.compress import Compressor
-
-    where = Path(cache_dir) if cache_dir is not None else _cache_dir()
-    key = (vocab.fingerprint(), str(where))
-    with _COMPRESSORS_LOCK:
-        found = _COMPRESSORS.get(key)
-        if found is None:
-            found = Compressor(vocab, cache_dir=where, **COMPRESS_OPTIONS)
-            _COMPRESSORS[key] = found
-        return found
 
 
 class FormalgramGrammar(_GrammarBase):
@@ -416,9 +246,16 @@ class FormalgramBackend(_BackendBase):
     engine : {"native", "xgrammar"}, keyword-only
         The engine over the classes.
     compressor : Compressor or None, keyword-only
-        Compresses the grammars (``None``: :func:`shared_compressor` for ``vocab``).
+        Compresses the grammars (``None``: the process's
+        :func:`~formalgram_cfgzip.integrations.request_grammars.shared_compressor` for
+        ``vocab``).
     any_whitespace : bool, keyword-only
         JSON Schemas with free whitespace between elements.
+
+    Attributes
+    ----------
+    compiler : RequestCompiler
+        Compiles the requests' grammars.
 
     Raises
     ------
@@ -436,6 +273,7 @@ class FormalgramBackend(_BackendBase):
     --------
     >>> import tempfile
     >>> from formalgram_cfgzip import Vocabulary
+    >>> from formalgram_cfgzip.integrations.request_grammars import shared_compressor
     >>> vocab = Vocabulary([b"a", b"b", b"ab", b"</s>"], special_ids=[3], stop_ids=[3])
     >>> backend = FormalgramBackend(vocab, compressor=shared_compressor(vocab, tempfile.mkdtemp()))
     >>> g = backend.dispatch_regex("(ab)+")
@@ -453,49 +291,15 @@ class FormalgramBackend(_BackendBase):
     ) -> None:
         if _BackendBase is not object:
             super().__init__()
-        if engine not in ("native", "xgrammar"):
-            raise EngineError(f"the formalgram backend runs engine 'native' or 'xgrammar', not {engine!r}")
-        self.vocab = vocab
-        self.engine: EngineName = engine
-        self.compressor = compressor if compressor is not None else shared_compressor(vocab)
-        self.any_whitespace = any_whitespace
-        self.fallbacks = 0
+        self.compiler = RequestCompiler(
+            vocab, engine=engine, compressor=compressor, any_whitespace=any_whitespace
+        )
 
-    def compile(self, key_type: str, key_string: str) -> CompiledGrammar:
-        """The compiled grammar of one grammar key (what the ``dispatch_*`` methods wrap).
-
-        Parameters
-        ----------
-        key_type, key_string : str
-            As :func:`grammar_text_for`.
-
-        Returns
-        -------
-        CompiledGrammar
-            Over the classes; over the full vocabulary (XGrammar) when the compression goes
-            past the compressor's work budget.
-
-        Raises
-        ------
-        FormalgramError
-            If the grammar does not parse, is empty, or no engine can compile it.
-        """
-        from formalgram_cfgzip.engines import compile_full, compile_grammar
-
-        text = grammar_text_for(key_type, key_string, any_whitespace=self.any_whitespace)
+    def _dispatch(self, kind: str, key_string: str) -> Any:
         try:
-            classes = self.compressor.compress(text)
-        except GrammarTooLarge as exc:
-            logger.info("formalgram: %s; XGrammar over the full vocabulary serves this grammar", exc)
-            self.fallbacks += 1
-            return compile_full(self.vocab, text, engine="xgrammar")
-        return compile_grammar(classes, text, engine=self.engine, vocab=self.vocab)
-
-    def _dispatch(self, key_type: str, key_string: str) -> Any:
-        try:
-            return FormalgramGrammar(self.compile(key_type, key_string), key_string)
+            return FormalgramGrammar(self.compiler.compile(kind, key_string), key_string)
         except (FormalgramError, ValueError, RuntimeError) as exc:
-            logger.error("formalgram: invalid %s grammar: %s", key_type, exc)
+            logger.error("formalgram: invalid %s grammar: %s", kind, exc)
             return _invalid(f"{type(exc).__name__}: {exc}")
 
     def dispatch_json(self, key_string: str) -> Any:
@@ -577,7 +381,7 @@ def create_backend(
     Notes
     -----
     Reads the tokenizer's vocabulary (O(vocabulary)); the compressor for it is shared by the
-    process (:func:`shared_compressor`).
+    process (:func:`~formalgram_cfgzip.integrations.request_grammars.shared_compressor`).
     """
     strict = bool(getattr(server_args, "constrained_json_disable_any_whitespace", False))
     vocab = _vocabulary(tokenizer, vocab_size, eos_token_ids)
