@@ -300,6 +300,84 @@ def run_transformers(model_dir: Path, *, repeats: int = 3, max_new_tokens: int =
     return rows
 
 
+def _vocabulary(model_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    from formalgram_cfgzip.vocabulary import Vocabulary
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return Vocabulary.from_transformers(tokenizer, stop_ids=EOS_IDS, logit_width=128256)
+
+
+def run_vllm(model_dir: Path, *, repeats: int = 3, max_new_tokens: int = 160) -> list[dict[str, Any]]:
+    """Generate every request with vLLM's ``LLM.generate`` (engine in this process).
+
+    Backends: no constraint (``ignore_eos``, as many tokens as the constrained run), this
+    package's adapter (:func:`~formalgram_cfgzip.integrations.vllm.vllm_adapter_class`, the
+    grammar given in full in ``extra_args``, the native engine) and vLLM's own structured
+    outputs (``structured_outputs=``, XGrammar by default; vLLM reads no Lark).
+    """
+    import os
+
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from vllm import LLM, SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from formalgram_cfgzip.compress import Compressor
+    from formalgram_cfgzip.integrations.request_grammars import COMPRESS_OPTIONS, RequestCompiler
+    from formalgram_cfgzip.integrations.vllm import vllm_adapter_class
+
+    vocab = _vocabulary(model_dir)
+    compiler = RequestCompiler(vocab, compressor=Compressor(vocab, **COMPRESS_OPTIONS), any_whitespace=False)
+    adapter = vllm_adapter_class(compiler=compiler)
+    llm = LLM(
+        model=str(model_dir),
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=512,
+        max_num_seqs=4,
+        logits_processors=[adapter],
+        seed=0,
+    )
+    rows: list[dict[str, Any]] = []
+    args = {"json": "formalgram_json", "gbnf": "formalgram_ebnf", "lark": "formalgram_lark"}
+    for name, (kind, grammar) in REQUESTS.items():
+        spec = grammar if kind == "json" else str(grammar)
+        own: dict[str, Any] = {
+            "json": {"json": grammar, "disable_any_whitespace": True},
+            "gbnf": {"grammar": grammar},
+        }
+        backends: dict[str, dict[str, Any]] = {"formalgram": {"extra_args": {args[kind]: spec}}}
+        if kind in own:
+            backends["xgrammar"] = {"structured_outputs": StructuredOutputsParams(**own[kind])}
+        for seed in range(repeats + 1):  # the first round compiles the grammars: not timed
+            counts = []
+            for backend, extra in backends.items():
+                params = SamplingParams(max_tokens=max_new_tokens, temperature=1.0, seed=seed, **extra)
+                t = time.perf_counter()
+                out = llm.generate([PROMPT], params, use_tqdm=False)[0].outputs[0]
+                seconds = time.perf_counter() - t
+                ids = list(out.token_ids)
+                stopped = out.finish_reason == "stop"
+                body = vocab.decode(i for i in ids if i not in EOS_IDS)
+                counts.append(len(ids))
+                if seed:
+                    valid = stopped and check_output(kind, grammar, body)
+                    rows.append(
+                        _row("vllm", name, backend, len(ids), seconds, valid=valid, seed=seed,
+                             text=body.decode("utf-8", "replace"))
+                    )  # fmt: skip
+            params = SamplingParams(max_tokens=max(counts), temperature=1.0, seed=seed, ignore_eos=True)
+            t = time.perf_counter()
+            out = llm.generate([PROMPT], params, use_tqdm=False)[0].outputs[0]
+            if seed:
+                rows.append(
+                    _row("vllm", name, "none", len(out.token_ids), time.perf_counter() - t, seed=seed)
+                )
+    return rows
+
+
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Median ms per token per (framework, request, backend), and whether every output was valid."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
@@ -322,7 +400,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-RUNNERS: dict[str, Callable[..., list[dict[str, Any]]]] = {"transformers": run_transformers}
+RUNNERS: dict[str, Callable[..., list[dict[str, Any]]]] = {"transformers": run_transformers, "vllm": run_vllm}
 
 
 def main(argv: list[str] | None = None) -> int:
