@@ -26,9 +26,10 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
-xgr = pytest.importorskip("xgrammar")
+pytest.importorskip("xgrammar")
 
 import torch
+import xgrammar as xgr
 
 import formalgram
 from formalgram.recognize.earley import accepts
