@@ -436,6 +436,14 @@ def run_sglang(model_dir: Path, *, repeats: int = 3, max_new_tokens: int = 160) 
                             )
                         )
             if backend == "formalgram":
+                # a grammar that does not compile fails its request, and the engine goes on
+                t = time.perf_counter()
+                out = engine.generate(PROMPT, {"max_new_tokens": 8, "ebnf": 'root ::= "a" ('})
+                reason = out["meta_info"].get("finish_reason") or {}
+                rows.append(
+                    _row("sglang", "invalid", "formalgram-error", int(out["meta_info"]["completion_tokens"]),
+                         time.perf_counter() - t, finish=reason.get("type"), message=str(reason.get("message")))
+                )  # fmt: skip
                 for name in REQUESTS:
                     for seed in range(1, repeats + 1):
                         n = counts[name, seed]

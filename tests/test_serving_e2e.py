@@ -81,4 +81,7 @@ def test_sglang_engine(model_dir: Path) -> None:
     pytest.importorskip("sglang.srt.entrypoints.engine")
     if not any(ep.name == "formalgram" for ep in entry_points(group="sglang.srt.plugins")):
         pytest.skip("formalgram is not installed in SGLang's environment (its plugin entry point is missing)")
-    check(sb.run_sglang(model_dir, repeats=1), "sglang", same_as_xgrammar=True)
+    rows = sb.run_sglang(model_dir, repeats=1)
+    check(rows, "sglang", same_as_xgrammar=True)
+    (refused,) = [r for r in rows if r["backend"] == "formalgram-error"]
+    assert refused["finish"] == "abort" and "GrammarSyntaxError" in refused["message"], refused
