@@ -279,6 +279,18 @@ def run_transformers(model_dir: Path, *, repeats: int = 3, max_new_tokens: int =
         seconds = time.perf_counter() - t
         return [int(i) for i in out[0, prompt["input_ids"].shape[1] :]], seconds
 
+    class Timed:
+        """The processor, its own time added up (the mask's cost alone)."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner, self.seconds = inner, 0.0
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            t = time.perf_counter()
+            out = self.inner(input_ids, scores)
+            self.seconds += time.perf_counter() - t
+            return out
+
     for name, (kind, grammar) in REQUESTS.items():
         text = grammar_text(kind, grammar)
         t0 = time.perf_counter()
@@ -289,14 +301,16 @@ def run_transformers(model_dir: Path, *, repeats: int = 3, max_new_tokens: int =
         for seed in range(repeats):
             counts = []
             for backend, compiled in engines.items():
-                ids, seconds = generate(GrammarLogitsProcessor(compiled), max_new_tokens, seed, True)
+                timed = Timed(GrammarLogitsProcessor(compiled))
+                ids, seconds = generate(timed, max_new_tokens, seed, True)
                 stopped = bool(ids) and ids[-1] in EOS_IDS
                 body = vocab.decode(i for i in ids if i not in EOS_IDS)
                 valid = stopped and check_output(kind, grammar, body)
                 counts.append(len(ids))
                 rows.append(
                     _row("transformers", name, backend, len(ids), seconds, valid=valid, seed=seed, text=body.decode("utf-8", "replace"),
-                         classes=classes.num_classes, compress_seconds=round(compile_s, 4))
+                         classes=classes.num_classes, compress_seconds=round(compile_s, 4),
+                         mask_ms_per_token=round(1000 * timed.seconds / max(len(ids), 1), 4))
                 )  # fmt: skip
             _, seconds = generate(None, max(counts), seed, False)
             rows.append(_row("transformers", name, "none", max(counts), seconds, seed=seed))
@@ -471,6 +485,76 @@ def run_sglang(model_dir: Path, *, repeats: int = 3, max_new_tokens: int = 160) 
     return rows
 
 
+def run_sglang_masks(model_dir: Path, *, repeats: int = 3, max_steps: int = 200) -> list[dict[str, Any]]:
+    """The mask's own cost per token in SGLang's grammar objects, this backend against SGLang's
+    default (``XGrammarGrammarBackend``), on the same seeded walks with Llama-3's tokenizer.
+
+    Each step fills one 128256-wide row with both backends' grammar objects and applies it to a
+    logits row (``fill_vocab_mask`` then ``apply_vocab_mask``, as SGLang's sampler does), checks
+    that the two masks are equal, and moves both by a token drawn from the allowed ones; a walk
+    ends at a stop token.  ``ms_per_token`` is the mean of the timed fill and apply.
+    """
+    import random
+
+    import torch
+    from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend
+    from transformers import AutoTokenizer
+
+    from formalgram_cfgzip.compress import Compressor
+    from formalgram_cfgzip.integrations.request_grammars import COMPRESS_OPTIONS
+    from formalgram_cfgzip.integrations.sglang import create_backend
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    options = argparse.Namespace(constrained_json_disable_any_whitespace=True)
+    ours_backend = create_backend(options, tokenizer, 128256, EOS_IDS)
+    ours_backend.compiler.compressor = Compressor(ours_backend.compiler.vocab, **COMPRESS_OPTIONS)
+    theirs_backend = XGrammarGrammarBackend(
+        tokenizer, vocab_size=128256, model_eos_token_ids=list(EOS_IDS), any_whitespace=False
+    )
+    rows: list[dict[str, Any]] = []
+    for name, (kind, grammar) in REQUESTS.items():
+        key = ("json", json.dumps(grammar)) if kind == "json" else ("ebnf", str(grammar))
+        backends = {"formalgram": ours_backend}
+        if kind != "lark":
+            backends["xgrammar"] = theirs_backend
+        t: dict[str, float] = {}
+        templates = {}
+        for b, backend in backends.items():
+            t0 = time.perf_counter()
+            templates[b] = backend._init_value_dispatch(key, False)
+            t[b] = time.perf_counter() - t0
+        for seed in range(repeats):
+            grammars = {b: g.copy() for b, g in templates.items()}
+            spent = dict.fromkeys(grammars, 0.0)
+            rng = random.Random(seed)
+            steps = 0
+            for _ in range(max_steps):
+                first = next(iter(grammars.values()))
+                if first.is_terminated():
+                    break
+                masks = {}
+                for b, g in grammars.items():
+                    logits = torch.zeros(1, 128256)
+                    t0 = time.perf_counter()
+                    mask = g.allocate_vocab_mask(128256, 1, "cpu")
+                    g.fill_vocab_mask(mask, 0)
+                    g.apply_vocab_mask(logits, g.move_vocab_mask(mask, "cpu"))
+                    spent[b] += time.perf_counter() - t0
+                    masks[b] = (mask, logits)
+                if "xgrammar" in masks:
+                    assert torch.equal(masks["xgrammar"][0], masks["formalgram"][0]), (name, seed, steps)
+                allowed = torch.nonzero(torch.isfinite(masks["formalgram"][1][0])).flatten().tolist()
+                tok = rng.choice(allowed)
+                for g in grammars.values():
+                    g.accept_token(tok)
+                steps += 1
+            for b in grammars:
+                rows.append(
+                    _row("sglang-masks", name, b, steps, spent[b], seed=seed, compile_seconds=round(t[b], 4))
+                )
+    return rows
+
+
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Median ms per token per (framework, request, backend), and whether every output was valid."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
@@ -479,17 +563,18 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (framework, request, backend), rs in sorted(groups.items()):
         valid = [r["valid"] for r in rs if "valid" in r]
-        out.append(
-            {
-                "framework": framework,
-                "request": request,
-                "backend": backend,
-                "runs": len(rs),
-                "tokens": sum(r["tokens"] for r in rs),
-                "ms_per_token": round(statistics.median(r["ms_per_token"] for r in rs), 3),
-                "all_valid": all(valid) if valid else None,
-            }
-        )
+        summary = {
+            "framework": framework,
+            "request": request,
+            "backend": backend,
+            "runs": len(rs),
+            "tokens": sum(r["tokens"] for r in rs),
+            "ms_per_token": round(statistics.median(r["ms_per_token"] for r in rs), 3),
+            "all_valid": all(valid) if valid else None,
+        }
+        if all("mask_ms_per_token" in r for r in rs):
+            summary["mask_ms_per_token"] = round(statistics.median(r["mask_ms_per_token"] for r in rs), 4)
+        out.append(summary)
     return out
 
 
@@ -497,6 +582,7 @@ RUNNERS: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "transformers": run_transformers,
     "vllm": run_vllm,
     "sglang": run_sglang,
+    "sglang-masks": run_sglang_masks,
 }
 
 

@@ -27,9 +27,9 @@ on.
 
 The mask travels in XGrammar's layout (int32 rows of ``ceil(vocab_size / 32)`` words, all bits
 set for rows that no grammar fills): the class mask is expanded on the CPU by the compiled
-grammar's expander.  That layout is what SGLang's speculative decoding reads bit by bit
-(``sglang.srt.speculative.spec_utils``), and one batch mixes requests of different grammars,
-each with its own class map.
+grammar's expander, and applied with XGrammar's own kernel for that layout.  That layout is
+what SGLang's speculative decoding reads bit by bit (``sglang.srt.speculative.spec_utils``),
+and one batch mixes requests of different grammars, each with its own class map.
 
 SGLang is not a dependency: the classes subclass SGLang's ``BaseGrammarObject`` and
 ``BaseGrammarBackend`` when it is installed, and plain ``object`` otherwise, so that the module
@@ -71,6 +71,18 @@ else:
     except ImportError:  # pragma: no cover - depends on the environment
         _GrammarBase = object
         _BackendBase = object
+
+
+def _apply(logits: Any, vocab_mask: Any) -> None:
+    """Mask ``logits`` in place: XGrammar's kernel for its own layout when XGrammar is
+    installed (a C++ loop on the CPU, a GPU kernel on CUDA), else
+    :func:`~formalgram_cfgzip.expand.apply_token_bitmask_inplace` (torch operations)."""
+    try:
+        from xgrammar import apply_token_bitmask_inplace as xgrammar_apply
+    except ImportError:  # pragma: no cover - depends on the environment
+        apply_token_bitmask_inplace(logits, vocab_mask)
+        return
+    xgrammar_apply(logits, vocab_mask.to(logits.device, non_blocking=True))
 
 
 def _invalid(message: str) -> Any:
@@ -205,7 +217,7 @@ class FormalgramGrammar(_GrammarBase):
     @staticmethod
     def apply_vocab_mask(logits: Any, vocab_mask: Any) -> None:
         """Set the logits of the tokens whose bit is 0 to ``-inf``, in place, on any device."""
-        apply_token_bitmask_inplace(logits, vocab_mask)
+        _apply(logits, vocab_mask)
 
     def copy(self) -> FormalgramGrammar:
         """A fresh state of the same compiled grammar (SGLang copies its cached grammars)."""
@@ -333,7 +345,7 @@ class FormalgramBackend(_BackendBase):
     @staticmethod
     def apply_vocab_mask(logits: Any, vocab_mask: Any) -> None:
         """As :meth:`FormalgramGrammar.apply_vocab_mask`."""
-        apply_token_bitmask_inplace(logits, vocab_mask)
+        _apply(logits, vocab_mask)
 
 
 def _vocabulary(tokenizer: Any, vocab_size: int, eos_token_ids: Iterable[int] | None) -> Vocabulary:
