@@ -599,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(rows, indent=1), "utf-8")
     for s in summarize(rows):
         print(json.dumps(s))
-    return 0 if all(r.get("valid", True) for r in rows) else 1
+    return 0 if all(r.get("valid", True) for r in rows if r["backend"] == "formalgram") else 1
 
 
 if __name__ == "__main__":
