@@ -450,14 +450,16 @@ def run_sglang(model_dir: Path, *, repeats: int = 3, max_new_tokens: int = 160) 
                             )
                         )
             if backend == "formalgram":
-                # a grammar that does not compile fails its request, and the engine goes on
+                # a grammar that does not compile fails its request (the offline engine raises
+                # the request's abort message as a ValueError), and the engine goes on
                 t = time.perf_counter()
-                out = engine.generate(PROMPT, {"max_new_tokens": 8, "ebnf": 'root ::= "a" ('})
-                reason = out["meta_info"].get("finish_reason") or {}
-                rows.append(
-                    _row("sglang", "invalid", "formalgram-error", int(out["meta_info"]["completion_tokens"]),
-                         time.perf_counter() - t, finish=reason.get("type"), message=str(reason.get("message")))
-                )  # fmt: skip
+                try:
+                    out = engine.generate(PROMPT, {"max_new_tokens": 8, "ebnf": 'root ::= "a" ('})
+                    finish, message = str((out["meta_info"].get("finish_reason") or {}).get("type")), ""
+                except ValueError as exc:
+                    finish, message = "abort", str(exc)
+                rows.append(_row("sglang", "invalid", "formalgram-error", 0, time.perf_counter() - t,
+                                 finish=finish, message=message))  # fmt: skip
                 for name in REQUESTS:
                     for seed in range(1, repeats + 1):
                         n = counts[name, seed]
