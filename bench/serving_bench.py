@@ -357,7 +357,7 @@ def run_vllm(model_dir: Path, *, repeats: int = 3, max_new_tokens: int = 160) ->
         logits_processors=[adapter],
         seed=0,
         # vLLM's XGrammar reads this engine-wide, not from the request's StructuredOutputsParams
-        structured_outputs_config={"disable_any_whitespace": True},
+        structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
     )
     rows: list[dict[str, Any]] = []
     args = {"json": "formalgram_json", "gbnf": "formalgram_ebnf", "lark": "formalgram_lark"}
