@@ -19,6 +19,8 @@ MODULES = [
     "formalgram_cfgzip.expand",
     "formalgram_cfgzip.integrations.transformers",
     "formalgram_cfgzip.integrations.vllm",
+    "formalgram_cfgzip.integrations.request_grammars",
+    "formalgram_cfgzip.integrations.sglang",
 ]
 
 
