@@ -58,7 +58,8 @@ import llguidance.numpy  # noqa: E402
 from formalgram import parse_gbnf  # noqa: E402
 from formalgram.recognize.earley import EarleyRecognizer  # noqa: E402
 from formalgram_cfgzip import engines  # noqa: E402
-from formalgram_cfgzip.classes import TokenClasses, compress  # noqa: E402
+from formalgram_cfgzip.classes import TokenClasses  # noqa: E402
+from formalgram_cfgzip.compress import compress  # noqa: E402
 from formalgram_cfgzip.engines.base import CompiledGrammar, EngineMatcher  # noqa: E402
 from formalgram_cfgzip.vocabulary import Vocabulary  # noqa: E402
 
