@@ -332,6 +332,7 @@ class Walker:
             # each schema measured alone: its compression finishes (or times out) before the
             # next schema starts, so that no worker is busy with a grammar no longer needed
             self.settle.wait()
+            self.settle.wait_full()  # XGrammar's thread runs on: never beside the next measurement
             out["stages"]["classes_ready"] = self.settle.compressed_seconds or -1.0
             out["stages"]["handed_over"] = float(self.settle.handed_over)
             out["path"] = self.settle.path

@@ -21,6 +21,7 @@ a few milliseconds for a 128k-token vocabulary.  Nothing the worker sends is unp
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing as mp
 import os
 import secrets
@@ -418,9 +419,9 @@ class BackgroundCompressor:
             if kind != "ok":
                 job._finish(None, EngineError(f"the compression failed: {message}"))
             elif not job._cancelled:
-                job._finish(
-                    TokenClasses.load(directory, grammar=job.text, vocab=self.vocab, key=self._key), None
-                )
+                loaded = TokenClasses.load(directory, grammar=job.text, vocab=self.vocab, key=self._key)
+                # the job's directory goes below: the classes must not name it as their cache
+                job._finish(dataclasses.replace(loaded, cache_dir=""), None)
         except BaseException as exc:
             job._finish(None, exc)
         finally:

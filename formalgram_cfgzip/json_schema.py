@@ -56,7 +56,7 @@ from typing import Any
 
 from formalgram_cfgzip.errors import EngineError
 
-__all__ = ["JSON_SCHEMA_ENGINES", "from_json_schema"]
+__all__ = ["JSON_SCHEMA_ENGINES", "from_json_schema", "xgrammar_schema_grammar"]
 
 JSON_SCHEMA_ENGINES = ("xgrammar", "llguidance")
 
@@ -138,6 +138,51 @@ def from_json_schema(
         )
     if engine not in JSON_SCHEMA_ENGINES:
         raise EngineError(f"unknown engine {engine!r}; choose one of {', '.join(JSON_SCHEMA_ENGINES)}")
+    grammar = xgrammar_schema_grammar(
+        schema,
+        any_whitespace=any_whitespace,
+        indent=indent,
+        separators=separators,
+        strict_mode=strict_mode,
+        max_whitespace_cnt=max_whitespace_cnt,
+        any_order=any_order,
+    )
+    return xgrammar_core_gbnf(str(grammar))
+
+
+def xgrammar_schema_grammar(schema: str | Mapping[str, Any] | bool, **options: Any) -> Any:
+    """XGrammar's own grammar object for ``schema`` (``xgrammar.Grammar.from_json_schema``).
+
+    What :func:`from_json_schema` prints, and what XGrammar's ``compile_json_schema``
+    compiles.
+
+    Parameters
+    ----------
+    schema : str, mapping or bool
+        As :func:`from_json_schema`.
+    **options
+        XGrammar's converter options (those of :func:`from_json_schema`).
+
+    Returns
+    -------
+    xgrammar.Grammar
+
+    Raises
+    ------
+    EngineError
+        If the schema is not a JSON value, XGrammar is not installed, or its converter
+        refuses the schema or an option.
+
+    Notes
+    -----
+    XGrammar's conversion: linear in the schema, plus its regex conversion per ``pattern``.
+
+    Examples
+    --------
+    >>> g = xgrammar_schema_grammar({"type": "boolean"}, any_whitespace=False)
+    >>> "root ::= ((basic_boolean))" in str(g)
+    True
+    """
     if isinstance(schema, str):
         text = schema
     else:
@@ -150,18 +195,9 @@ def from_json_schema(
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise EngineError("engine='xgrammar' needs the 'xgrammar' package (pip install xgrammar)") from exc
     try:
-        grammar = xgrammar.Grammar.from_json_schema(
-            text,
-            any_whitespace=any_whitespace,
-            indent=indent,
-            separators=separators,
-            strict_mode=strict_mode,
-            max_whitespace_cnt=max_whitespace_cnt,
-            any_order=any_order,
-        )
+        return xgrammar.Grammar.from_json_schema(text, **options)
     except (RuntimeError, ValueError, TypeError) as exc:
         raise EngineError(f"XGrammar cannot convert the schema: {str(exc).strip()[:500]}") from exc
-    return xgrammar_core_gbnf(str(grammar))
 
 
 def xgrammar_core_gbnf(printed: str) -> str:

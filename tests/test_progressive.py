@@ -255,12 +255,14 @@ def test_a_grammar_past_the_quick_budget_goes_to_the_worker(llama3: Vocabulary) 
         assert _walk_against_xgrammar(llama3, schema, grammar.matcher(), steps=40, seed=2) == []
     finally:
         bg.close()
-    # within the budget, a grammar predicted cheap is compressed at once: no XGrammar compile
+    # within the budget, a grammar predicted cheap is compressed in this process, beside
+    # XGrammar's own compile of the schema
     roomy = Compressor(llama3, cache_size=0, max_work=10_000_000, **PER_REQUEST)
     bg = BackgroundCompressor(llama3, timeout=120, **PER_REQUEST)
     try:
         grammar = compile_json_schema(schema, roomy, background=bg)
-        assert grammar.path == "quick" and grammar.ready and grammar.full is None
+        assert grammar.wait(timeout=120) and grammar.path == "quick" and not grammar.handed_over
+        assert grammar.wait_full(timeout=120) and grammar.full is not None
         assert _walk_against_xgrammar(llama3, schema, grammar.matcher(), steps=40, seed=3) == []
         # predicted large (a long maxLength string): the race, the compression in the worker
         big = {"type": "string", "maxLength": 300}

@@ -2,23 +2,28 @@
 XGrammar over the full vocabulary while the grammar is being compressed.
 
 A request with a new grammar (a JSON Schema per request) must have its first mask as soon as
-possible, and every later mask as fast as possible.  :func:`compile_progressive` takes one of
-two paths:
+possible, and every later mask as fast as possible.  :func:`compile_progressive` starts
+XGrammar's compile over the full vocabulary (:func:`~formalgram_cfgzip.engines.compile_full`;
+for a schema, :func:`compile_json_schema`, XGrammar's own compile of the schema) on a thread
+of its own at once, and the compression beside it, on one of two paths:
 
 * **quick**: a grammar that :func:`quick_enough` predicts cheap (about three in four
-  MaskBench schemas) is compressed at once in the calling thread, within the in-process
-  compressor's work budget, and the classes' engine (the native engine by default) serves
-  every mask from the first;
-* **race**: otherwise (or past that budget), XGrammar's compile over the full vocabulary
-  (:func:`~formalgram_cfgzip.engines.compile_full`) and the compression start together, the
-  compression in a :class:`~formalgram_cfgzip.background.BackgroundCompressor`'s worker
-  process; the first fill waits for the first engine ready, and a matcher on XGrammar moves
-  to the classes' engine at the first call after that engine is ready, between two tokens,
-  by replaying the tokens it accepted into a matcher of the new engine.
+  MaskBench schemas) is compressed at once on a thread of this process, within the
+  in-process compressor's work budget;
+* **race**: otherwise (or past that budget), the compression runs in a
+  :class:`~formalgram_cfgzip.background.BackgroundCompressor`'s worker process, after
+  XGrammar's compile has had a head start.
 
-Both engines give the full-vocabulary mask of the same grammar text, bit for bit (the classes
-are lossless for XGrammar's masks), so the path and the move never show in the masks; only
-in their speed.  A compression that fails (beyond its budgets) or runs past
+The first fill waits for the first engine ready, and a matcher on XGrammar moves to the
+classes' engine (the native engine by default) at the first call after that engine is
+ready, between two tokens, by replaying the tokens it accepted into a matcher of the new
+engine.  So the first mask comes after the lesser of XGrammar's compile and the
+compression, and the later ones from the classes' engine; XGrammar's compile costs its
+processor time on every path (its thread runs to its end).
+
+Both engines give the full-vocabulary mask of the same grammar, bit for bit (the classes are
+lossless for XGrammar's masks; a schema's text is XGrammar's grammar for it, printed), so the
+path and the move never show in the masks; only in their speed.  A compression that fails (beyond its budgets) or runs past
 ``compress_timeout`` leaves the grammar on XGrammar's masks for good; XGrammar failing to
 compile leaves it on the classes' engine.  Only when both fail is the grammar refused, with
 both reasons (:class:`~formalgram_cfgzip.errors.EngineError`).
@@ -35,7 +40,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -119,8 +124,9 @@ class ProgressiveGrammar:
     ----------
     vocab : Vocabulary
         The vocabulary.
-    grammar_text : str
-        The grammar text both engines compile.
+    grammar_text : str or None
+        The grammar text both engines compile (``None`` until a schema's text is made, on
+        the compression's thread).
     logit_width, token_words : int
         Logits, and 32-bit words of a full-vocabulary bitmask row.
     started : float
@@ -133,15 +139,15 @@ class ProgressiveGrammar:
         Whether the compression went past the in-process compressor's budgets and was handed
         to the background compressor.
     path : {"quick", "race"}
-        ``"quick"``: compressed at once in the calling thread, the classes' engine ready when
-        the grammar was returned (XGrammar not compiled); ``"race"``: XGrammar and the
-        compression started together.
+        ``"quick"``: compressed on a thread of this process within the in-process
+        compressor's budgets; ``"race"``: compressed in the background compressor's worker,
+        or (no background compressor) by a plain compressor on a thread of this process.
     """
 
     def __init__(
         self,
         compressor: Compressor | BackgroundCompressor,
-        grammar_text: str,
+        grammar_text: str | Callable[[], str],
         *,
         engine: EngineName,
         root: str,
@@ -152,15 +158,13 @@ class ProgressiveGrammar:
         quick_chars: int = 0,
         quick_repeats: int = 0,
         head_start: float = 0.0,
+        full_compile: Callable[[], CompiledGrammar] | None = None,
     ) -> None:
-        from formalgram_cfgzip.background import BackgroundCompressor
-
         self.vocab: Vocabulary = compressor.vocab
-        self.grammar_text = grammar_text
+        self.grammar_text: str | None = grammar_text if isinstance(grammar_text, str) else None
         self.logit_width = self.vocab.logit_width
         self.token_words = (self.logit_width + 31) // 32
         self.compress_timeout = compress_timeout
-        self.head_start = head_start if full else 0.0
         self.full_seconds: float | None = None
         self.compressed_seconds: float | None = None
         self.full_error: BaseException | None = None
@@ -177,37 +181,43 @@ class ProgressiveGrammar:
             self.full_error = EngineError("the full-vocabulary engine was not asked for (full=False)")
         self.started = time.perf_counter()
         self.path = "race"
-        if background is not None and not isinstance(compressor, BackgroundCompressor):
-            if quick_enough(grammar_text, quick_chars, quick_repeats) and self._compress_here(
-                compressor, engine, root
-            ):
-                return
-            compressor = background  # past the quick attempt, or predicted large: the worker's
-        threads = [
-            threading.Thread(
-                target=self._compile_compressed,
-                args=(compressor, engine, root),
-                daemon=True,
-                name="progressive-classes",
-            )
-        ]
+        # XGrammar's compile first, so that it runs from the very start
         if full:
             # not a daemon: XGrammar's compile must not be cut off by the interpreter's exit
-            threads.append(
-                threading.Thread(
-                    target=self._compile_full, args=(root, max_threads), daemon=False, name="progressive-full"
-                )
-            )
-        for t in threads:
-            t.start()
+            threading.Thread(
+                target=self._compile_full,
+                args=(root, max_threads, full_compile),
+                daemon=False,
+                name="progressive-full",
+            ).start()
+        threading.Thread(
+            target=self._compile_compressed,
+            args=(
+                compressor,
+                grammar_text,
+                engine,
+                root,
+                background,
+                (quick_chars, quick_repeats),
+                head_start if full else 0.0,
+            ),
+            daemon=True,
+            name="progressive-classes",
+        ).start()
 
     # -- the two compiles -------------------------------------------------------------------
 
-    def _compile_full(self, root: str, max_threads: int) -> None:
+    def _compile_full(
+        self, root: str, max_threads: int, full_compile: Callable[[], CompiledGrammar] | None
+    ) -> None:
         from formalgram_cfgzip.engines import compile_full
 
         try:
-            compiled = compile_full(self.vocab, self.grammar_text, root=root, max_threads=max_threads)
+            if full_compile is not None:
+                compiled = full_compile()
+            else:
+                assert self.grammar_text is not None  # a text given, not made later
+                compiled = compile_full(self.vocab, self.grammar_text, root=root, max_threads=max_threads)
         except BaseException as exc:  # reported through full_error, never raised on this thread
             with self._changed:
                 self.full_error = exc
@@ -220,46 +230,47 @@ class ProgressiveGrammar:
             self._full_done = True
             self._changed.notify_all()
 
-    def _compress_here(self, compressor: Compressor, engine: EngineName, root: str) -> bool:
-        """The quick path: compressed in the calling thread within ``compressor``'s budgets;
-        whether the classes' engine is ready (``False``: past the budgets, handed over)."""
-        from formalgram.errors import GrammarTooLarge
-        from formalgram_cfgzip.engines import compile_grammar
-
-        if root != "root":
-            return False
-        try:
-            classes = compressor.compress(self.grammar_text)
-        except GrammarTooLarge:
-            self.handed_over = True
-            return False
-        self._compressed = compile_grammar(classes, self.grammar_text, engine=engine, check=False)
-        self.compressed_seconds = time.perf_counter() - self.started
-        self._compressed_done = True
-        self._full_done = True
-        self.full_error = EngineError("not compiled: the classes' engine was ready first")
-        self.path = "quick"
-        return True
-
     def _compile_compressed(
-        self, compressor: Compressor | BackgroundCompressor, engine: EngineName, root: str
+        self,
+        compressor: Compressor | BackgroundCompressor,
+        grammar_text: str | Callable[[], str],
+        engine: EngineName,
+        root: str,
+        background: BackgroundCompressor | None,
+        quick_limits: tuple[int, int],
+        head_start: float,
     ) -> None:
+        from formalgram.errors import GrammarTooLarge
         from formalgram_cfgzip.background import BackgroundCompressor
         from formalgram_cfgzip.engines import compile_grammar
 
         try:
             if root != "root":
                 raise EngineError(f"compression reads the start rule 'root', not {root!r}")
-            if self.head_start > 0:
-                # XGrammar's compile alone first: the two compete for the processor, and most
-                # grammars compile within the head start
-                with self._changed:
-                    self._changed.wait_for(lambda: self._full_done or self._closed, timeout=self.head_start)
-            if isinstance(compressor, BackgroundCompressor):
-                classes = self._in_background(compressor)
-            else:
-                classes = compressor.compress(self.grammar_text)
-            compiled = compile_grammar(classes, self.grammar_text, engine=engine, check=False)
+            text = grammar_text if isinstance(grammar_text, str) else grammar_text()
+            self.grammar_text = text
+            classes: TokenClasses | None = None
+            if background is not None and not isinstance(compressor, BackgroundCompressor):
+                if quick_enough(text, *quick_limits):
+                    # the quick path: compressed here, within the compressor's budgets, while
+                    # XGrammar compiles on its own thread (it releases the interpreter)
+                    try:
+                        classes = compressor.compress(text)
+                        self.path = "quick"
+                    except GrammarTooLarge:
+                        self.handed_over = True
+                compressor = background  # past the quick attempt, or predicted large: the worker's
+            if classes is None:
+                if head_start > 0 and not self.handed_over:
+                    # XGrammar's compile alone first: the two compete for the processor, and
+                    # most grammars compile within the head start
+                    with self._changed:
+                        self._changed.wait_for(lambda: self._full_done or self._closed, timeout=head_start)
+                if isinstance(compressor, BackgroundCompressor):
+                    classes = self._in_background(compressor, text)
+                else:
+                    classes = compressor.compress(text)
+            compiled = compile_grammar(classes, text, engine=engine, check=False)
         except BaseException as exc:  # reported through compressed_error
             with self._changed:
                 self.compressed_error = exc
@@ -278,11 +289,11 @@ class ProgressiveGrammar:
             self._compressed_done = True
             self._changed.notify_all()
 
-    def _in_background(self, background: BackgroundCompressor) -> TokenClasses:
+    def _in_background(self, background: BackgroundCompressor, text: str) -> TokenClasses:
         with self._changed:
             if self._closed:
                 raise EngineError("the grammar was closed")
-            self._job = background.submit(self.grammar_text, timeout=self.compress_timeout)
+            self._job = background.submit(text, timeout=self.compress_timeout)
         return self._job.result()
 
     def close(self) -> None:
@@ -311,6 +322,16 @@ class ProgressiveGrammar:
     def full(self) -> CompiledGrammar | None:
         """XGrammar over the full vocabulary, once compiled."""
         return self._full
+
+    def wait_full(self, timeout: float | None = None) -> bool:
+        """Wait until XGrammar's compile over the full vocabulary has ended; whether it compiled.
+
+        Its thread runs on after the classes' engine is ready (a compile cannot be cut short);
+        a benchmark or a test that measures what follows waits for it here.
+        """
+        with self._changed:
+            self._changed.wait_for(lambda: self._full_done, timeout=timeout)
+            return self._full is not None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until the classes' engine is ready or has failed; whether it is ready.
@@ -499,17 +520,18 @@ def compile_progressive(
         The recommended setup for a server: with ``compressor`` an in-process
         :class:`~formalgram_cfgzip.compress.Compressor` with a small work budget
         (``max_work``), a grammar that :func:`quick_enough` predicts cheap is compressed at
-        once in the calling thread (no XGrammar compile: the first mask is the classes'
-        engine's, often sooner than XGrammar's compile); a grammar predicted large, or past
-        the budget (a :class:`~formalgram.errors.GrammarTooLarge`), races XGrammar's compile
-        in ``background``'s worker process, which never holds this process's interpreter.
-        (A compression on a thread of this process would: mypyc code and the C kernels hold
-        the interpreter for long stretches, so XGrammar's compile could not return before it.)
+        once on a thread of this process, beside XGrammar's compile (which releases the
+        interpreter); a grammar predicted large, or past the budget (a
+        :class:`~formalgram.errors.GrammarTooLarge`), is compressed in ``background``'s
+        worker process, which never holds this process's interpreter.  (A long compression
+        on a thread of this process would: mypyc code and the C kernels hold the
+        interpreter for long stretches, and the fills of the requests being decoded wait.)
     quick_chars, quick_repeats : int
         :func:`quick_enough`'s limits.
     head_start : float
-        In a race, seconds XGrammar's compile runs alone before the compression starts (it
-        starts at once when XGrammar's compile ends sooner).  The two compete for the
+        On the race path, seconds XGrammar's compile runs alone before the compression
+        starts (it starts at once when XGrammar's compile ends sooner, or after a quick
+        attempt past its budget).  The two compete for the
         processor, and on most grammars XGrammar's compile is over within the head start; on
         the few where it takes seconds, the compression starts this much later.
 
@@ -521,7 +543,8 @@ def compile_progressive(
     Notes
     -----
     Time to the first mask: the lesser of XGrammar's compile and the compression plus the
-    classes' engine's compile.  Memory: both engines while both are alive.
+    classes' engine's compile.  Processor time: both, on every path.  Memory: both engines
+    while both are alive.
 
     Examples
     --------
@@ -576,23 +599,41 @@ def compile_json_schema(
     -------
     ProgressiveGrammar
 
-    Raises
-    ------
-    EngineError
-        If XGrammar's converter refuses the schema.
-
     Notes
     -----
-    The conversion (about a millisecond), then :func:`compile_progressive`.
+    Returns at once.  XGrammar compiles the schema itself (its own grammar for it, as its
+    ``compile_json_schema`` does), from the start; the schema's text
+    (:func:`~formalgram_cfgzip.json_schema.from_json_schema`: XGrammar's conversion, printed)
+    is made on the compression's thread, and compressed there or in ``background``.  A
+    schema XGrammar's converter refuses fails both engines: the first fill raises an
+    :class:`~formalgram_cfgzip.errors.EngineError` with both reasons.  A schema whose text
+    this package cannot write or compress is served by XGrammar alone.
+
+    Examples
+    --------
+    >>> from formalgram_cfgzip import Vocabulary
+    >>> from formalgram_cfgzip.compress import Compressor
+    >>> vocab = Vocabulary([b"true", b"false", b"t", b"</s>"], special_ids=[3], stop_ids=[3])
+    >>> g = compile_json_schema({"type": "boolean"}, Compressor(vocab, domains=True))
+    >>> m = g.matcher()
+    >>> m.accept_token(0), g.wait(), g.wait_full()
+    (True, True, True)
     """
+    from formalgram_cfgzip.engines.xgrammar import compile_full_json_schema
     from formalgram_cfgzip.json_schema import from_json_schema
 
-    return compile_progressive(
+    vocab = compressor.vocab
+    return ProgressiveGrammar(
         compressor,
-        from_json_schema(schema, **options),
+        lambda: from_json_schema(schema, **options),
         engine=engine,
+        root="root",
         max_threads=max_threads,
         compress_timeout=compress_timeout,
+        full=True,
         background=background,
+        quick_chars=QUICK_CHARS,
+        quick_repeats=QUICK_REPEATS,
         head_start=head_start,
+        full_compile=lambda: compile_full_json_schema(vocab, schema, max_threads=max_threads, **options),
     )

@@ -18,7 +18,7 @@ state unchanged; ``BatchGrammarMatcher.batch_fill_next_token_bitmask`` fills man
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,7 +35,14 @@ if TYPE_CHECKING:
     from formalgram_cfgzip.classes import TokenClasses
     from formalgram_cfgzip.vocabulary import Vocabulary
 
-__all__ = ["XGrammarCompiled", "XGrammarMatcher", "compile_full", "compile_grammar", "full_tokenizer_info"]
+__all__ = [
+    "XGrammarCompiled",
+    "XGrammarMatcher",
+    "compile_full",
+    "compile_full_json_schema",
+    "compile_grammar",
+    "full_tokenizer_info",
+]
 
 _full_tokenizer_cache: dict[str, Any] = {}
 
@@ -269,4 +276,62 @@ def compile_full(
     """
     tokens = prepare_full(vocab, grammar_text, root=root, max_threads=max_threads)
     engine = _compile_text(full_tokenizer_info(vocab), grammar_text, root, max_threads)
+    return XGrammarCompiled(vocab, None, tokens, sorted(vocab.stop_ids), engine, max_threads=max_threads)
+
+
+def compile_full_json_schema(
+    vocab: Vocabulary, schema: str | Mapping[str, Any] | bool, *, max_threads: int = 1, **options: Any
+) -> XGrammarCompiled:
+    """XGrammar's own compile of a JSON Schema over every token of ``vocab``, same protocol.
+
+    The grammar is XGrammar's converter's (what its ``compile_json_schema`` compiles), not
+    the text :func:`~formalgram_cfgzip.json_schema.from_json_schema` prints from it: the
+    masks are XGrammar's own for the schema, and no conversion of this package's precedes
+    the compile.
+
+    Parameters
+    ----------
+    vocab : Vocabulary
+    schema : str, mapping or bool
+        The schema.
+    max_threads : int, keyword-only
+        Threads for compilation and batch filling (at least 1).
+    **options
+        XGrammar's converter options (those of
+        :func:`~formalgram_cfgzip.json_schema.from_json_schema`).
+
+    Returns
+    -------
+    XGrammarCompiled
+
+    Raises
+    ------
+    EngineError
+        If XGrammar's converter refuses the schema, or XGrammar is not installed.
+
+    Notes
+    -----
+    XGrammar's conversion and compilation over ``logit_width`` tokens.
+
+    Examples
+    --------
+    >>> from formalgram_cfgzip import Vocabulary
+    >>> full = compile_full_json_schema(Vocabulary([b"true", b"false", b"t"]), {"type": "boolean"})
+    >>> mask = full.allocate_token_bitmask()
+    >>> full.matcher().fill_next_token_bitmask(mask)
+    >>> format(int(mask[0, 0]), "03b")
+    '111'
+    """
+    from formalgram_cfgzip.json_schema import xgrammar_schema_grammar
+
+    # the options checked as for any grammar (a schema has no grammar text: a stand-in one)
+    tokens = prepare_full(vocab, 'root ::= ""', root="root", max_threads=max_threads)
+    grammar = xgrammar_schema_grammar(schema, **options)
+    compiler = _xgr().GrammarCompiler(
+        full_tokenizer_info(vocab), max_threads=max_threads, cache_enabled=False
+    )
+    try:
+        engine = compiler.compile_grammar(grammar)
+    except (RuntimeError, ValueError) as exc:
+        raise EngineError(f"XGrammar cannot compile the schema: {str(exc).strip()[:500]}") from exc
     return XGrammarCompiled(vocab, None, tokens, sorted(vocab.stop_ids), engine, max_threads=max_threads)
