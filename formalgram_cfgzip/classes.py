@@ -324,7 +324,7 @@ class TokenClasses:
         grammar itself.  Verification costs what ``compress`` costs on the grammar's side
         (GNF conversion, search tables) plus a search over the checked tokens: ``"all"``
         is a recompression without the specialisation trial, ``"sample"`` saves most of
-        the vocabulary's search (figures in docs/benchmarks.md, "Cache verification").  A sample
+        the vocabulary's search (figures in docs/benchmarks.md, "Caches and budgets").  A sample
         catches a cache of another grammar or a widespread corruption; a single moved
         member is caught with probability about ``sample / len(text tokens)``, so only
         ``"all"`` (or a key) rules out targeted tampering.

@@ -12,8 +12,8 @@ from __future__ import annotations
 import _data
 import pytest
 from _lark_cases import CASES, probes
+from _mutations import mutated_texts
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import formalgram
 from formalgram import FormalgramError, GrammarSyntaxError, UnsupportedConstruct, accepts, parse_lark
@@ -94,26 +94,11 @@ _VALID = [c[1] for c in CASES] + [
 ]
 
 
-@st.composite
-def mutated_texts(draw: st.DrawFn) -> str:
-    text = draw(st.sampled_from(_VALID))
-    for _ in range(draw(st.integers(1, 4))):
-        i = draw(st.integers(0, len(text)))
-        op = draw(st.integers(0, 2))
-        piece = draw(
-            st.sampled_from([*list('()[]"/|:~.*+?-> \n%\\{},aA_1'), "->", "..", "%ignore", "%import"])
-        )
-        if op == 0:
-            text = text[:i] + piece + text[i:]
-        elif op == 1:
-            text = text[:i] + text[i + 1 :]
-        else:
-            text = text[:i] + piece + text[i + 1 :]
-    return text
+_LARK_PIECES = [*list('()[]"/|:~.*+?-> \n%\\{},aA_1'), "->", "..", "%ignore", "%import"]
 
 
 @settings(max_examples=300, deadline=None)
-@given(mutated_texts())
+@given(mutated_texts(_VALID, _LARK_PIECES))
 def test_mutated_texts_raise_only_positioned_errors(text: str) -> None:
     try:
         parse_lark(text)

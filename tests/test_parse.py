@@ -19,6 +19,7 @@ from pathlib import Path
 import _data
 import pytest
 from _counted import checks_at_least, gave_up
+from _mutations import mutated_texts
 from _recognize_oracles import generating
 from _xgrammar_child import (
     Crash,
@@ -509,20 +510,8 @@ CORPUS_TEXTS = [(GRAMMARS / rel).read_text(encoding="utf-8") for rel in _data.gr
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_mutated_real_grammars_only_syntax_errors(data: st.DataObject) -> None:
-    text = data.draw(st.sampled_from(CORPUS_TEXTS))
-    for _ in range(data.draw(st.integers(1, 4))):
-        i = data.draw(st.integers(0, len(text)))
-        op = data.draw(st.integers(0, 2))
-        piece = data.draw(
-            st.sampled_from(['"', "[", "]", "(", ")", "|", "*", "{", "}", "\\", "\n", "::=", "x", "é"])
-        )
-        if op == 0:
-            text = text[:i] + piece + text[i:]
-        elif op == 1:
-            text = text[:i] + text[i + 1 :]
-        else:
-            text = text[:i] + piece + text[i + 1 :]
-    _parse_or_syntax_error(text)
+    pieces = ['"', "[", "]", "(", ")", "|", "*", "{", "}", "\\", "\n", "::=", "x", "é"]
+    _parse_or_syntax_error(data.draw(mutated_texts(CORPUS_TEXTS, pieces)))
 
 
 # --------------------------------------------------------------------------------------

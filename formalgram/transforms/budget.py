@@ -50,7 +50,7 @@ def work_allowance(budget: int) -> int:
     -----
     O(1); raises nothing.  With the default budget the allowance is 25.6 million steps;
     each step writes at most a few dozen bytes, so memory is bounded with the work.  What
-    the shared grammars take of it is in ``docs/benchmarks.md`` (GNF sizes).
+    the shared grammars take of it is in ``bench/results/gnf_sizes.md``.
 
     Examples
     --------

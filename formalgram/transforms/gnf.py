@@ -108,7 +108,7 @@ def to_gnf(
         :data:`~formalgram.transforms.budget.DEFAULT_BUDGET`, 200,000), which also sets the
         work allowed: :func:`~formalgram.transforms.budget.work_allowance` steps,
         ``128 * max(budget, 200_000)`` (see :mod:`formalgram.transforms.budget`).  The sizes and times
-        of the shared grammars are in ``docs/benchmarks.md`` (GNF sizes).
+        of the shared grammars are in ``bench/results/gnf_sizes.md``.
     strategy : str
         ``"auto"`` (default, smallest of all), ``"fast"`` (the deep cut alone, falling back
         to the plain left-corner construction when it takes more than 256 times the work of

@@ -349,8 +349,8 @@ def compile_full(
     Notes
     -----
     llguidance's grammar compilation; its tokenizer over ``logit_width`` tokens is built
-    once per vocabulary (by fingerprint) and shared; its cost is measured in
-    ``docs/benchmarks.md`` (``python -m bench.tokenizer_bench``).
+    once per vocabulary (by fingerprint) and shared; its cost is measured by
+    ``python -m bench.tokenizer_bench``.
 
     Examples
     --------

@@ -294,7 +294,7 @@ def reset_size(memory_budget: int | None) -> int:
     -------
     int
         ``budget / 1600`` cells, at least 200,000 (the peak memory this gives on the shared
-        grammars is in ``docs/benchmarks.md``).
+        grammars: ``docs/benchmarks.md``, "Offline compression").
 
     Notes
     -----
