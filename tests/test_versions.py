@@ -14,8 +14,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV_TOOLS = {"pytest", "pytest-benchmark", "mypy", "ruff", "sentencepiece"}
-# serving frameworks: each in its own environment (its own torch pin), outside the matrix
-SERVING_EXTRAS = {"sglang", "vllm"}
+# outside the matrix: the serving frameworks (each in its own environment, with its own torch
+# pin) and the benchmarks' peers
+OUTSIDE_MATRIX = {"sglang", "vllm", "bench"}
 
 
 def _release(text: str) -> tuple[int, ...]:
@@ -29,13 +30,13 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _declared_specs(serving: bool = False) -> set[str]:
+def _declared_specs(outside: bool = False) -> set[str]:
     """``NAME>=VERSION`` of the required dependencies, the extras and lark (no developer tool);
-    the serving frameworks' extras too where ``serving``."""
+    the extras outside the matrix too where ``outside``."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
     specs = set(project["dependencies"])
     for extra, deps in project["optional-dependencies"].items():
-        if extra in SERVING_EXTRAS and not serving:
+        if extra in OUTSIDE_MATRIX and not outside:
             continue
         specs.update(d for d in deps if extra != "dev" or d.startswith("lark"))
     return {s for s in specs if _norm(re.split(r"[<>=!~ ]", s)[0]) not in DEV_TOOLS}
@@ -65,5 +66,5 @@ def test_lowest_cell_pins_the_declared_lower_bounds() -> None:
 
 def test_versions_doc_names_every_range() -> None:
     doc = (ROOT / "docs" / "versions.md").read_text("utf-8")
-    missing = sorted(spec for spec in _declared_specs(serving=True) if f"`{spec}`" not in doc)
+    missing = sorted(spec for spec in _declared_specs(outside=True) if f"`{spec}`" not in doc)
     assert not missing, missing
