@@ -2,24 +2,27 @@
 XGrammar over the full vocabulary while the grammar is being compressed.
 
 A request with a new grammar (a JSON Schema per request) must have its first mask as soon as
-possible, and every later mask as fast as possible.  :func:`compile_progressive` starts
-XGrammar's compile over the full vocabulary (:func:`~formalgram_cfgzip.engines.compile_full`;
-for a schema, :func:`compile_json_schema`, XGrammar's own compile of the schema) on a thread
-of its own at once, and the compression beside it, on one of two paths:
+possible, and every later mask as fast as possible.  :func:`compile_progressive` takes one of
+two paths:
 
 * **quick**: a grammar that :func:`quick_enough` predicts cheap (about three in four
-  MaskBench schemas) is compressed at once on a thread of this process, within the
-  in-process compressor's work budget;
-* **race**: otherwise (or past that budget), the compression runs in a
-  :class:`~formalgram_cfgzip.background.BackgroundCompressor`'s worker process, after
-  XGrammar's compile has had a head start.
+  MaskBench schemas) is compressed at once in the calling thread, within the in-process
+  compressor's work budget, and the classes' engine (the native engine by default) serves
+  every mask from the first; XGrammar does not compile it;
+* **race**: otherwise (or past that budget), XGrammar's compile over the full vocabulary
+  (:func:`~formalgram_cfgzip.engines.compile_full`; for a schema, :func:`compile_json_schema`,
+  XGrammar's own compile of the grammar its converter made) starts on a thread of its own,
+  and after a head start the compression in a
+  :class:`~formalgram_cfgzip.background.BackgroundCompressor`'s worker process (for a schema,
+  the text is written on that thread, not before XGrammar starts).  The first fill waits for
+  the first engine ready, and a matcher on XGrammar moves to the classes' engine at the
+  first call after that engine is ready, between two tokens, by replaying the tokens it
+  accepted into a matcher of the new engine.
 
-The first fill waits for the first engine ready, and a matcher on XGrammar moves to the
-classes' engine (the native engine by default) at the first call after that engine is
-ready, between two tokens, by replaying the tokens it accepted into a matcher of the new
-engine.  So the first mask comes after the lesser of XGrammar's compile and the
-compression, and the later ones from the classes' engine; XGrammar's compile costs its
-processor time on every path (its thread runs to its end).
+The quick path runs alone because two compiles in one process compete for its interpreter:
+XGrammar's releases it, but takes it back at steps, and then waits for the compression's
+long stretches (on MaskBench, XGrammar's compile beside an in-process compression made the
+first mask 1.2x later at the median than the quick path alone).
 
 Both engines give the full-vocabulary mask of the same grammar, bit for bit (the classes are
 lossless for XGrammar's masks; a schema's text is XGrammar's grammar for it, printed), so the
@@ -139,9 +142,9 @@ class ProgressiveGrammar:
         Whether the compression went past the in-process compressor's budgets and was handed
         to the background compressor.
     path : {"quick", "race"}
-        ``"quick"``: compressed on a thread of this process within the in-process
-        compressor's budgets; ``"race"``: compressed in the background compressor's worker,
-        or (no background compressor) by a plain compressor on a thread of this process.
+        ``"quick"``: compressed at once in the calling thread, the classes' engine ready when
+        the grammar was returned (XGrammar not compiled); ``"race"``: XGrammar and the
+        compression started together.
     """
 
     def __init__(
@@ -160,6 +163,8 @@ class ProgressiveGrammar:
         head_start: float = 0.0,
         full_compile: Callable[[], CompiledGrammar] | None = None,
     ) -> None:
+        from formalgram_cfgzip.background import BackgroundCompressor
+
         self.vocab: Vocabulary = compressor.vocab
         self.grammar_text: str | None = grammar_text if isinstance(grammar_text, str) else None
         self.logit_width = self.vocab.logit_width
@@ -181,6 +186,14 @@ class ProgressiveGrammar:
             self.full_error = EngineError("the full-vocabulary engine was not asked for (full=False)")
         self.started = time.perf_counter()
         self.path = "race"
+        if background is not None and not isinstance(compressor, BackgroundCompressor):
+            if (
+                isinstance(grammar_text, str)
+                and quick_enough(grammar_text, quick_chars, quick_repeats)
+                and self._compress_here(compressor, grammar_text, engine, root)
+            ):
+                return
+            compressor = background  # past the quick attempt, or predicted large: the worker's
         # XGrammar's compile first, so that it runs from the very start
         if full:
             # not a daemon: XGrammar's compile must not be cut off by the interpreter's exit
@@ -192,15 +205,7 @@ class ProgressiveGrammar:
             ).start()
         threading.Thread(
             target=self._compile_compressed,
-            args=(
-                compressor,
-                grammar_text,
-                engine,
-                root,
-                background,
-                (quick_chars, quick_repeats),
-                head_start if full else 0.0,
-            ),
+            args=(compressor, grammar_text, engine, root, head_start if full else 0.0),
             daemon=True,
             name="progressive-classes",
         ).start()
@@ -230,46 +235,52 @@ class ProgressiveGrammar:
             self._full_done = True
             self._changed.notify_all()
 
+    def _compress_here(self, compressor: Compressor, text: str, engine: EngineName, root: str) -> bool:
+        """The quick path: compressed in the calling thread within ``compressor``'s budgets;
+        whether the classes' engine is ready (``False``: past the budgets, handed over)."""
+        from formalgram.errors import GrammarTooLarge
+        from formalgram_cfgzip.engines import compile_grammar
+
+        if root != "root":
+            return False
+        try:
+            classes = compressor.compress(text)
+        except GrammarTooLarge:
+            self.handed_over = True
+            return False
+        self._compressed = compile_grammar(classes, text, engine=engine, check=False)
+        self.compressed_seconds = time.perf_counter() - self.started
+        self._compressed_done = True
+        self._full_done = True
+        self.full_error = EngineError("not compiled: the classes' engine was ready first")
+        self.path = "quick"
+        return True
+
     def _compile_compressed(
         self,
         compressor: Compressor | BackgroundCompressor,
         grammar_text: str | Callable[[], str],
         engine: EngineName,
         root: str,
-        background: BackgroundCompressor | None,
-        quick_limits: tuple[int, int],
         head_start: float,
     ) -> None:
-        from formalgram.errors import GrammarTooLarge
         from formalgram_cfgzip.background import BackgroundCompressor
         from formalgram_cfgzip.engines import compile_grammar
 
         try:
             if root != "root":
                 raise EngineError(f"compression reads the start rule 'root', not {root!r}")
+            if head_start > 0:
+                # XGrammar's compile alone first: the two compete for the processor (and for
+                # the interpreter), and most grammars compile within the head start
+                with self._changed:
+                    self._changed.wait_for(lambda: self._full_done or self._closed, timeout=head_start)
             text = grammar_text if isinstance(grammar_text, str) else grammar_text()
             self.grammar_text = text
-            classes: TokenClasses | None = None
-            if background is not None and not isinstance(compressor, BackgroundCompressor):
-                if quick_enough(text, *quick_limits):
-                    # the quick path: compressed here, within the compressor's budgets, while
-                    # XGrammar compiles on its own thread (it releases the interpreter)
-                    try:
-                        classes = compressor.compress(text)
-                        self.path = "quick"
-                    except GrammarTooLarge:
-                        self.handed_over = True
-                compressor = background  # past the quick attempt, or predicted large: the worker's
-            if classes is None:
-                if head_start > 0 and not self.handed_over:
-                    # XGrammar's compile alone first: the two compete for the processor, and
-                    # most grammars compile within the head start
-                    with self._changed:
-                        self._changed.wait_for(lambda: self._full_done or self._closed, timeout=head_start)
-                if isinstance(compressor, BackgroundCompressor):
-                    classes = self._in_background(compressor, text)
-                else:
-                    classes = compressor.compress(text)
+            if isinstance(compressor, BackgroundCompressor):
+                classes = self._in_background(compressor, text)
+            else:
+                classes = compressor.compress(text)
             compiled = compile_grammar(classes, text, engine=engine, check=False)
         except BaseException as exc:  # reported through compressed_error
             with self._changed:
@@ -520,18 +531,17 @@ def compile_progressive(
         The recommended setup for a server: with ``compressor`` an in-process
         :class:`~formalgram_cfgzip.compress.Compressor` with a small work budget
         (``max_work``), a grammar that :func:`quick_enough` predicts cheap is compressed at
-        once on a thread of this process, beside XGrammar's compile (which releases the
-        interpreter); a grammar predicted large, or past the budget (a
-        :class:`~formalgram.errors.GrammarTooLarge`), is compressed in ``background``'s
-        worker process, which never holds this process's interpreter.  (A long compression
-        on a thread of this process would: mypyc code and the C kernels hold the
-        interpreter for long stretches, and the fills of the requests being decoded wait.)
+        once in the calling thread (no XGrammar compile: the first mask is the classes'
+        engine's, often sooner than XGrammar's compile); a grammar predicted large, or past
+        the budget (a :class:`~formalgram.errors.GrammarTooLarge`), races XGrammar's compile
+        in ``background``'s worker process, which never holds this process's interpreter.
+        (A compression on a thread of this process would: mypyc code and the C kernels hold
+        the interpreter for long stretches, so XGrammar's compile could not return before it.)
     quick_chars, quick_repeats : int
         :func:`quick_enough`'s limits.
     head_start : float
-        On the race path, seconds XGrammar's compile runs alone before the compression
-        starts (it starts at once when XGrammar's compile ends sooner, or after a quick
-        attempt past its budget).  The two compete for the
+        In a race, seconds XGrammar's compile runs alone before the compression starts (it
+        starts at once when XGrammar's compile ends sooner).  The two compete for the
         processor, and on most grammars XGrammar's compile is over within the head start; on
         the few where it takes seconds, the compression starts this much later.
 
@@ -543,8 +553,7 @@ def compile_progressive(
     Notes
     -----
     Time to the first mask: the lesser of XGrammar's compile and the compression plus the
-    classes' engine's compile.  Processor time: both, on every path.  Memory: both engines
-    while both are alive.
+    classes' engine's compile.  Memory: both engines while both are alive.
 
     Examples
     --------
@@ -601,13 +610,18 @@ def compile_json_schema(
 
     Notes
     -----
-    Returns at once.  XGrammar compiles the schema itself (its own grammar for it, as its
-    ``compile_json_schema`` does), from the start; the schema's text
-    (:func:`~formalgram_cfgzip.json_schema.from_json_schema`: XGrammar's conversion, printed)
-    is made on the compression's thread, and compressed there or in ``background``.  A
-    schema XGrammar's converter refuses fails both engines: the first fill raises an
-    :class:`~formalgram_cfgzip.errors.EngineError` with both reasons.  A schema whose text
-    this package cannot write or compress is served by XGrammar alone.
+    XGrammar's conversion of the schema (a millisecond or a few) in the calling thread, once:
+    its printed grammar decides the path (:func:`quick_enough`); on the quick path it is
+    compressed at once as :func:`compile_progressive` does; in a race XGrammar compiles the
+    converted grammar itself (as its ``compile_json_schema`` does) from the start, and the
+    schema's text (:func:`~formalgram_cfgzip.json_schema.from_json_schema`'s) is written on
+    the compression's thread.  A schema whose text this package cannot write or compress is
+    served by XGrammar alone.
+
+    Raises
+    ------
+    EngineError
+        If XGrammar's converter refuses the schema.
 
     Examples
     --------
@@ -619,13 +633,24 @@ def compile_json_schema(
     >>> m.accept_token(0), g.wait(), g.wait_full()
     (True, True, True)
     """
+    from formalgram_cfgzip.background import BackgroundCompressor
     from formalgram_cfgzip.engines.xgrammar import compile_full_json_schema
-    from formalgram_cfgzip.json_schema import from_json_schema
+    from formalgram_cfgzip.json_schema import xgrammar_core_gbnf, xgrammar_schema_grammar
 
+    converted = xgrammar_schema_grammar(schema, **_converter_options(options))
+    printed = str(converted)
     vocab = compressor.vocab
+    quick = (
+        background is not None
+        and not isinstance(compressor, BackgroundCompressor)
+        and quick_enough(printed, QUICK_CHARS, QUICK_REPEATS)
+    )
+    text: str | Callable[[], str] = (
+        xgrammar_core_gbnf(printed) if quick else lambda: xgrammar_core_gbnf(printed)
+    )
     return ProgressiveGrammar(
         compressor,
-        lambda: from_json_schema(schema, **options),
+        text,
         engine=engine,
         root="root",
         max_threads=max_threads,
@@ -635,5 +660,13 @@ def compile_json_schema(
         quick_chars=QUICK_CHARS,
         quick_repeats=QUICK_REPEATS,
         head_start=head_start,
-        full_compile=lambda: compile_full_json_schema(vocab, schema, max_threads=max_threads, **options),
+        full_compile=lambda: compile_full_json_schema(
+            vocab, schema, max_threads=max_threads, converted=converted
+        ),
     )
+
+
+def _converter_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`~formalgram_cfgzip.json_schema.from_json_schema`'s converter options, its
+    defaults filled in (``any_whitespace`` and ``strict_mode`` on)."""
+    return {"any_whitespace": True, "strict_mode": True, **options}

@@ -280,7 +280,12 @@ def compile_full(
 
 
 def compile_full_json_schema(
-    vocab: Vocabulary, schema: str | Mapping[str, Any] | bool, *, max_threads: int = 1, **options: Any
+    vocab: Vocabulary,
+    schema: str | Mapping[str, Any] | bool,
+    *,
+    max_threads: int = 1,
+    converted: Any = None,
+    **options: Any,
 ) -> XGrammarCompiled:
     """XGrammar's own compile of a JSON Schema over every token of ``vocab``, same protocol.
 
@@ -296,6 +301,10 @@ def compile_full_json_schema(
         The schema.
     max_threads : int, keyword-only
         Threads for compilation and batch filling (at least 1).
+    converted : xgrammar.Grammar or None, keyword-only
+        XGrammar's grammar of ``schema`` when it is already converted
+        (:func:`~formalgram_cfgzip.json_schema.xgrammar_schema_grammar` with ``options``):
+        compiled as it is.
     **options
         XGrammar's converter options (those of
         :func:`~formalgram_cfgzip.json_schema.from_json_schema`).
@@ -326,7 +335,7 @@ def compile_full_json_schema(
 
     # the options checked as for any grammar (a schema has no grammar text: a stand-in one)
     tokens = prepare_full(vocab, 'root ::= ""', root="root", max_threads=max_threads)
-    grammar = xgrammar_schema_grammar(schema, **options)
+    grammar = xgrammar_schema_grammar(schema, **options) if converted is None else converted
     compiler = _xgr().GrammarCompiler(
         full_tokenizer_info(vocab), max_threads=max_threads, cache_enabled=False
     )
