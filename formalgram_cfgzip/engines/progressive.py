@@ -69,6 +69,7 @@ __all__ = [
     "compile_json_schema",
     "compile_progressive",
     "quick_enough",
+    "reaches_free_text",
 ]
 
 
@@ -116,6 +117,65 @@ def quick_enough(grammar_text: str, max_chars: int = QUICK_CHARS, max_repeats: i
     for m in _BOUNDED.finditer(grammar_text):
         total += int(m.group(1) or m.group(0).strip("{} \t"))
     return total <= max_repeats
+
+
+_RULE = re.compile(r"^([A-Za-z_][A-Za-z0-9_\-.]*)\s*::=", re.MULTILINE)
+# a string literal or a character class, read left to right (each may hold the other's quotes)
+_LITERAL_OR_CLASS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")
+
+
+def reaches_free_text(grammar_text: str, root: str = "root") -> bool:
+    r"""Whether a rule reachable from ``root`` holds a negated character class or a ``Regex``
+    macro: free text, such as a JSON string's characters.
+
+    XGrammar's compile checks the tokens that may continue free text one by one, and takes
+    most of its time there; a grammar without free text (a JSON Schema of numbers, booleans
+    and enumerations) compiles in a few milliseconds over a whole vocabulary, sooner than a
+    compression, so :func:`compile_progressive` races it instead of compressing it at once.
+
+    Parameters
+    ----------
+    grammar_text : str
+        GBNF / XGrammar EBNF text (one rule per ``name ::=`` line start).
+    root : str
+        The start rule.
+
+    Returns
+    -------
+    bool
+        ``True`` also where the text cannot be read this way (no rule ``root``).
+
+    Notes
+    -----
+    O(len(grammar_text)): one pass of regular expressions per rule, one walk of the rule
+    references.
+
+    Examples
+    --------
+    >>> reaches_free_text('root ::= "[" num "]"\nnum ::= [0-9]+\nstr ::= "\\"" [^"]* "\\""')
+    False
+    >>> reaches_free_text('root ::= "[" str "]"\nstr ::= "\\"" [^"]* "\\""')
+    True
+    """
+    starts = [(m.group(1), m.end()) for m in _RULE.finditer(grammar_text)]
+    bodies: dict[str, str] = {}
+    for k, (name, begin) in enumerate(starts):
+        end = starts[k + 1][1] - len(starts[k + 1][0]) if k + 1 < len(starts) else len(grammar_text)
+        bodies[name] = bodies.get(name, "") + " " + grammar_text[begin:end]
+    if root not in bodies:
+        return True
+    seen = {root}
+    todo = [root]
+    while todo:
+        body = bodies[todo.pop()]
+        if "Regex(" in body or any(m.group(0).startswith("[^") for m in _LITERAL_OR_CLASS.finditer(body)):
+            return True
+        for ref in _NAME.findall(_LITERAL_OR_CLASS.sub(" ", body)):
+            if ref in bodies and ref not in seen:
+                seen.add(ref)
+                todo.append(ref)
+    return False
 
 
 class ProgressiveGrammar:
@@ -190,6 +250,7 @@ class ProgressiveGrammar:
             if (
                 isinstance(grammar_text, str)
                 and quick_enough(grammar_text, quick_chars, quick_repeats)
+                and (not full or reaches_free_text(grammar_text, root))
                 and self._compress_here(compressor, grammar_text, engine, root)
             ):
                 return
@@ -644,6 +705,7 @@ def compile_json_schema(
         background is not None
         and not isinstance(compressor, BackgroundCompressor)
         and quick_enough(printed, QUICK_CHARS, QUICK_REPEATS)
+        and reaches_free_text(printed)
     )
     text: str | Callable[[], str] = (
         xgrammar_core_gbnf(printed) if quick else lambda: xgrammar_core_gbnf(printed)
