@@ -158,11 +158,11 @@ def reaches_free_text(grammar_text: str, root: str = "root") -> bool:
     >>> reaches_free_text('root ::= "[" str "]"\nstr ::= "\\"" [^"]* "\\""')
     True
     """
-    starts = [(m.group(1), m.end()) for m in _RULE.finditer(grammar_text)]
+    heads = list(_RULE.finditer(grammar_text))
     bodies: dict[str, str] = {}
-    for k, (name, begin) in enumerate(starts):
-        end = starts[k + 1][1] - len(starts[k + 1][0]) if k + 1 < len(starts) else len(grammar_text)
-        bodies[name] = bodies.get(name, "") + " " + grammar_text[begin:end]
+    for k, head in enumerate(heads):
+        end = heads[k + 1].start() if k + 1 < len(heads) else len(grammar_text)
+        bodies[head.group(1)] = bodies.get(head.group(1), "") + " " + grammar_text[head.end() : end]
     if root not in bodies:
         return True
     seen = {root}
