@@ -124,6 +124,7 @@ class Walker:
         self.stops = sorted(self.vocab.stop_ids)
         self.eos = self.stops[0]
         self.progressive_wait = progressive_wait
+        self.timeout = timeout
         import quicktok
 
         self.encoder = quicktok.get_encoding(vocab_name)
@@ -331,8 +332,12 @@ class Walker:
         if engine == "progressive":
             # each schema measured alone: its compression finishes (or times out) before the
             # next schema starts, so that no worker is busy with a grammar no longer needed
-            self.settle.wait()
-            self.settle.wait_full()  # XGrammar's thread runs on: never beside the next measurement
+            # ... within the record's time limit (the pool ends a record past it): a first mask
+            # in time is a compiled schema, whatever the compression does after it
+            left = 0.9 * self.timeout - (time.perf_counter() - t0)
+            self.settle.wait(timeout=max(left, 0.0))
+            # XGrammar's thread runs on: never beside the next measurement
+            self.settle.wait_full(timeout=max(0.9 * self.timeout - (time.perf_counter() - t0), 0.0))
             out["stages"]["classes_ready"] = self.settle.compressed_seconds or -1.0
             out["stages"]["handed_over"] = float(self.settle.handed_over)
             out["path"] = self.settle.path
