@@ -38,7 +38,6 @@ from collections.abc import Generator
 from pathlib import Path
 
 import pytest
-from _optional import missing_optional_package  # tests/ is on sys.path
 from hypothesis import HealthCheck, settings
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -118,6 +117,10 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if report.failed and call.excinfo is not None and call.when in ("setup", "call"):
+        # imported here, not at the top: it imports formalgram, which must come from the
+        # build _place_checkout chose
+        from _optional import missing_optional_package
+
         package = missing_optional_package(call.excinfo.value)
         if package is not None:
             path, line, _name = item.reportinfo()
