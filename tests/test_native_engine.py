@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 import formalgram
 from formalgram import PDA, EarleyRecognizer, EmptyLanguageError, Grammar, accepts
+from formalgram.errors import GrammarTooLarge
 from formalgram.testing import grammars
 from formalgram_cfgzip import TokenClasses, Vocabulary, compress, engines
 from formalgram_cfgzip.engines.native import NativeTables, build_tables
@@ -205,7 +206,10 @@ def test_gss_holds_exactly_the_pda_stacks(g: Grammar, letters: list[int]) -> Non
         state = NativeCompiled(classes, tables, kernel=kernel).new_state()
         w = b""
         for b in letters:
-            expected = pda.stacks_after(w + bytes([b]))
+            try:
+                expected = pda.stacks_after(w + bytes([b]))
+            except GrammarTooLarge:  # more stacks than the explicit simulation lists (an ambiguous
+                break  # grammar): the prefix so far was compared, the GSS keeps them shared
             ok = state.accept_bytes(bytes([b]))
             assert ok == bool(expected)
             if not ok:
