@@ -80,3 +80,20 @@ def policy_allowed(text: str, vocab: Vocabulary, prefix: bytes, raw: set[int]) -
         label = vocab.tokens[i] or b""
         assert rec.copy().feed_bytes(label), f"raw XGrammar allows the label {label!r} after {prefix!r}"
     return raw - specials
+
+
+def row_tokens(row: np.ndarray[Any, np.dtype[np.int32]], width: int) -> set[int]:
+    """The token ids whose bit is set in one bitmask row (``width`` logits)."""
+    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:width]
+    return set(np.flatnonzero(bits).tolist())
+
+
+def walk_weights(vocab: Vocabulary) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """The raw-engine walks' token weights: long tokens first (the squared length), runs of
+    whitespace at weight 1 (many in a row make the Earley predictor cubic in the run), special
+    tokens and holes at 0."""
+    weights = np.zeros(vocab.logit_width, dtype=np.float64)
+    for i, t in enumerate(vocab.tokens):
+        if t and i not in vocab.special_ids:
+            weights[i] = 1.0 if t.isspace() else float(len(t)) ** 2
+    return weights

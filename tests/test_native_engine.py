@@ -20,10 +20,10 @@ from typing import Any, Literal, cast
 
 import _data
 import numpy as np
-import numpy.typing as npt
 import pytest
 from _build import PURE_PYTHON, c_param, expected_kernels, require_kernel
 from _counted import checks_at_least
+from _engine_oracle import row_tokens
 from _native_helpers import accepted_words, sample_vocab, small_vocab
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -55,9 +55,6 @@ ALPHABET = b"abc"
 
 
 # -- oracles ------------------------------------------------------------------------------
-def allowed_tokens(row: npt.NDArray[np.int32], width: int) -> set[int]:
-    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:width]
-    return set(np.flatnonzero(bits).tolist())
 
 
 class VocabTrie:
@@ -129,7 +126,7 @@ def check_walk(
     checked = 0
     for _ in range(steps):
         m.fill_next_token_bitmask(bm)
-        got = allowed_tokens(bm[0], vocab.logit_width)
+        got = row_tokens(bm[0], vocab.logit_width)
         want = oracle_mask(rec, trie, vocab)
         assert got == want, (
             f"step {checked}: extra {sorted(got - want)[:10]}, missing {sorted(want - got)[:10]}"
@@ -148,7 +145,7 @@ def check_walk(
             bad = rng.choice(refused)
             assert not m.accept_token(bad)
             m.fill_next_token_bitmask(bm)
-            assert allowed_tokens(bm[0], vocab.logit_width) == want
+            assert row_tokens(bm[0], vocab.logit_width) == want
         tok = rng.choice(text)
         data = vocab.tokens[tok]
         assert data is not None
@@ -334,7 +331,7 @@ def test_rollback_reset_and_termination(
         masks.append(bm.copy())
         assert m.accept_token(ids[t]), t
     m.fill_next_token_bitmask(bm)
-    assert allowed_tokens(bm[0], vocab.logit_width) == {ids[b"]"], ids[b","]}  # after "[[[a,bb],a]"
+    assert row_tokens(bm[0], vocab.logit_width) == {ids[b"]"], ids[b","]}  # after "[[[a,bb],a]"
     m.rollback(3)
     m.fill_next_token_bitmask(bm)
     assert np.array_equal(bm, masks[4])
@@ -373,8 +370,8 @@ def test_batch_fills_equal_single_fills(
         for i, m in enumerate(ms):
             m.fill_next_token_bitmask(one)
             assert np.array_equal(one[0], batch[i])
-            assert np.array_equal(allowed_tokens(one[0], vocab.logit_width) != set(), cbatch[i].any())
-            picks.append(rng.choice(sorted(allowed_tokens(one[0], vocab.logit_width)) or [0]))
+            assert np.array_equal(row_tokens(one[0], vocab.logit_width) != set(), cbatch[i].any())
+            picks.append(rng.choice(sorted(row_tokens(one[0], vocab.logit_width)) or [0]))
         expected = [not m.is_terminated() for m in ms]
         assert grammar.accept_token_batch(ms, picks) == expected
 
@@ -461,7 +458,7 @@ def test_masks_are_exact_for_any_gnf_of_the_language(
         assert np.array_equal(ma, mb)
         bm = NativeCompiled(classes, tables).allocate_token_bitmask()
         a.fill_next_token_bitmask(bm)
-        choices = sorted(allowed_tokens(bm[0], vocab.logit_width) - set(vocab.stop_ids))
+        choices = sorted(row_tokens(bm[0], vocab.logit_width) - set(vocab.stop_ids))
         if not choices:
             break
         t = rng.choice(choices)
@@ -705,7 +702,7 @@ def test_bounded_history_keeps_masks_exact_and_memory_bounded(
     for step in range(150):
         m.fill_next_token_bitmask(bm)
         want = oracle_mask(recs[-1], trie, vocab)
-        assert allowed_tokens(bm[0], vocab.logit_width) == want, step
+        assert row_tokens(bm[0], vocab.logit_width) == want, step
         text = sorted(want - set(vocab.stop_ids))
         undo = min(keep, m.info()["position"])  # never past a forgotten position
         if rng.random() < 0.2 and undo:

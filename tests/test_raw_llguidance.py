@@ -47,8 +47,8 @@ from typing import Any
 
 import _data
 import numpy as np
-import numpy.typing as npt
 import pytest
+from _engine_oracle import row_tokens, walk_weights
 
 llg = pytest.importorskip("llguidance")
 pytest.importorskip("quicktok")
@@ -116,11 +116,6 @@ def _classes(rel: str, vocab_name: str) -> TokenClasses:
     return compress(_data.grammar(rel).read_text(encoding="utf-8"), _vocab(vocab_name), progress=False)
 
 
-def _allowed(row: npt.NDArray[np.int32], width: int) -> set[int]:
-    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:width]
-    return set(np.flatnonzero(bits).tolist())
-
-
 class Lane:
     """One walk: llguidance's own matcher, the adapter's, and the Earley recognizer."""
 
@@ -149,10 +144,7 @@ def _walk(rel: str, vocab_name: str, batch: int, seed: int) -> None:
     adapter = engines.compile_grammar(_classes(rel, vocab_name), text, engine="llguidance")
     start = EarleyRecognizer(parse_gbnf(text))
     stops = set(vocab.stop_ids)
-    weights = np.zeros(width, dtype=np.float64)
-    for i, t in enumerate(vocab.tokens):
-        if t and i not in vocab.special_ids:
-            weights[i] = 1.0 if t.isspace() else float(len(t)) ** 2
+    weights = walk_weights(vocab)
     lanes = [Lane(raw, adapter, start) for _ in range(batch)]
     raw_bm = np.zeros((batch, (width + 31) // 32), dtype=np.int32)
     ad_bm = adapter.allocate_token_bitmask(batch)
@@ -174,7 +166,7 @@ def _walk(rel: str, vocab_name: str, batch: int, seed: int) -> None:
         for lane, row in zip(lanes, order, strict=True):
             where = f"{rel} {vocab_name} batch {batch} step {step} row {row} after {lane.text!r}"
             assert not lane.raw.is_error(), f"{where}: {lane.raw.get_error()}"
-            got, want = _allowed(ad_bm[row], width), _allowed(raw_bm[row], width)
+            got, want = row_tokens(ad_bm[row], width), row_tokens(raw_bm[row], width)
             forced = bytes(lane.raw.compute_ff_bytes())
             if forced:  # narrowed by each side's tokenizer (module docstring)
                 narrowed += 1
@@ -253,7 +245,7 @@ def test_forced_bytes_are_narrowed_by_each_tokenizer() -> None:
     assert raw.consume_token(fl) and bytes(raw.compute_ff_bytes()) == b"oat"
     row = np.zeros((1, (vocab.logit_width + 31) // 32), dtype=np.int32)
     llguidance.numpy.fill_next_token_bitmask(raw, row, 0)
-    assert _allowed(row[0], vocab.logit_width) == {o}
+    assert row_tokens(row[0], vocab.logit_width) == {o}
     rec = EarleyRecognizer(parse_gbnf(text))
     assert rec.feed_bytes(b"fl") and rec.copy().feed_bytes(b"o") and rec.copy().feed_bytes(b"oa")
     for compiled in (
@@ -264,4 +256,4 @@ def test_forced_bytes_are_narrowed_by_each_tokenizer() -> None:
         assert m.accept_token(fl)
         mask = compiled.allocate_token_bitmask(1)
         m.fill_next_token_bitmask(mask)
-        assert _allowed(mask[0], vocab.logit_width) == {oa}
+        assert row_tokens(mask[0], vocab.logit_width) == {oa}

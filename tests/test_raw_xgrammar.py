@@ -40,9 +40,8 @@ from typing import Any
 
 import _data
 import numpy as np
-import numpy.typing as npt
 import pytest
-from _engine_oracle import raw_xgrammar_tokenizer
+from _engine_oracle import raw_xgrammar_tokenizer, row_tokens, walk_weights
 
 xgr = pytest.importorskip("xgrammar")
 
@@ -112,9 +111,6 @@ def classes_for() -> Callable[[str, str], TokenClasses]:
 
 
 # -- helpers ------------------------------------------------------------------------------
-def _allowed(row: npt.NDArray[np.int32], width: int) -> set[int]:
-    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:width]
-    return set(np.flatnonzero(bits).tolist())
 
 
 class Lane:
@@ -156,12 +152,7 @@ def _walk(
     labels = sorted(
         (t, i) for i, t in enumerate(vocab.tokens) if i in vocab.special_ids and i not in stops and t
     )
-    weights = np.zeros(width, dtype=np.float64)
-    for i, t in enumerate(vocab.tokens):
-        if t and i not in vocab.special_ids:
-            # long tokens first; runs of whitespace stay at weight 1: many of them in a row
-            # make the Earley predictor cubic in the run (lark-ignore after every lexeme)
-            weights[i] = 1.0 if t.isspace() else float(len(t)) ** 2
+    weights = walk_weights(vocab)
     lanes = [Lane(raw, adapter, start) for _ in range(batch)]
     words = (width + 31) // 32
     raw_bm = np.zeros((batch, words), dtype=np.int32)
@@ -182,7 +173,7 @@ def _walk(
             adapter.fill_next_token_bitmask_batch([ln.adapter for ln in lanes], ad_bm, indices=order)
         for lane, row in zip(lanes, order, strict=True):
             where = f"{rel} {vocab_name} batch {batch} step {step} row {row} after {lane.rec.position} bytes"
-            got, want = _allowed(ad_bm[row], width), _allowed(raw_bm[row], width)
+            got, want = row_tokens(ad_bm[row], width), row_tokens(raw_bm[row], width)
             predicted = earley_viable(lane.rec, labels)
             assert not got - want, (
                 f"{where}: the adapter allows what raw XGrammar does not: {sorted(got - want)[:10]}"

@@ -12,9 +12,9 @@ import itertools
 import warnings
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 from _class_oracle import check_classes_with_earley
+from _engine_oracle import row_tokens
 from _recognize_oracles import generating
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -151,11 +151,6 @@ def test_stop_and_special_tokens_have_their_own_classes() -> None:
     assert classes.num_classes == 3
 
 
-def _allowed(row: npt.NDArray[np.int32], width: int) -> set[int]:
-    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:width]
-    return set(np.flatnonzero(bits).tolist())
-
-
 def test_xgrammar_allows_a_token_no_parse_accepts() -> None:
     """The divergence the warning is about, pinned: XGrammar 0.2.9 treats a prefix that enters
     a nonterminal deriving no string as viable.
@@ -181,20 +176,20 @@ def test_xgrammar_allows_a_token_no_parse_accepts() -> None:
     raw = xgr.GrammarMatcher(compiled)
     row = np.zeros((1, 1), dtype=np.int32)
     raw.fill_next_token_bitmask(row)
-    assert _allowed(row[0], 5) == {0, 1}, "XGrammar 0.2.9 allows the token 'a', which enters x"
+    assert row_tokens(row[0], 5) == {0, 1}, "XGrammar 0.2.9 allows the token 'a', which enters x"
     assert raw.accept_token(0), "XGrammar 0.2.9 accepts 'a', which no complete parse accepts"
     raw.fill_next_token_bitmask(row)
-    assert _allowed(row[0], 5) == set() and not raw.is_terminated()  # a dead end
+    assert row_tokens(row[0], 5) == set() and not raw.is_terminated()  # a dead end
     # the engine adapter's full-vocabulary reference shows the same mask
     full = engines.compile_full(vocab, text, engine="xgrammar")
     full_row = full.allocate_token_bitmask(1)
     full.matcher().fill_next_token_bitmask(full_row)
-    assert _allowed(full_row[0], 5) == {0, 1}
+    assert row_tokens(full_row[0], 5) == {0, 1}
     # the compressed path follows Earley
     assert int(classes.token_class[0]) == classes.invalid_class
     adapter = engines.compile_grammar(classes, text, engine="xgrammar")
     m = adapter.matcher()
     ours = adapter.allocate_token_bitmask(1)
     m.fill_next_token_bitmask(ours)
-    assert _allowed(ours[0], 5) == earley
+    assert row_tokens(ours[0], 5) == earley
     assert not m.accept_token(0)
