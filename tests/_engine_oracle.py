@@ -11,7 +11,7 @@ stop tokens are never allowed; raw XGrammar reads their labels as text).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -97,3 +97,28 @@ def walk_weights(vocab: Vocabulary) -> np.ndarray[Any, np.dtype[np.float64]]:
         if t and i not in vocab.special_ids:
             weights[i] = 1.0 if t.isspace() else float(len(t)) ** 2
     return weights
+
+
+def take_token(
+    lane: Any,
+    tok: int,
+    data: bytes,
+    where: str,
+    raw_accept: Callable[[int], bool],
+    raw_rollback: Callable[[], object],
+    replay: bool,
+) -> None:
+    """One step of a raw-engine walk: ``tok`` (bytes ``data``) fed to the lane's Earley
+    recognizer (``lane.rec``), the raw engine (``raw_accept``) and the adapter
+    (``lane.adapter``), all three taking it; with ``replay``, all three rolled back and fed it
+    again (``raw_rollback`` may return ``False`` for a refused rollback)."""
+    before = lane.rec.copy()
+    assert lane.rec.feed_bytes(data), f"{where}: token {tok} {data!r} is allowed but Earley refuses it"
+    assert raw_accept(tok) and lane.adapter.accept_token(tok), where
+    if replay:  # rollback, then the same token again
+        assert raw_rollback() is not False, where
+        lane.adapter.rollback(1)
+        lane.rec = before
+        assert lane.rec.feed_bytes(data)
+        assert raw_accept(tok) and lane.adapter.accept_token(tok), where
+    lane.depth += 1

@@ -40,6 +40,7 @@ termination after a stop token are compared too.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 from functools import cache
@@ -48,7 +49,7 @@ from typing import Any
 import _data
 import numpy as np
 import pytest
-from _engine_oracle import row_tokens, walk_weights
+from _engine_oracle import row_tokens, take_token, walk_weights
 
 llg = pytest.importorskip("llguidance")
 pytest.importorskip("quicktok")
@@ -206,18 +207,15 @@ def _walk(rel: str, vocab_name: str, batch: int, seed: int) -> None:
             tok = int(nprng.choice(pool, p=w / w.sum()))
             data = vocab.tokens[tok]
             assert data is not None
-            before = lane.rec.copy()
-            assert lane.rec.feed_bytes(data), (
-                f"{where}: token {tok} {data!r} is allowed but Earley refuses it"
+            take_token(
+                lane,
+                tok,
+                data,
+                where,
+                lane.raw.consume_token,
+                functools.partial(lane.raw.rollback, 1),
+                step % 5 == 4,
             )
-            assert lane.raw.consume_token(tok) and lane.adapter.accept_token(tok), where
-            if step % 5 == 4:  # rollback, then the same token again
-                assert lane.raw.rollback(1)
-                lane.adapter.rollback(1)
-                lane.rec = before
-                assert lane.rec.feed_bytes(data)
-                assert lane.raw.consume_token(tok) and lane.adapter.accept_token(tok), where
-            lane.depth += 1
             lane.text += data
             taken += 1
     # the walks moved on at almost every step: masks empty on both sides would check nothing;

@@ -32,6 +32,7 @@ grammars and every JSON-schema grammar.
 
 from __future__ import annotations
 
+import functools
 import random
 import warnings
 from collections.abc import Callable
@@ -41,7 +42,7 @@ from typing import Any
 import _data
 import numpy as np
 import pytest
-from _engine_oracle import raw_xgrammar_tokenizer, row_tokens, walk_weights
+from _engine_oracle import raw_xgrammar_tokenizer, row_tokens, take_token, walk_weights
 
 xgr = pytest.importorskip("xgrammar")
 
@@ -222,18 +223,15 @@ def _walk(
             tok = int(nprng.choice(pool, p=w / w.sum()))
             data = vocab.tokens[tok]
             assert data is not None
-            before = lane.rec.copy()
-            assert lane.rec.feed_bytes(data), (
-                f"{where}: token {tok} {data!r} is allowed but Earley refuses it"
+            take_token(
+                lane,
+                tok,
+                data,
+                where,
+                lane.raw.accept_token,
+                functools.partial(lane.raw.rollback, 1),
+                step % 5 == 4,
             )
-            assert lane.raw.accept_token(tok) and lane.adapter.accept_token(tok), where
-            if step % 5 == 4:  # rollback, then the same token again
-                lane.raw.rollback(1)
-                lane.adapter.rollback(1)
-                lane.rec = before
-                assert lane.rec.feed_bytes(data)
-                assert lane.raw.accept_token(tok) and lane.adapter.accept_token(tok), where
-            lane.depth += 1
             taken += 1
     # the walks moved on at almost every step (a lane starts again after MAX_DEPTH tokens):
     # masks that were empty on both sides would agree and check nothing
