@@ -101,17 +101,23 @@ def walk_weights(vocab: Vocabulary) -> np.ndarray[Any, np.dtype[np.float64]]:
 
 def take_token(
     lane: Any,
-    tok: int,
-    data: bytes,
+    pool: np.ndarray[Any, np.dtype[np.int64]],
+    weights: np.ndarray[Any, np.dtype[np.float64]],
+    nprng: np.random.Generator,
+    vocab: Vocabulary,
     where: str,
     raw_accept: Callable[[int], bool],
     raw_rollback: Callable[[], object],
     replay: bool,
-) -> None:
-    """One step of a raw-engine walk: ``tok`` (bytes ``data``) fed to the lane's Earley
-    recognizer (``lane.rec``), the raw engine (``raw_accept``) and the adapter
+) -> bytes:
+    """One step of a raw-engine walk: a token of ``pool`` drawn by ``weights``, fed to the
+    lane's Earley recognizer (``lane.rec``), the raw engine (``raw_accept``) and the adapter
     (``lane.adapter``), all three taking it; with ``replay``, all three rolled back and fed it
-    again (``raw_rollback`` may return ``False`` for a refused rollback)."""
+    again (``raw_rollback`` may return ``False`` for a refused rollback).  Returns its bytes."""
+    w = weights[pool]
+    tok = int(nprng.choice(pool, p=w / w.sum()))
+    data = vocab.tokens[tok]
+    assert data is not None
     before = lane.rec.copy()
     assert lane.rec.feed_bytes(data), f"{where}: token {tok} {data!r} is allowed but Earley refuses it"
     assert raw_accept(tok) and lane.adapter.accept_token(tok), where
@@ -122,3 +128,4 @@ def take_token(
         assert lane.rec.feed_bytes(data)
         assert raw_accept(tok) and lane.adapter.accept_token(tok), where
     lane.depth += 1
+    return data

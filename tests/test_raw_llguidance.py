@@ -203,14 +203,12 @@ def _walk(rel: str, vocab_name: str, batch: int, seed: int) -> None:
                 taken += 1
                 lane.reset()
                 continue
-            w = weights[pool]
-            tok = int(nprng.choice(pool, p=w / w.sum()))
-            data = vocab.tokens[tok]
-            assert data is not None
-            take_token(
+            data = take_token(
                 lane,
-                tok,
-                data,
+                pool,
+                weights,
+                nprng,
+                vocab,
                 where,
                 lane.raw.consume_token,
                 functools.partial(lane.raw.rollback, 1),

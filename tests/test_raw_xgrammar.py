@@ -219,14 +219,12 @@ def _walk(
                     lane.raw.fill_next_token_bitmask(np.zeros((1, words), dtype=np.int32))
                 lane.reset()
                 continue
-            w = weights[pool]
-            tok = int(nprng.choice(pool, p=w / w.sum()))
-            data = vocab.tokens[tok]
-            assert data is not None
-            take_token(
+            data = take_token(
                 lane,
-                tok,
-                data,
+                pool,
+                weights,
+                nprng,
+                vocab,
                 where,
                 lane.raw.accept_token,
                 functools.partial(lane.raw.rollback, 1),
