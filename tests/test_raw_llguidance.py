@@ -21,7 +21,7 @@ exactly where the grammar can end; padding ids never) predicts no difference the
 **Where the grammar forces bytes the masks depend on the tokenizer.**  When the text read so
 far leaves one way on (``LLMatcher.compute_ff_bytes()`` is not empty), llguidance allows only
 the first token of its tokenizer's tokenization of the forced bytes, not every token that
-continues the text (a known llguidance behaviour: guidance-ai/llguidance issue 263).  The
+continues the text (a known llguidance behaviour, reported upstream).  The
 adapter's llguidance engines, full-vocabulary reference included, tokenize forced bytes by
 greedy longest match over their own tokens (``formalgram_cfgzip/engines/llguidance.py``), so
 they pick another token than llguidance with the model's BPE tokenizer: after ``fl`` in a C
