@@ -147,7 +147,8 @@ class Walker:
         self._glr_vocab: Any = None
         self._llg_tokenizer: Any = None
         # XGrammar's masks of the current schema's valid walk, the reference of the others
-        self.reference: tuple[str, list[npt.NDArray[np.int32]]] | None = None
+        # ... and a factory of XGrammar's states of that schema, whose matcher judges a mismatch
+        self.reference: tuple[str, list[npt.NDArray[np.int32]], Callable[[], Any]] | None = None
         # warm every engine (tokenizer tables, first-call costs) outside any measurement
         warm = Case("warm-up", {"type": "object", "properties": {"a": {"type": "string"}}}, [{"a": "x"}], [])
         for engine in engines:
@@ -238,19 +239,24 @@ class Walker:
         raise ValueError(f"unknown engine {engine!r}")
 
     def _matcher_agrees(
-        self, schema: Any, prefix: list[int], ours: npt.NDArray[np.int32], theirs: npt.NDArray[np.int32]
+        self,
+        new_state: Callable[[], Any],
+        prefix: list[int],
+        ours: npt.NDArray[np.int32],
+        theirs: npt.NDArray[np.int32],
     ) -> bool:
-        """Does XGrammar's matcher, after ``prefix``, take each token on which XGrammar's mask
-        ``ours`` and another engine's mask ``theirs`` differ exactly as ``theirs`` says?"""
+        """Does XGrammar's matcher (of a state from ``new_state``), after ``prefix``, take each
+        token on which XGrammar's mask ``ours`` and another engine's mask ``theirs`` differ
+        exactly as ``theirs`` says?"""
         import xgrammar
 
-        _stages, new_state = self.compile("xgrammar", schema)
         matcher = new_state().m
         assert isinstance(matcher, xgrammar.GrammarMatcher)
         if not all(matcher.accept_token(t) for t in prefix):
             return False
-        differ = np.setxor1d(_bits(ours, self.width), _bits(theirs, self.width))
-        theirs_bits = set(_bits(theirs, self.width).tolist())
+        theirs_ids = _bits(theirs, self.width)
+        differ = np.setxor1d(_bits(ours, self.width), theirs_ids)
+        theirs_bits = set(theirs_ids.tolist())
         for token in differ.tolist():
             taken = bool(matcher.accept_token(token))
             if taken:
@@ -305,7 +311,7 @@ class Walker:
             accepted = state.end(bitmask[0], self.eos)
         out.update(valid_tokens=len(tokens), valid_accepted=accepted, mask_times=times, steps=len(masks))
         if engine == "xgrammar":
-            self.reference = (case.name, masks)
+            self.reference = (case.name, masks, new_state)
         elif engine in XGRAMMAR_LANGUAGE and self.reference is not None and self.reference[0] == case.name:
             ref = self.reference[1]
             n = min(len(ref), len(masks))
@@ -315,7 +321,7 @@ class Walker:
             # the masks differ exactly as this engine's mask does: XGrammar's mask contradicts
             # its matcher there, this engine agrees with it
             out["xgrammar_mask_errors"] = sum(
-                self._matcher_agrees(case.schema, tokens[:k], ref[k], masks[k]) for k in steps
+                self._matcher_agrees(self.reference[2], tokens[:k], ref[k], masks[k]) for k in steps
             )
             out["compared"] = n
             out["diverged"] = len(ref) != len(masks)
