@@ -218,8 +218,7 @@ class ProgressiveGrammar:
         compress_timeout: float | None,
         full: bool,
         background: BackgroundCompressor | None = None,
-        quick_chars: int = 0,
-        quick_repeats: int = 0,
+        quick: bool = False,
         head_start: float = 0.0,
         full_compile: Callable[[], CompiledGrammar] | None = None,
     ) -> None:
@@ -248,9 +247,8 @@ class ProgressiveGrammar:
         self.path = "race"
         if background is not None and not isinstance(compressor, BackgroundCompressor):
             if (
-                isinstance(grammar_text, str)
-                and quick_enough(grammar_text, quick_chars, quick_repeats)
-                and (not full or reaches_free_text(grammar_text, root))
+                quick
+                and isinstance(grammar_text, str)
                 and self._compress_here(compressor, grammar_text, engine, root)
             ):
                 return
@@ -637,8 +635,7 @@ def compile_progressive(
         compress_timeout=compress_timeout,
         full=full,
         background=background,
-        quick_chars=quick_chars,
-        quick_repeats=quick_repeats,
+        quick=_quick_path(compressor, background, grammar_text, quick_chars, quick_repeats, full, root),
         head_start=head_start,
     )
 
@@ -694,19 +691,13 @@ def compile_json_schema(
     >>> m.accept_token(0), g.wait(), g.wait_full()
     (True, True, True)
     """
-    from formalgram_cfgzip.background import BackgroundCompressor
     from formalgram_cfgzip.engines.xgrammar import compile_full_json_schema
     from formalgram_cfgzip.json_schema import xgrammar_core_gbnf, xgrammar_schema_grammar
 
     converted = xgrammar_schema_grammar(schema, **_converter_options(options))
     printed = str(converted)
     vocab = compressor.vocab
-    quick = (
-        background is not None
-        and not isinstance(compressor, BackgroundCompressor)
-        and quick_enough(printed, QUICK_CHARS, QUICK_REPEATS)
-        and reaches_free_text(printed)
-    )
+    quick = _quick_path(compressor, background, printed, QUICK_CHARS, QUICK_REPEATS, True, "root")
     text: str | Callable[[], str] = (
         xgrammar_core_gbnf(printed) if quick else lambda: xgrammar_core_gbnf(printed)
     )
@@ -719,12 +710,34 @@ def compile_json_schema(
         compress_timeout=compress_timeout,
         full=True,
         background=background,
-        quick_chars=QUICK_CHARS,
-        quick_repeats=QUICK_REPEATS,
+        quick=quick,
         head_start=head_start,
         full_compile=lambda: compile_full_json_schema(
             vocab, schema, max_threads=max_threads, converted=converted
         ),
+    )
+
+
+def _quick_path(
+    compressor: Compressor | BackgroundCompressor,
+    background: BackgroundCompressor | None,
+    grammar_text: str,
+    quick_chars: int,
+    quick_repeats: int,
+    full: bool,
+    root: str,
+) -> bool:
+    """Whether a grammar takes the quick path: an in-process compressor with a background one
+    to hand over to, a compression predicted cheap (:func:`quick_enough`), and (with
+    XGrammar's compile asked for) free text that makes XGrammar's compile the slower one
+    (:func:`reaches_free_text`)."""
+    from formalgram_cfgzip.background import BackgroundCompressor
+
+    return (
+        background is not None
+        and not isinstance(compressor, BackgroundCompressor)
+        and quick_enough(grammar_text, quick_chars, quick_repeats)
+        and (not full or reaches_free_text(grammar_text, root))
     )
 
 
