@@ -245,7 +245,7 @@ def test_progressive_failures(llama3: Vocabulary) -> None:
 def test_a_grammar_past_the_quick_budget_goes_to_the_worker(llama3: Vocabulary) -> None:
     from formalgram_cfgzip.engines.progressive import compile_json_schema
 
-    schema = _schema("geo_feature")
+    schema = _schema("api_error")
     quick = Compressor(llama3, cache_size=0, max_work=10, **PER_REQUEST)  # too little for any schema
     bg = BackgroundCompressor(llama3, timeout=120, **PER_REQUEST)
     try:

@@ -5,8 +5,9 @@ A request with a new grammar (a JSON Schema per request) must have its first mas
 possible, and every later mask as fast as possible.  :func:`compile_progressive` takes one of
 two paths:
 
-* **quick**: a grammar that :func:`quick_enough` predicts cheap (about three in four
-  MaskBench schemas) is compressed at once in the calling thread, within the in-process
+* **quick**: a grammar that :func:`quick_enough` predicts cheap, with free text that makes
+  XGrammar's compile slower (:func:`free_text_contexts`; about half of the MaskBench
+  schemas) is compressed at once in the calling thread, within the in-process
   compressor's work budget, and the classes' engine (the native engine by default) serves
   every mask from the first; XGrammar does not compile it;
 * **race**: otherwise (or past that budget), XGrammar's compile over the full vocabulary
@@ -61,26 +62,39 @@ if TYPE_CHECKING:
     from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
+    "FIRST_FILL_GRACE",
     "HEAD_START",
     "QUICK_CHARS",
+    "QUICK_FREE_TEXT",
     "QUICK_REPEATS",
     "ProgressiveGrammar",
     "ProgressiveMatcher",
     "compile_json_schema",
     "compile_progressive",
+    "free_text_contexts",
     "quick_enough",
-    "reaches_free_text",
 ]
 
 
-#: :func:`quick_enough`'s default limits: on a 300-schema MaskBench sample, the grammars within
-#: them (77 %) compressed in at most 155 ms with Llama-3, most of them in 8-20 ms
-QUICK_CHARS = 6000
+#: :func:`quick_enough`'s default limits.  MaskBench schemas with Llama-3, compressed at once
+#: and compiled for the native engine beside XGrammar's compile of the same schema (same
+#: process, alternating): the grammars of at most 3,000 characters took 0.55-1.06x XGrammar's
+#: time (median 0.84, 37 schemas), those of 3,000-9,000 characters 0.8-4.4x (median 1.2, 26
+#: schemas with one free-text context), so past 3,000 characters XGrammar's compile is raced
+QUICK_CHARS = 3000
 QUICK_REPEATS = 64
+#: Free-text contexts (:func:`free_text_contexts`) that XGrammar's compile of a schema takes in
+#: its stride: each one past these costs it about another whole compile (on the sample above,
+#: 147 and 160 ms with 6 and 7 against 13-16 ms with 1), so each allows :data:`QUICK_CHARS`
+#: more characters on the quick path
+QUICK_FREE_TEXT = 4
 #: :func:`compile_progressive`'s default head start of XGrammar's compile in a race, in seconds:
 #: on the same sample XGrammar compiled the race's grammars in 43 ms at the median, about two
 #: to three times slower with the compression running beside it on a 2-core machine
 HEAD_START = 0.05
+#: In a race that XGrammar's compile won, seconds the compression's work in this process waits
+#: for the first mask to be filled from it (a server fills it at once; an unused grammar does not)
+FIRST_FILL_GRACE = 0.25
 _BOUNDED = re.compile(r"\{\s*\d+\s*(?:,\s*(\d+)\s*)?\}")
 
 
@@ -123,16 +137,21 @@ _RULE = re.compile(r"^([A-Za-z_][A-Za-z0-9_\-.]*)\s*::=", re.MULTILINE)
 # a string literal or a character class, read left to right (each may hold the other's quotes)
 _LITERAL_OR_CLASS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]')
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-.]*")
+# a Regex macro's name and its pattern literal
+_MACRO = re.compile(r'Regex\(\s*"(?:[^"\\]|\\.)*"')
 
 
-def reaches_free_text(grammar_text: str, root: str = "root") -> bool:
-    r"""Whether a rule reachable from ``root`` holds a negated character class or a ``Regex``
-    macro: free text, such as a JSON string's characters.
+def free_text_contexts(grammar_text: str, root: str = "root") -> int:
+    r"""The distinct negated character classes and ``Regex`` macros in the rules reachable from
+    ``root``: the grammar's free-text contexts, such as a JSON string's characters.
 
     XGrammar's compile checks the tokens that may continue free text one by one, and takes
-    most of its time there; a grammar without free text (a JSON Schema of numbers, booleans
-    and enumerations) compiles in a few milliseconds over a whole vocabulary, sooner than a
-    compression, so :func:`compile_progressive` races it instead of compressing it at once.
+    most of its time there, about as long for each context: a grammar without free text (a
+    JSON Schema of numbers, booleans and enumerations) compiles in a few milliseconds over a
+    whole vocabulary, sooner than a compression, so :func:`compile_progressive` races it
+    instead of compressing it at once; one with many (the keys an ``additionalProperties``
+    must tell from the named ones, one class per letter; several ``pattern``\ s) compiles
+    slowly, and is compressed at once even when large.
 
     Parameters
     ----------
@@ -143,8 +162,8 @@ def reaches_free_text(grammar_text: str, root: str = "root") -> bool:
 
     Returns
     -------
-    bool
-        ``True`` also where the text cannot be read this way (no rule ``root``).
+    int
+        Distinct by their text; 1 where the text cannot be read this way (no rule ``root``).
 
     Notes
     -----
@@ -153,10 +172,12 @@ def reaches_free_text(grammar_text: str, root: str = "root") -> bool:
 
     Examples
     --------
-    >>> reaches_free_text('root ::= "[" num "]"\nnum ::= [0-9]+\nstr ::= "\\"" [^"]* "\\""')
-    False
-    >>> reaches_free_text('root ::= "[" str "]"\nstr ::= "\\"" [^"]* "\\""')
-    True
+    >>> free_text_contexts('root ::= "[" num "]"\nnum ::= [0-9]+\nstr ::= "\\"" [^"]* "\\""')
+    0
+    >>> free_text_contexts('root ::= "[" str ("," str)* "]"\nstr ::= "\\"" [^"]* "\\""')
+    1
+    >>> free_text_contexts('root ::= [^a]* "a" [^b]* Regex("[0-9]+")')
+    3
     """
     heads = list(_RULE.finditer(grammar_text))
     bodies: dict[str, str] = {}
@@ -164,18 +185,19 @@ def reaches_free_text(grammar_text: str, root: str = "root") -> bool:
         end = heads[k + 1].start() if k + 1 < len(heads) else len(grammar_text)
         bodies[head.group(1)] = bodies.get(head.group(1), "") + " " + grammar_text[head.end() : end]
     if root not in bodies:
-        return True
+        return 1
+    found: set[str] = set()
     seen = {root}
     todo = [root]
     while todo:
         body = bodies[todo.pop()]
-        if "Regex(" in body or any(m.group(0).startswith("[^") for m in _LITERAL_OR_CLASS.finditer(body)):
-            return True
-        for ref in _NAME.findall(_LITERAL_OR_CLASS.sub(" ", body)):
+        found.update(m.group(0) for m in _MACRO.finditer(body))
+        found.update(m.group(0) for m in _LITERAL_OR_CLASS.finditer(body) if m.group(0).startswith("[^"))
+        for ref in _NAME.findall(_LITERAL_OR_CLASS.sub(" ", _MACRO.sub(" ", body))):
             if ref in bodies and ref not in seen:
                 seen.add(ref)
                 todo.append(ref)
-    return False
+    return len(found)
 
 
 class ProgressiveGrammar:
@@ -241,6 +263,9 @@ class ProgressiveGrammar:
         self._changed = threading.Condition()
         self._full_done = not full
         self._compressed_done = False
+        # whether a mask was filled from XGrammar's compile (the compression's own work in
+        # this process waits for it, see _compile_compressed)
+        self._served = False
         if not full:
             self.full_error = EngineError("the full-vocabulary engine was not asked for (full=False)")
         self.started = time.perf_counter()
@@ -334,6 +359,12 @@ class ProgressiveGrammar:
                 # the interpreter), and most grammars compile within the head start
                 with self._changed:
                     self._changed.wait_for(lambda: self._full_done or self._closed, timeout=head_start)
+                    if self._full is not None:
+                        # ... and its first mask before this thread's work in the interpreter
+                        # (the text, the submission): a waiting thread takes the interpreter
+                        # back only at the next switch interval (5 ms), so work here would
+                        # delay the first fill by as much
+                        self._changed.wait_for(lambda: self._served or self._closed, timeout=FIRST_FILL_GRACE)
             text = grammar_text if isinstance(grammar_text, str) else grammar_text()
             self.grammar_text = text
             if isinstance(compressor, BackgroundCompressor):
@@ -357,6 +388,12 @@ class ProgressiveGrammar:
                 self._compressed = compiled
                 self.compressed_seconds = seconds
             self._compressed_done = True
+            self._changed.notify_all()
+
+    def _first_fill_done(self) -> None:
+        """A mask was filled from XGrammar's compile: the compression may take the interpreter."""
+        with self._changed:
+            self._served = True
             self._changed.notify_all()
 
     def _in_background(self, background: BackgroundCompressor, text: str) -> TokenClasses:
@@ -513,6 +550,8 @@ class ProgressiveMatcher:
     def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
         """Write the full-vocabulary mask into row ``index`` of ``bitmask``."""
         self._engine().fill_next_token_bitmask(bitmask, index)
+        if not self._on_compressed and not self.grammar._served:
+            self.grammar._first_fill_done()
 
     def fill_next_class_bitmask(self, class_bitmask: Any, index: int = 0) -> None:
         """The classes' engine's own mask; only once the matcher is on it.
@@ -597,7 +636,8 @@ def compile_progressive(
         (A compression on a thread of this process would: mypyc code and the C kernels hold
         the interpreter for long stretches, so XGrammar's compile could not return before it.)
     quick_chars, quick_repeats : int
-        :func:`quick_enough`'s limits.
+        :func:`quick_enough`'s limits; ``quick_chars`` grows by itself for each free-text
+        context past :data:`QUICK_FREE_TEXT` (:func:`free_text_contexts`).
     head_start : float
         In a race, seconds XGrammar's compile runs alone before the compression starts (it
         starts at once when XGrammar's compile ends sooner).  The two compete for the
@@ -728,17 +768,19 @@ def _quick_path(
     root: str,
 ) -> bool:
     """Whether a grammar takes the quick path: an in-process compressor with a background one
-    to hand over to, a compression predicted cheap (:func:`quick_enough`), and (with
-    XGrammar's compile asked for) free text that makes XGrammar's compile the slower one
-    (:func:`reaches_free_text`)."""
+    to hand over to, and a compression predicted cheap (:func:`quick_enough`).  With
+    XGrammar's compile asked for, also free text, which makes XGrammar's compile the slower
+    one (:func:`free_text_contexts`); each context past :data:`QUICK_FREE_TEXT` allows
+    ``quick_chars`` more characters."""
     from formalgram_cfgzip.background import BackgroundCompressor
 
-    return (
-        background is not None
-        and not isinstance(compressor, BackgroundCompressor)
-        and quick_enough(grammar_text, quick_chars, quick_repeats)
-        and (not full or reaches_free_text(grammar_text, root))
-    )
+    if background is None or isinstance(compressor, BackgroundCompressor):
+        return False
+    if not full:
+        return quick_enough(grammar_text, quick_chars, quick_repeats)
+    contexts = free_text_contexts(grammar_text, root)
+    scale = max(1, contexts - QUICK_FREE_TEXT + 1)
+    return contexts > 0 and quick_enough(grammar_text, quick_chars * scale, quick_repeats)
 
 
 def _converter_options(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -292,22 +292,23 @@ class NativeTables:
 def _push_trie(pda: PDA) -> tuple[I32, I32, I32, npt.NDArray[np.int64], I32, I32]:
     """The push trie and the transition arrays of ``pda`` (module docstring)."""
     n = len(pda.names)
-    node_of: dict[tuple[int, ...], int] = {}
+    # node of (parent node + 1) * n + symbol: the trie's edges, keyed by one int
+    child: dict[int, int] = {}
     syms: list[int] = []
     ups: list[int] = []
     depths: list[int] = []
 
     def node(tail: tuple[int, ...]) -> int:
         up = -1
-        for i in range(1, len(tail) + 1):
-            prefix = tail[:i]
-            t = node_of.get(prefix)
+        for depth, sym in enumerate(tail):
+            key = (up + 1) * n + sym
+            t = child.get(key)
             if t is None:
                 t = len(syms)
-                node_of[prefix] = t
-                syms.append(tail[i - 1])
+                child[key] = t
+                syms.append(sym)
                 ups.append(up)
-                depths.append(i - 1)
+                depths.append(depth)
             up = t
         return up
 
