@@ -349,6 +349,38 @@ def test_domain_roots_by_the_kernel_name_the_python_searchs_sets() -> None:
     assert len(set(pairs.values())) == len(pairs)
 
 
+@checks_at_least(120)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(g=grammars(alphabet=ALPHABET), tokens=vocabularies)
+def test_kernel_domain_automaton_is_the_python_construction(g: Grammar, tokens: list[bytes]) -> None:
+    """The kernel's domain automaton equals, array for array, the Python subset construction
+    over the Python search's tables (states are numbered as they are found, edges by symbol,
+    so the numbering depends on the sets only, not on either search's node ids)."""
+    from formalgram_cfgzip.search.domains import domain_automaton, domain_roots
+
+    try:
+        gnf = to_gnf(remove_useless(g))
+    except EmptyLanguageError:
+        assume(False)
+        return
+    native, python = NativeSearch(gnf, MODULE), DisplacementSearch(gnf)
+    texts: list[bytes | None] = [None, *tokens]
+    got = domain_automaton(native, domain_roots(native, texts))
+    want = domain_automaton(python, domain_roots(python, texts))
+    for name in ("edge_start", "edge_sym", "edge_to", "out", "set_start", "set_class"):
+        assert getattr(got, name).tolist() == getattr(want, name).tolist(), name
+        assert getattr(got, name).dtype == np.int32
+    # the bounds: the same typed error as the Python construction's
+    if got.num_states > 1:
+        with pytest.raises(GrammarTooLarge, match="states"):
+            domain_automaton(native, domain_roots(native, texts), max_states=got.num_states - 1)
+    if got.num_edges > 1:
+        with pytest.raises(GrammarTooLarge, match="edges"):
+            domain_automaton(native, domain_roots(native, texts), max_edges=0)
+    with pytest.raises(ValueError, match="not a node"):
+        native.domain_arrays([1 << 30], 10, 10)
+
+
 @pytest.mark.heavy
 @pytest.mark.parametrize("rel", _data.sweep_files())
 def test_kernel_classes_equal_the_python_search_heavy(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1796,12 +1796,343 @@ Search_get_bytes(Search *s, void *Py_UNUSED(closure))
     return PyLong_FromLongLong(table_bytes(s));
 }
 
+/* ------------------------------------------------------------------------------------ */
+/* the domain automaton: search/domains.py's domain_automaton (the reference, whose       */
+/* docstring defines it), the same subset construction of the reversed tries below the    */
+/* domain roots, the same numbering of states, edges and class sets                        */
+
+typedef struct {
+    IntVec pool;    /* the members of every set, one set after the other, in id order */
+    int64_t *off;   /* set id -> its first member in pool */
+    int32_t *len;
+    uint64_t *hash;
+    int64_t n, cap; /* sets, capacity of off/len/hash */
+    int32_t *slots; /* open addressing over set ids, -1 empty */
+    int64_t scap;
+} SetTable;
+
+static void
+settab_free(SetTable *t)
+{
+    free(t->pool.a);
+    free(t->off);
+    free(t->len);
+    free(t->hash);
+    free(t->slots);
+    memset(t, 0, sizeof *t);
+}
+
+static uint64_t
+hash_ints(const int32_t *a, int64_t n)
+{
+    uint64_t h = mix64(0x9e3779b97f4a7c15ULL ^ (uint64_t)n);
+    for (int64_t i = 0; i < n; i++)
+        h = mix64(h ^ (uint64_t)(uint32_t)a[i]);
+    return h;
+}
+
+static int
+settab_rehash(SetTable *t)
+{
+    int64_t cap = t->scap ? 2 * t->scap : 1024;
+    int32_t *slots = malloc((size_t)cap * sizeof(int32_t));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int64_t i = 0; i < cap; i++)
+        slots[i] = -1;
+    uint64_t mask = (uint64_t)cap - 1;
+    for (int64_t id = 0; id < t->n; id++) {
+        uint64_t i = t->hash[id] & mask;
+        while (slots[i] >= 0)
+            i = (i + 1) & mask;
+        slots[i] = (int32_t)id;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->scap = cap;
+    return 0;
+}
+
+/* The id of the set a[0 .. n) (ascending, not inside t->pool); *added tells whether it is
+ * new.  -1 with MemoryError set on allocation failure. */
+static int64_t
+settab_intern(SetTable *t, const int32_t *a, int64_t n, int *added)
+{
+    if (2 * (t->n + 1) > t->scap && settab_rehash(t) < 0)
+        return -1;
+    uint64_t h = hash_ints(a, n);
+    uint64_t mask = (uint64_t)t->scap - 1;
+    uint64_t i = h & mask;
+    for (int32_t id; (id = t->slots[i]) >= 0; i = (i + 1) & mask) {
+        if (t->hash[id] == h && t->len[id] == n &&
+            (n == 0 || memcmp(t->pool.a + t->off[id], a, (size_t)n * sizeof(int32_t)) == 0)) {
+            *added = 0;
+            return id;
+        }
+    }
+    if (t->n == t->cap) { /* the three arrays grow alike */
+        int64_t c1 = t->cap, c2 = t->cap, c3 = t->cap;
+        if (GROW(t->off, c1, t->n + 1) < 0 || GROW(t->len, c2, t->n + 1) < 0 || GROW(t->hash, c3, t->n + 1) < 0)
+            return -1;
+        t->cap = c1;
+    }
+    if (GROW(t->pool.a, t->pool.cap, t->pool.n + n) < 0)
+        return -1;
+    int64_t id = t->n++;
+    t->off[id] = t->pool.n;
+    t->len[id] = (int32_t)n;
+    t->hash[id] = h;
+    if (n)
+        memcpy(t->pool.a + t->pool.n, a, (size_t)n * sizeof(int32_t));
+    t->pool.n += n;
+    t->slots[i] = (int32_t)id;
+    *added = 1;
+    return id;
+}
+
+static int
+cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    int64_t *a;
+    int64_t n, cap;
+} LongVec;
+
+static inline int
+long_push(LongVec *v, int64_t x)
+{
+    if (v->n == v->cap && GROW(v->a, v->cap, v->n + 1) < 0)
+        return -1;
+    v->a[v->n++] = x;
+    return 0;
+}
+
+static PyObject *
+bytes_of(const void *a, int64_t n, size_t item)
+{
+    return PyBytes_FromStringAndSize(n ? (const char *)a : "", (Py_ssize_t)(n * (int64_t)item));
+}
+
+enum { DOM_OK = 0, DOM_STATES = 1, DOM_EDGES = 2 };
+
+static PyObject *
+Search_domain_automaton(Search *s, PyObject *args)
+{
+    PyObject *roots_obj;
+    long long max_states, max_edges;
+    if (!PyArg_ParseTuple(args, "OLL", &roots_obj, &max_states, &max_edges))
+        return NULL;
+    PyObject *seq = PySequence_Fast(roots_obj, "roots must be a sequence of ints");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t nk = PySequence_Fast_GET_SIZE(seq);
+    PyObject *result = NULL;
+    int status = DOM_OK;
+    LongVec pairs = {0}, rev = {0}, keys = {0};
+    IntVec glob = {0}, todo = {0}, finals = {0}, scratch = {0}, edge_start = {0}, edge_sym = {0}, edge_to = {0},
+           out = {0};
+    Map loc = {0};
+    int64_t *in_off = NULL, *cls_off = NULL;
+    int32_t *in_sym = NULL, *in_par = NULL, *cls = NULL;
+    SetTable states = {0}, sets = {0};
+    int64_t nl = 0;
+    int added = 0;
+
+    /* (root, class) of every class with a root, ascending: the classes at each root */
+    for (Py_ssize_t k = 0; k < nk; k++) {
+        long r = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, k));
+        if (r == -1 && PyErr_Occurred())
+            goto done;
+        if (r < -1 || r >= s->nn || k > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "a domain root is not a node of this search's tables");
+            goto done;
+        }
+        if (r >= 0 && long_push(&pairs, ((int64_t)r << 32) | (int64_t)k) < 0)
+            goto done;
+    }
+    if (pairs.n)
+        qsort(pairs.a, (size_t)pairs.n, sizeof(int64_t), cmp_i64);
+    /* the tries below the roots: local numbers, final nodes, reversed edges (child, sym, parent) */
+    if (map_alloc(&loc, 1024) < 0)
+        goto done;
+    for (int64_t i = 0; i < pairs.n; i++) {
+        int32_t r = (int32_t)(pairs.a[i] >> 32);
+        if (map_get(&loc, r) < 0) {
+            if (map_put(&loc, r, glob.n) < 0 || int_push(&glob, r) < 0 || int_push(&todo, r) < 0)
+                goto done;
+        }
+    }
+    while (todo.n) {
+        int32_t node = todo.a[--todo.n];
+        if (s->final[node] && int_push(&finals, node) < 0)
+            goto done;
+        int64_t parent_local = map_get(&loc, node);
+        for (int32_t e = 0; e < s->elen[node]; e++) {
+            Edge edge = s->edges[s->eoff[node] + e];
+            int64_t child_local = map_get(&loc, edge.child);
+            if (child_local < 0) {
+                child_local = glob.n;
+                if (map_put(&loc, edge.child, child_local) < 0 || int_push(&glob, edge.child) < 0 ||
+                    int_push(&todo, edge.child) < 0)
+                    goto done;
+            }
+            if (long_push(&rev, child_local) < 0 || long_push(&rev, edge.sym) < 0 ||
+                long_push(&rev, parent_local) < 0)
+                goto done;
+        }
+    }
+    nl = glob.n;
+    /* the reversed edges into each node, and the classes at each node, as offset tables */
+    in_off = calloc((size_t)nl + 1, sizeof(int64_t));
+    cls_off = calloc((size_t)nl + 1, sizeof(int64_t));
+    in_sym = malloc((size_t)(rev.n / 3 + 1) * sizeof(int32_t));
+    in_par = malloc((size_t)(rev.n / 3 + 1) * sizeof(int32_t));
+    cls = malloc((size_t)(pairs.n + 1) * sizeof(int32_t));
+    if (in_off == NULL || cls_off == NULL || in_sym == NULL || in_par == NULL || cls == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int64_t i = 0; i < rev.n; i += 3)
+        in_off[rev.a[i] + 1]++;
+    for (int64_t i = 0; i < nl; i++)
+        in_off[i + 1] += in_off[i];
+    for (int64_t i = 0; i < rev.n; i += 3) {
+        int64_t at = in_off[rev.a[i]]++;
+        in_sym[at] = (int32_t)rev.a[i + 1];
+        in_par[at] = glob.a[rev.a[i + 2]];
+    }
+    for (int64_t i = nl; i > 0; i--)
+        in_off[i] = in_off[i - 1];
+    in_off[0] = 0;
+    for (int64_t i = 0; i < pairs.n; i++)
+        cls_off[map_get(&loc, pairs.a[i] >> 32) + 1]++;
+    for (int64_t i = 0; i < nl; i++)
+        cls_off[i + 1] += cls_off[i];
+    for (int64_t i = 0; i < pairs.n; i++) /* pairs ascending: each node's classes ascending */
+        cls[cls_off[map_get(&loc, pairs.a[i] >> 32)]++] = (int32_t)(pairs.a[i] & 0xffffffff);
+    for (int64_t i = nl; i > 0; i--)
+        cls_off[i] = cls_off[i - 1];
+    cls_off[0] = 0;
+
+    /* the subset construction, states numbered as they are found */
+    if (finals.n)
+        qsort(finals.a, (size_t)finals.n, sizeof(int32_t), cmp_i32);
+    if (settab_intern(&states, finals.a, finals.n, &added) < 0 || int_push(&edge_start, 0) < 0)
+        goto done;
+    for (int64_t i = 0; i < states.n; i++) {
+        /* the output: the classes at the state's nodes (each class has one root) */
+        scratch.n = 0;
+        keys.n = 0;
+        for (int32_t m = 0; m < states.len[i]; m++) {
+            int64_t local = map_get(&loc, states.pool.a[states.off[i] + m]);
+            for (int64_t c = cls_off[local]; c < cls_off[local + 1]; c++)
+                if (int_push(&scratch, cls[c]) < 0)
+                    goto done;
+            for (int64_t e = in_off[local]; e < in_off[local + 1]; e++)
+                if (long_push(&keys, ((int64_t)in_sym[e] << 32) | (int64_t)(uint32_t)in_par[e]) < 0)
+                    goto done;
+        }
+        if (scratch.n) {
+            qsort(scratch.a, (size_t)scratch.n, sizeof(int32_t), cmp_i32);
+            int64_t set = settab_intern(&sets, scratch.a, scratch.n, &added);
+            if (set < 0 || int_push(&out, (int32_t)set) < 0)
+                goto done;
+        } else if (int_push(&out, -1) < 0)
+            goto done;
+        /* one edge per symbol, to the set of the nodes above (ascending symbols) */
+        if (keys.n)
+            qsort(keys.a, (size_t)keys.n, sizeof(int64_t), cmp_i64);
+        for (int64_t a = 0; a < keys.n;) {
+            int32_t sym = (int32_t)(keys.a[a] >> 32);
+            scratch.n = 0;
+            int64_t b = a;
+            for (; b < keys.n && (int32_t)(keys.a[b] >> 32) == sym; b++)
+                if (b == a || keys.a[b] != keys.a[b - 1])
+                    if (int_push(&scratch, (int32_t)(keys.a[b] & 0xffffffff)) < 0)
+                        goto done;
+            a = b;
+            int64_t j = settab_intern(&states, scratch.a, scratch.n, &added);
+            if (j < 0)
+                goto done;
+            if (added && j >= max_states) {
+                status = DOM_STATES;
+                break;
+            }
+            if (int_push(&edge_sym, sym) < 0 || int_push(&edge_to, (int32_t)j) < 0)
+                goto done;
+        }
+        if (status != DOM_OK)
+            break;
+        if (edge_sym.n > max_edges) {
+            status = DOM_EDGES;
+            break;
+        }
+        if (int_push(&edge_start, (int32_t)edge_sym.n) < 0)
+            goto done;
+    }
+    if (status != DOM_OK) {
+        result = Py_BuildValue("(i)", status);
+        goto done;
+    }
+    /* the class sets, in id order: their members are the pool itself */
+    if (sets.pool.n > INT32_MAX || edge_sym.n > INT32_MAX) {
+        result = Py_BuildValue("(i)", DOM_EDGES);
+        goto done;
+    }
+    scratch.n = 0;
+    for (int64_t k = 0; k <= sets.n; k++)
+        if (int_push(&scratch, (int32_t)(k < sets.n ? sets.off[k] : sets.pool.n)) < 0)
+            goto done;
+    PyObject *parts[6] = {
+        bytes_of(edge_start.a, edge_start.n, sizeof(int32_t)), bytes_of(edge_sym.a, edge_sym.n, sizeof(int32_t)),
+        bytes_of(edge_to.a, edge_to.n, sizeof(int32_t)),       bytes_of(out.a, out.n, sizeof(int32_t)),
+        bytes_of(scratch.a, scratch.n, sizeof(int32_t)),       bytes_of(sets.pool.a, sets.pool.n, sizeof(int32_t)),
+    };
+    int ok = 1;
+    for (int p = 0; p < 6; p++)
+        ok &= parts[p] != NULL;
+    if (ok)
+        result = Py_BuildValue("(iOOOOOO)", DOM_OK, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5]);
+    for (int p = 0; p < 6; p++)
+        Py_XDECREF(parts[p]);
+done:
+    Py_DECREF(seq);
+    free(pairs.a);
+    free(rev.a);
+    free(keys.a);
+    free(glob.a);
+    free(todo.a);
+    free(finals.a);
+    free(scratch.a);
+    free(edge_start.a);
+    free(edge_sym.a);
+    free(edge_to.a);
+    free(out.a);
+    map_free(&loc);
+    free(in_off);
+    free(cls_off);
+    free(in_sym);
+    free(in_par);
+    free(cls);
+    settab_free(&states);
+    settab_free(&sets);
+    return result;
+}
+
 static PyMethodDef Search_methods[] = {
     {"walk", (PyCFunction)Search_walk, METH_VARARGS,
      "walk(parents, labels, end_positions, end_nodes, class_of, codes, max_cells, max_bytes, domains) -> status"},
     {"edges", (PyCFunction)Search_edges, METH_O, "The (symbol, child) root edges of a node, ascending."},
     {"is_final", (PyCFunction)Search_is_final, METH_O, "Whether a node's set holds the empty string."},
     {"popped", (PyCFunction)Search_popped, METH_O, "The popped sequences of a set's displacement, reversed."},
+    {"domain_automaton", (PyCFunction)Search_domain_automaton, METH_VARARGS,
+     "domain_automaton(roots, max_states, max_edges) -> (status,) or (0, six int32 arrays as bytes)"},
     {"reset", (PyCFunction)Search_reset, METH_NOARGS, "Forget every interned node and memo entry."},
     {NULL, NULL, 0, NULL},
 };

@@ -289,8 +289,19 @@ def domain_automaton(
     -----
     Subset construction of the reversed tries: O(sum over states of the trie edges into
     their nodes), in practice about the size of the tries below the domain roots (SynCode Go:
-    14k trie nodes, 13k states; xml2rfc: 110k nodes, 109k states).
+    14k trie nodes, 13k states; xml2rfc: 110k nodes, 109k states).  On a
+    :class:`~formalgram_cfgzip.search.native.NativeSearch` the kernel builds it
+    (:meth:`~formalgram_cfgzip.search.native.NativeSearch.domain_arrays`: the same states,
+    numbered alike, several times faster).
     """
+    if isinstance(search, NativeSearch):
+        status, arrays = search.domain_arrays(list(roots), max_states, max_edges)
+        if status == 1:
+            raise GrammarTooLarge("domain automaton", max_states, "states")
+        if status != 0:
+            raise GrammarTooLarge("domain automaton", max_edges, "edges")
+        built = [np.frombuffer(b, dtype=np.int32).copy() for b in arrays]
+        return DomainAutomaton(built[0], built[1], built[2], built[3], built[4], built[5])
     classes_at: dict[int, list[int]] = {}
     for k, r in enumerate(roots):
         if r >= 0:

@@ -217,6 +217,36 @@ class NativeSearch:
         """Whether the empty string belongs to the set ``node``; O(1)."""
         return bool(self._c.is_final(node))
 
+    def domain_arrays(self, roots: list[int], max_states: int, max_edges: int) -> tuple[int, list[bytes]]:
+        """The kernel's construction of :func:`~formalgram_cfgzip.search.domains.domain_automaton`.
+
+        Parameters
+        ----------
+        roots : list of int
+            Class id -> domain root (a node of these tables, or ``-1``).
+        max_states, max_edges : int
+            The automaton's bounds.
+
+        Returns
+        -------
+        (int, list of bytes)
+            0 and the six int32 arrays of the automaton (``edge_start, edge_sym, edge_to,
+            out, set_start, set_class``, native byte order); or 1 (past ``max_states``) or 2
+            (past ``max_edges``) and no arrays.
+
+        Raises
+        ------
+        ValueError
+            If a root is not a node of these tables.
+
+        Notes
+        -----
+        As the Python construction, without its objects: the reversed tries as offset
+        tables, states and class sets hash-consed as int32 runs.
+        """
+        got: tuple[Any, ...] = self._c.domain_automaton(roots, max_states, max_edges)
+        return int(got[0]), [bytes(b) for b in got[1:]]
+
     def popped(self, node: int) -> int:
         """The popped sequences of a set's displacement, reversed (:meth:`DisplacementSearch.popped`).
 
