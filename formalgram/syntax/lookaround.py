@@ -344,9 +344,9 @@ class _Compiler:
             if node.name == "=" or node.name == "!":
                 a = self.seq((*body, self.any_star))
                 return (self.item((_AHEAD if node.name == "=" else _NOT_AHEAD, a, 0, 0, ())),)
-            k = len(self.trackers)
-            self.trackers.append(self.seq((*body, self.item((_END, k, 0, 0, ())))))
-            return (self.item((_BEHIND if node.name == "<=" else _NOT_BEHIND, k, 0, 0, ())),)
+            tracker = len(self.trackers)
+            self.trackers.append(self.seq((*body, self.item((_END, tracker, 0, 0, ())))))
+            return (self.item((_BEHIND if node.name == "<=" else _NOT_BEHIND, tracker, 0, 0, ())),)
         raise ValueError(f"unknown syntax node kind {kind}")
 
     # -- closures: a sequence as a formula over byte-headed atoms ------------------------------
@@ -383,7 +383,7 @@ class _Compiler:
                 more = () if hi == 1 else (self.item((_REP, a, 0, hi - 1, ())),)
                 return (_F_OR, 0, [self.seq(rest), self.seq(body + more + rest)])
             return (_F_OR, 0, [self.seq(rest), self.seq((*body, self.guard, items[0], *rest))])
-        if kind == _AHEAD or kind == _NOT_AHEAD:
+        if kind in (_AHEAD, _NOT_AHEAD):
             return (_F_AND, int(kind == _NOT_AHEAD), [a, self.seq(rest)])
         return (_F_QUERY, 2 * a + int(kind == _NOT_BEHIND), [self.seq(rest)])
 
@@ -417,7 +417,7 @@ class _Compiler:
             stack.pop()
             if op == _F_ATOM:
                 value = self.form((_F_ATOM, s, ()))
-            elif op == _FALSE or op == _TRUE:
+            elif op in (_FALSE, _TRUE):
                 value = op
             elif op == _F_HIT:
                 value = self.form((_F_HIT, arg, ()))

@@ -299,10 +299,7 @@ class _RegexParser:
                 self.pos += 1
                 closed = groups.pop()
                 first = alts[0]
-                if closed.look:
-                    node = self.assertion(closed, alts)
-                else:
-                    node = group(alts, first.line, first.col)
+                node = self.assertion(closed, alts) if closed.look else group(alts, first.line, first.col)
                 alts, seq, self.flags, verbose = closed.alts, closed.seq, closed.flags, closed.verbose
                 seq.children.append(node)
                 repeated = False
