@@ -13,15 +13,20 @@ they choose between derivations, not which strings lark's Earley parser accepts)
 ``%extend``.  Refused with :class:`~formalgram.errors.UnsupportedConstruct`: templates,
 ``%declare`` (terminals a post-lexer makes), imports of other modules, the lazy
 fragments ``_STRING_INNER`` / ``_STRING_ESC_INNER``, and what :func:`~formalgram.parse_regex`
-refuses inside regular expressions (look-around, anchors, backreferences).
+refuses inside regular expressions (anchors, backreferences).
 
 Meaning: a terminal is the regular language of its definition (a regular expression means
 the strings it matches as a whole, ``re.fullmatch``); a rule is a nonterminal.  ``%ignore``
 is read as XGrammar's ``Grammar.from_lark`` reads it: the ignored terminals may repeat after
 every terminal in every rule body (so between any two tokens and at the end), and with
 ``ignore_at_start=True`` also before the first, as lark's own parser allows.
-``docs/syntax.md`` says where this differs from lark's lexers (longest match, lazy
-quantifiers).  Characters are code points; the grammar is over bytes (UTF-8).
+A terminal with look-around in its regular expressions (or in the terminals it uses, which
+lark joins into one expression) is compiled as one automaton
+(:mod:`formalgram.syntax.lookaround`): its language is what the whole expression matches
+under ``re.fullmatch``, so a look-ahead sees the token's own end and a look-behind its own
+start, where lark's lexer, matching against the rest of the input, lets them see the text
+around the token.  ``docs/syntax.md`` says where this differs from lark's lexers (longest
+match, lazy quantifiers, look-around).  Characters are code points; the grammar is over bytes (UTF-8).
 
 The parser is iterative (nesting bounded by ``max_depth``), errors carry the line and
 column, and the rules are lowered by :func:`formalgram.syntax.lower.lower_rules`, the
@@ -729,8 +734,10 @@ def parse_lark(
         expressions (at their position in the text).
     UnsupportedConstruct
         For templates, ``%declare``, imports other than lark's common module, and regular
-        expression constructs :func:`~formalgram.parse_regex` refuses (look-around,
-        anchors, Unicode case-insensitive letters in ``/.../i``).
+        expression constructs :func:`~formalgram.parse_regex` refuses (anchors,
+        backreferences).
+    GrammarTooLarge
+        When a terminal with look-around needs more than ``max_states`` states.
 
     Notes
     -----
@@ -745,6 +752,9 @@ def parse_lark(
     (True, False, False)
     >>> parse_lark('start: NAME ("," NAME)*\\nNAME: /[a-z]+/\\n%ignore " "', ignore_at_start=True).accepts(b" ab")
     True
+    >>> g = parse_lark('start: OP+\\nOP: /[+*]|[?](?![a-z])/')  # the look-ahead sees the token
+    >>> g.accepts(b"?+"), g.accepts(b"a")
+    (True, False)
     >>> parse_lark('start: x{"a"}') # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
     formalgram.errors.UnsupportedConstruct: line 1, column 8: unsupported construct 'template': ...

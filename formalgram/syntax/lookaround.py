@@ -139,7 +139,7 @@ def fixed_width(node: Node) -> int:
     --------
     >>> from formalgram.syntax.regex import regex_tree
     >>> def width(p):
-    ...     return fixed_width(regex_tree(p, 0, Source(p), list(range(len(p) + 1))))
+    ...     return fixed_width(regex_tree(p, 0, Source(p), list(range(len(p) + 1)), lookaround=True))
     >>> width("ab[cd]"), width("a|bc"), width("(?:ab){3}(?=x*)"), width("a*")
     (3, -1, 6, -1)
     """
@@ -676,7 +676,8 @@ def compile_lookaround(
     --------
     >>> from formalgram.syntax.regex import regex_tree
     >>> p = r"(?:(?!ab)[abc])*"  # no "ab" anywhere
-    >>> a = compile_lookaround(regex_tree(p, 0, Source(p), list(range(len(p) + 1))), Source(p))
+    >>> tree = regex_tree(p, 0, Source(p), list(range(len(p) + 1)), lookaround=True)
+    >>> a = compile_lookaround(tree, Source(p))
     >>> a.num_states, len(a.finals)
     (2, 2)
     """

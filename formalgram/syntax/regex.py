@@ -12,19 +12,25 @@ classes too), ``.``, the quantifiers ``? * + {m} {m,} {,n} {m,n}`` and their laz
 alternation, and the flags ``re.ASCII`` ``(?a)``, ``re.DOTALL`` ``(?s)``, ``re.VERBOSE``
 ``(?x)``, ``re.MULTILINE`` ``(?m)`` (which only changes anchors), ``re.UNICODE`` ``(?u)``,
 and ``re.IGNORECASE`` ``(?i)`` together with ASCII matching, globally or scoped
-(``(?i: )``, ``(?-i: )``).
+(``(?i: )``, ``(?-i: )``), and look-around: look-ahead ``(?=...)`` ``(?!...)`` and
+look-behind ``(?<=...)`` ``(?<!...)``, nested, repeated and alternated freely, compiled
+exactly (a look-ahead sees the rest of the whole string, a look-behind everything before
+its position) by :mod:`formalgram.syntax.lookaround` into a deterministic byte automaton
+of at most ``max_states`` states, written as one rule per state
+(:func:`formalgram.syntax.lower.automaton_rules`).
 
 Refused with :class:`~formalgram.errors.UnsupportedConstruct` and the pattern's line and
-column: anchors (``^ $ \\A \\Z``), word boundaries (``\\b \\B``), look-ahead and
-look-behind, backreferences, conditionals, atomic groups and possessive quantifiers (which
+column: anchors (``^ $ \\A \\Z``), word boundaries (``\\b \\B``), backreferences, conditionals, atomic groups and possessive quantifiers (which
 change the language), case-insensitive matching in Unicode mode on letters or non-ASCII
 characters (Python's Unicode case folding has special cases no grammar here reproduces
 exactly; add ``re.ASCII``, ``(?a)`` or ``ascii=True``), and the ``(?t)`` flag.  Patterns
-that Python refuses raise :class:`~formalgram.errors.GrammarSyntaxError` with a position.
+that Python refuses raise :class:`~formalgram.errors.GrammarSyntaxError` with a position
+(among them a look-behind whose body has no fixed width).
 
 The pattern is parsed into the shared syntax tree (:mod:`formalgram.syntax.nodes`) and
 lowered by :func:`formalgram.syntax.lower.lower_rules`, the definition the GBNF front end
-uses, into one start rule ``root`` and its helpers.
+uses, into one start rule ``root`` and its helpers; a pattern with look-around is first
+compiled to its automaton, whose start state is ``root``.
 """
 
 from __future__ import annotations
@@ -830,15 +836,18 @@ def parse_regex(
         refuses, and when a limit is exceeded.
     UnsupportedConstruct
         For valid patterns using a construct a grammar cannot express or that is refused
-        (anchors, word boundaries, look-around, backreferences, conditionals, atomic
-        groups, possessive quantifiers, Unicode case folding).
+        (anchors, word boundaries, backreferences, conditionals, atomic groups, possessive
+        quantifiers, Unicode case folding).
+    GrammarTooLarge
+        When a pattern with look-around needs more than ``max_states`` states.
     ValueError
         For ``flags`` outside the supported ones (``re.LOCALE``, ``re.DEBUG``, ...).
 
     Notes
     -----
     Time and memory are linear in the pattern length plus the expanded size (bounded by
-    ``max_repeat``).  The first use of ``\\d``, ``\\s`` or ``\\w`` in the Unicode reading
+    ``max_repeat``); with look-around, in the automaton's size (bounded by
+    ``max_states``) times the size of its states' formulas.  The first use of ``\\d``, ``\\s`` or ``\\w`` in the Unicode reading
     scans the code points once per process (a fraction of a second); such a class lowers
     to a few hundred UTF-8 alternatives (``\\w``), shared by every use.
 
@@ -850,6 +859,9 @@ def parse_regex(
     >>> g = parse_regex(r"\\d{2,3}")
     >>> g.accepts("٣٤".encode()), parse_regex(r"\\d{2,3}", ascii=True).accepts("٣٤".encode())
     (True, False)
+    >>> g = parse_regex(r"(?:(?!--)[a-z-])+(?<!-)")  # no "--" inside, no "-" at the end
+    >>> [g.accepts(s) for s in (b"a-b-c", b"a--b", b"ab-")]
+    [True, False, False]
     >>> parse_regex(r"^a") # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
     formalgram.errors.UnsupportedConstruct: line 1, column 1: unsupported construct 'anchor': ...
