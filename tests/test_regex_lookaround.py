@@ -81,6 +81,9 @@ CASES: list[tuple[str, int, str, int]] = [
     (r"(?:(?!😀).)*(?<=é)", 0, "aé😀", 4),
     (r"[^a]*(?<![é😀])", 0, "aé😀", 4),
     (r"(?<=\w)\W|\w", 0, "é -", 3),
+    (r"(?=\w)[^\W\d]{2}(?<![é😀])", 0, "aéĀ€😀٣ü", 3),
+    (r"(?:(?![Ā-€])[^a]|a(?<=[aé]))*", 0, "aéĀ€😀", 4),
+    (r"(?:(?<![à-ÿ])\w|[ö-ü](?!\w))+", 0, "aöüÿĀ٣ ", 3),
     # the SynCode / lark Python string terminal
     (r"""[ubf]?r?("(?!"").*?(?<!\\)(\\\\)*?"|'(?!'').*?(?<!\\)(\\\\)*?')""", I | A, "\"'\\a", 5),
     (r"\/\*(\*(?!\/)|[^*])*\*\/", 0, "/*a", 6),
@@ -156,7 +159,7 @@ def test_deep_nesting_needs_no_recursion() -> None:
 # --------------------------------------------------------------------------------------
 # random patterns with look-around
 
-_ATOMS = ["a", "b", "c", ".", "[ab]", "[^a]", "é", "\\w", "(?:)"]
+_ATOMS = ["a", "b", ".", "[ab]", "[^a]", "é", "\\w", "(?:)", "[é-ü]", "[^é]", "😀"]
 _WIDE = ["a*", "b+", "[ac]?", "(?:ab)*", "c{0,2}"]
 
 
@@ -186,7 +189,7 @@ def _extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
 
 
 PATTERNS = st.recursive(st.sampled_from(_ATOMS + _WIDE), _extend, max_leaves=8)
-ALPHABET = "abcé"
+ALPHABET = "abéü😀"
 STRINGS = every_string(ALPHABET, 4)
 
 

@@ -21,6 +21,9 @@ flat continuation (a sequence of items) so that an assertion always sees what fo
 * a repetition ``x*`` iterates only non-empty ``x`` (an empty iteration adds only
   constraints already checked), so every expansion terminates.
 
+A character class is kept as one item, the trie of its UTF-8 encodings, read a byte at a
+time (so formulas stay small for classes such as Unicode ``\\w``); the bytes of a state are
+split into the classes its atoms tell apart, and one derivative is taken per class.
 Formulas are hash-consed and kept flat, sorted and free of duplicates (equal up to
 associativity, commutativity and idempotence), which makes the set of states finite
 (Brzozowski).  Everything walks with explicit stacks (no Python recursion), and the number
@@ -60,7 +63,8 @@ _MAXREPEAT: Final = 4294967295  # Python's re: widths are capped here
 
 # items of a continuation: (kind, a, lo, hi, subs)
 _BYTES: Final = 0  # a: byte mask
-_CHOICE: Final = 1  # subs: the alternatives (sequence ids)
+_CHOICE: Final = 1  # subs: the alternatives (sequence ids); lo 1: all of bytes only, none
+# empty (a byte trie: read like one byte set, a: the first bytes)
 _REP: Final = 2  # a: the repeated sequence; lo, hi (-1: no bound)
 _AHEAD: Final = 3  # a: the sequence ``A Σ*``
 _NOT_AHEAD: Final = 4
@@ -193,12 +197,16 @@ class _Compiler:
         self.seq_ids: dict[tuple[int, ...], int] = {}
         self.seq_ends: list[bool] = []  # the sequence holds an _END item (a tracker's body)
         self.forms: list[_Form] = [(_FALSE, 0, ()), (_TRUE, 0, ())]
+        self.queries: list[bool] = [False, False]  # the formula holds a look-behind query
+        self.heads: list[int] = [0, 0]  # the bytes its atoms can read next
+        self.zeros: list[bool] = [False, True]  # its value when every leaf is false
         self.form_ids: dict[_Form, int] = {self.forms[0]: _FALSE, self.forms[1]: _TRUE}
         self.trackers: list[int] = []  # per look-behind: the sequence ``B END``
         self.closures: dict[int, int] = {}
         self.expansions: dict[int, tuple[int, int, list[int]]] = {}
         self.derivatives: dict[tuple[int, int], int] = {}
         self.restricted: dict[int, int] = {}
+        self.firsts: dict[tuple[int, ...], set[int]] = {}
         self.guard = self.item((_GUARD, 0, 0, 0, ()))
         self.any_star = self.item((_REP, self.seq((self.item((_BYTES, _ALL_BYTES, 0, 0, ())),)), 0, -1, ()))
 
@@ -230,6 +238,24 @@ class _Compiler:
                 )
             self.forms.append(f)
             self.form_ids[f] = found
+            kind, a, args = f
+            queries, heads, zeros = self.queries, self.heads, self.zeros
+            queries.append(kind == _F_QUERY or any(queries[x] for x in args))
+            head = 0
+            if kind == _F_ATOM:
+                items = self.seqs[a]
+                head = self.items[items[0]][1] if items else 0
+            for x in args:
+                head |= heads[x]
+            heads.append(head)
+            if kind == _F_NOT:
+                zeros.append(not zeros[args[0]])
+            elif kind == _F_AND:
+                zeros.append(all(zeros[x] for x in args))
+            elif kind == _F_OR:
+                zeros.append(any(zeros[x] for x in args))
+            else:
+                zeros.append(False)
         return found
 
     def mk_not(self, x: int) -> int:
@@ -293,6 +319,28 @@ class _Compiler:
             done[key] = self.node_items(node, [done[id(c)] for c in kids])
         return done[id(root)]
 
+    def choice(self, alts: list[int]) -> int:
+        """The item choosing between the sequences ``alts``."""
+        first = 0
+        simple = True
+        for alt in alts:
+            items = self.seqs[alt]
+            if not items or any(self.items[i][0] != _BYTES for i in items):
+                simple = False
+                break
+            first |= self.items[items[0]][1]
+        if simple:
+            return self.item((_CHOICE, first, 1, 0, tuple(sorted(set(alts)))))
+        return self.item((_CHOICE, 0, 0, 0, tuple(alts)))
+
+    def first_masks(self, alts: tuple[int, ...]) -> set[int]:
+        """The first byte sets of the alternatives of a byte trie (memoized)."""
+        found = self.firsts.get(alts)
+        if found is None:
+            found = {self.items[self.seqs[x][0]][1] for x in alts}
+            self.firsts[alts] = found
+        return found
+
     def byte_items(self, masks: list[int]) -> tuple[int, ...]:
         return tuple(self.item((_BYTES, m, 0, 0, ())) for m in masks)
 
@@ -314,7 +362,7 @@ class _Compiler:
                     mask |= ByteSet.from_range(lo, hi).mask
                 return self.byte_items([mask])
             alts = [self.seq(self.byte_items([b.mask for b in s])) for s in utf8_sequences(ranges)]
-            return (self.item((_CHOICE, 0, 0, 0, tuple(alts))),)
+            return (self.choice(alts),)
         if kind == SEQ:
             out: list[int] = []
             for k in kids:
@@ -323,7 +371,7 @@ class _Compiler:
         if kind == ALT:
             if len(kids) == 1:
                 return kids[0]
-            return (self.item((_CHOICE, 0, 0, 0, tuple(self.seq(k) for k in kids))),)
+            return (self.choice([self.seq(k) for k in kids]),)
         if kind == REPEAT:
             lo, hi = node.lo, node.hi
             width = len(kids[0])
@@ -364,7 +412,7 @@ class _Compiler:
             return (_TRUE, 0, [])
         kind, a, lo, hi, subs = self.items[items[0]]
         rest = items[1:]
-        if kind == _BYTES:
+        if kind == _BYTES or (kind == _CHOICE and lo == 1):
             return (_F_ATOM, 0, []) if a else (_FALSE, 0, [])
         if kind == _GUARD:
             return (_FALSE, 0, [])
@@ -433,8 +481,15 @@ class _Compiler:
         return memo[root]
 
     # -- formulas -------------------------------------------------------------------------
-    def substitute(self, root: int, leaf: Callable[[int], int], memo: dict[int, int]) -> int:
-        """``root`` with each leaf (atom, hit, query) ``f`` replaced by ``leaf(f)``."""
+    def substitute(
+        self,
+        root: int,
+        leaf: Callable[[int], int],
+        memo: dict[int, int],
+        known: Callable[[int], int] | None = None,
+    ) -> int:
+        """``root`` with each leaf (atom, hit, query) ``f`` replaced by ``leaf(f)``; with
+        ``known``, a formula ``f`` with ``known(f) >= 0`` is replaced by that, unvisited."""
         forms = self.forms
         stack = [root]
         while stack:
@@ -442,6 +497,12 @@ class _Compiler:
             if f in memo:
                 stack.pop()
                 continue
+            if known is not None:
+                value = known(f)
+                if value >= 0:
+                    memo[f] = value
+                    stack.pop()
+                    continue
             kind, _, args = forms[f]
             if kind >= _F_NOT:
                 missing = [x for x in args if x not in memo]
@@ -471,11 +532,33 @@ class _Compiler:
                 items = self.seqs[s]
                 found = _FALSE
                 if items and self.items[items[0]][1] >> byte & 1:
-                    found = self.closure(self.seq(tuple(i for i in items[1:] if i != self.guard)))
+                    rest = tuple(i for i in items[1:] if i != self.guard)
+                    kind, _, _, _, alts = self.items[items[0]]
+                    if kind == _CHOICE:  # a byte trie: the tails of the alternatives read
+                        seqs, its = self.seqs, self.items
+                        tails = [self.seq(seqs[x][1:]) for x in alts if its[seqs[x][0]][1] >> byte & 1]
+                        nonempty = [t for t in tails if self.seqs[t]]
+                        heads: list[int] = []
+                        if len(nonempty) == 1:
+                            heads = [self.closure(self.seq(self.seqs[nonempty[0]] + rest))]
+                        elif nonempty:
+                            heads = [self.closure(self.seq((self.choice(nonempty), *rest)))]
+                        if len(nonempty) < len(tails):
+                            heads.append(self.closure(self.seq(rest)))
+                        found = self.mk_junction(_F_OR, heads)
+                    else:
+                        found = self.closure(self.seq(rest))
                 self.derivatives[key] = found
             return found
 
-        return self.substitute(root, leaf, {})
+        heads, zeros = self.heads, self.zeros
+
+        def known(f: int) -> int:  # no atom below reads the byte: every leaf becomes false
+            if heads[f] >> byte & 1:
+                return -1
+            return _TRUE if zeros[f] else _FALSE
+
+        return self.substitute(root, leaf, {}, known)
 
     def restrict(self, tracker_form: int) -> int:
         """A tracker's verdict here: its hits true, its bodies still under way false."""
@@ -497,7 +580,10 @@ class _Compiler:
             kind, a, _ = self.forms[f]
             return self.restrict(trackers[a]) if kind == _F_QUERY else f
 
-        return self.substitute(root, leaf, {})
+        queries = self.queries
+        if not queries[root]:
+            return root
+        return self.substitute(root, leaf, {}, lambda f: -1 if queries[f] else f)
 
     def leaves(self, roots: list[int]) -> list[int]:
         """The distinct leaves below ``roots``."""
@@ -550,7 +636,11 @@ class _Compiler:
                 kind, s, _ = forms[f]
                 items = self.seqs[s]
                 if kind == _F_ATOM and items:
-                    masks.add(self.items[items[0]][1])
+                    head = self.items[items[0]]
+                    if head[0] == _CHOICE:  # bytes that lead to different tails differ
+                        masks.update(self.first_masks(head[4]))
+                    else:
+                        masks.add(head[1])
             union = 0
             for m in masks:
                 union |= m
