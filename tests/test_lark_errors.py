@@ -16,7 +16,14 @@ from _mutations import mutated_texts
 from hypothesis import given, settings
 
 import formalgram
-from formalgram import FormalgramError, GrammarSyntaxError, UnsupportedConstruct, accepts, parse_lark
+from formalgram import (
+    FormalgramError,
+    GrammarSyntaxError,
+    GrammarTooLarge,
+    UnsupportedConstruct,
+    accepts,
+    parse_lark,
+)
 
 # ---------------------------------------------------------------------------------------
 # bad input
@@ -64,7 +71,8 @@ ERRORS: list[tuple[str, type[GrammarSyntaxError], int, int]] = [
     ("%declare X\nstart: X", UnsupportedConstruct, 1, 1),
     ("start: X\n%import python.X", UnsupportedConstruct, 2, 9),
     ("start: X\n%import .rel.X", UnsupportedConstruct, 2, 9),
-    ("start: /a(?=b)/", UnsupportedConstruct, 1, 10),
+    ("start: /a(?<=a|bc)/", GrammarSyntaxError, 1, 10),  # a look-behind of variable width, as re
+    ("start: /(?=a)\\1/", UnsupportedConstruct, 1, 14),
     ("start: /^a/", UnsupportedConstruct, 1, 9),
     ("start: /\\bword/", UnsupportedConstruct, 1, 9),
     ("start: /a/l", UnsupportedConstruct, 1, 11),
@@ -80,6 +88,13 @@ def test_errors_have_class_and_position(
         parse_lark(text)
     assert type(err.value) is cls
     assert (err.value.line, err.value.column) == (line, col), str(err.value)
+
+
+def test_lookaround_state_budget_is_a_typed_error() -> None:
+    text = "start: T\nT: /(?:(?!a[ab]{6}b).)*/"
+    with pytest.raises(GrammarTooLarge, match="look-around automaton"):
+        parse_lark(text, max_states=20)
+    assert parse_lark(text).accepts(b"abbbbbba")
 
 
 def test_start_must_be_a_rule() -> None:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from formalgram.automaton import EPSILON, ByteAutomaton, RegexReader
+from formalgram.automaton import ByteAutomaton, RegexReader
 from formalgram.errors import FormalgramError, GrammarSyntaxError, UnsupportedConstruct
 from formalgram.grammar import Grammar, fresh_name
 from formalgram.syntax.lark import parse_lark
-from formalgram.syntax.lower import lower_rules
+from formalgram.syntax.lower import automaton_rules, lower_rules
 from formalgram.syntax.nodes import (
     ALT,
     CLASS,
@@ -642,50 +642,7 @@ class _Parser:
                 taken.add(names[-1])
             for ref in refs:
                 ref.name = names[automaton.start]
-            # per state: the byte ranges to each target, the ε-targets, and whether it accepts
-            ranges: list[dict[int, list[tuple[int, int]]]] = [{} for _ in names]
-            for src, lo, hi, dst in automaton.edges:
-                ranges[src].setdefault(dst, []).append((lo, hi))
-            finals = set(automaton.finals)
-            calls: list[list[tuple[int, int, int, int]]] = [[] for _ in names]
-            for src, entry, lo, hi, dst in automaton.calls:
-                calls[src].append((entry, lo, hi, dst))
-            for state, name in enumerate(names):
-                body = Node(ALT, line, col)
-                for entry, lo, hi, dst in calls[state]:
-                    seq = Node(SEQ, line, col)
-                    inner = Node(REF, line, col)
-                    inner.name = names[entry]
-                    seq.children.append(inner if lo == hi == 1 else repeat(inner, lo, hi, line, col))
-                    target = Node(REF, line, col)
-                    target.name = names[dst]
-                    seq.children.append(target)
-                    body.children.append(seq)
-                for dst, spans in ranges[state].items():
-                    seq = Node(SEQ, line, col)
-                    target = Node(REF, line, col)
-                    target.name = names[dst]
-                    byte_spans = [(lo, hi) for lo, hi in spans if lo != EPSILON]
-                    if byte_spans:
-                        cls = Node(CLASS, line, col)
-                        cls.raw = True
-                        cls.ranges = tuple(sorted(byte_spans))
-                        seq.children.append(cls)
-                        seq.children.append(target)
-                        body.children.append(seq)
-                    if len(byte_spans) < len(spans):  # an ε-edge too
-                        eps = Node(SEQ, line, col)
-                        eps_target = Node(REF, line, col)
-                        eps_target.name = names[dst]
-                        eps.children.append(eps_target)
-                        body.children.append(eps)
-                if state in finals:
-                    body.children.append(Node(SEQ, line, col))
-                if not body.children:  # a state that neither accepts nor moves
-                    dead = Node(SEQ, line, col)
-                    dead.children.append(Node(CLASS, line, col))
-                    body.children.append(dead)
-                out.append((name, body))
+            out.extend(automaton_rules(automaton, names, line, col))
         return out
 
     def postfix(self, node: Node) -> Node:

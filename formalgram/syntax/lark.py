@@ -13,15 +13,20 @@ they choose between derivations, not which strings lark's Earley parser accepts)
 ``%extend``.  Refused with :class:`~formalgram.errors.UnsupportedConstruct`: templates,
 ``%declare`` (terminals a post-lexer makes), imports of other modules, the lazy
 fragments ``_STRING_INNER`` / ``_STRING_ESC_INNER``, and what :func:`~formalgram.parse_regex`
-refuses inside regular expressions (look-around, anchors, backreferences).
+refuses inside regular expressions (anchors, backreferences).
 
 Meaning: a terminal is the regular language of its definition (a regular expression means
 the strings it matches as a whole, ``re.fullmatch``); a rule is a nonterminal.  ``%ignore``
 is read as XGrammar's ``Grammar.from_lark`` reads it: the ignored terminals may repeat after
 every terminal in every rule body (so between any two tokens and at the end), and with
 ``ignore_at_start=True`` also before the first, as lark's own parser allows.
-``docs/syntax.md`` says where this differs from lark's lexers (longest match, lazy
-quantifiers).  Characters are code points; the grammar is over bytes (UTF-8).
+A terminal with look-around in its regular expressions (or in the terminals it uses, which
+lark joins into one expression) is compiled as one automaton
+(:mod:`formalgram.syntax.lookaround`): its language is what the whole expression matches
+under ``re.fullmatch``, so a look-ahead sees the token's own end and a look-behind its own
+start, where lark's lexer, matching against the rest of the input, lets them see the text
+around the token.  ``docs/syntax.md`` says where this differs from lark's lexers (longest
+match, lazy quantifiers, look-around).  Characters are code points; the grammar is over bytes (UTF-8).
 
 The parser is iterative (nesting bounded by ``max_depth``), errors carry the line and
 column, and the rules are lowered by :func:`formalgram.syntax.lower.lower_rules`, the
@@ -34,7 +39,7 @@ import re
 from typing import Final
 
 from formalgram.errors import GrammarSyntaxError
-from formalgram.grammar import Grammar
+from formalgram.grammar import Grammar, fresh_name
 from formalgram.syntax.lark_lex import (
     K_ARROW,
     K_COLON,
@@ -64,7 +69,8 @@ from formalgram.syntax.lark_lex import (
     tokenize,
     unescape,
 )
-from formalgram.syntax.lower import iter_references, lower_rules
+from formalgram.syntax.lookaround import DEFAULT_MAX_STATES, compile_lookaround, has_lookaround
+from formalgram.syntax.lower import automaton_rules, iter_references, lower_rules
 from formalgram.syntax.nodes import (
     ALT,
     CLASS,
@@ -154,6 +160,9 @@ class _Parser:
         self.order: list[str] = []
         self.ignore: list[Node] = []  # the alternatives (SEQ nodes) of the ignored terminals
         self.anonymous: set[int] = set()  # ids of the nodes of anonymous terminals in rule bodies
+        # anonymous regular expressions with look-around in rule bodies: the reference that
+        # stands for each (named and compiled by parse_lark) and its tree
+        self.looks: list[tuple[Node, Node]] = []
 
     # -- helpers ---------------------------------------------------------------------------
     def error(self, message: str, offset: int) -> GrammarSyntaxError:
@@ -419,6 +428,10 @@ class _Parser:
                 elem = self.string(tok)
         elif kind == K_REGEXP:
             elem = self.regexp(tok)
+            if not in_term and has_lookaround(elem):  # its own token: compiled alone
+                ref = self.node(REF, tok.offset)
+                self.looks.append((ref, elem))
+                elem = ref
         else:
             raise self.error(f"unexpected {KIND_TEXT[kind]}", tok.offset)
         if not in_term:
@@ -526,7 +539,13 @@ class _Parser:
             flags |= int(_RE_FLAGS[f])
         offs.append(tok.offset + close)
         return regex_tree(
-            "".join(chars), flags, self.source, offs, max_depth=self.max_depth, unicode_case=True
+            "".join(chars),
+            flags,
+            self.source,
+            offs,
+            max_depth=self.max_depth,
+            unicode_case=True,
+            lookaround=True,
         )
 
 
@@ -601,6 +620,72 @@ def _check_terminal_cycles(parser: _Parser) -> None:
                 path.pop()
 
 
+def _lookaround_rules(
+    parser: _Parser,
+    rules: list[tuple[str, Node]],
+    taken: set[str],
+    counters: dict[str, int],
+    max_repeat: int,
+    max_states: int,
+) -> list[tuple[str, Node]]:
+    """Compile every token with look-around to its automaton (in place); the added rules.
+
+    A terminal whose definition holds look-around, itself or through the terminals it uses
+    (which lark inlines into one regular expression), becomes the start state of its
+    automaton; so do the anonymous regular expressions of rule bodies and the alternatives
+    of ``%ignore``.  Look-around sees the token only (lark's lexer may look past it).
+    """
+    defs = parser.defs
+    terminals = {name: d.body for name, d in defs.items() if d.is_term}
+    looking = {name for name, body in terminals.items() if has_lookaround(body)}
+    uses = {
+        name: [r.name for r in iter_references(body) if r.name in terminals]
+        for name, body in terminals.items()
+    }
+    changed = bool(looking)
+    while changed:  # through the terminals used (no cycle: checked before)
+        changed = False
+        for name, used in uses.items():
+            if name not in looking and any(u in looking for u in used):
+                looking.add(name)
+                changed = True
+    source = parser.source
+    extra: list[tuple[str, Node]] = []
+
+    def compile_token(tree: Node, start: str) -> Node:
+        automaton = compile_lookaround(
+            tree, source, refs=terminals, max_repeat=max_repeat, max_states=max_states
+        )
+        names = [start]
+        for _ in range(1, automaton.num_states):
+            names.append(fresh_name(f"{start}__state", taken, counters))
+            taken.add(names[-1])
+        state_rules = automaton_rules(automaton, names, tree.line, tree.col)
+        extra.extend(state_rules[1:])
+        return state_rules[0][1]
+
+    compiled: dict[str, Node] = {}
+    for name in parser.order:
+        if name in looking:
+            compiled[name] = compile_token(terminals[name], name)
+    for i, (name, _) in enumerate(rules):
+        body = compiled.get(name)
+        if body is not None:
+            rules[i] = (name, body)
+    for ref, tree in parser.looks:
+        extra.append((ref.name, compile_token(tree, ref.name)))
+    for alt in parser.ignore:
+        kids = alt.children
+        alone = len(kids) == 1 and kids[0].kind == REF  # just a terminal, compiled above
+        if has_lookaround(alt) or (not alone and any(r.name in looking for r in iter_references(alt))):
+            ref = Node(REF, alt.line, alt.col)
+            ref.name = fresh_name("__LOOK", taken, counters)
+            taken.add(ref.name)
+            extra.append((ref.name, compile_token(alt, ref.name)))
+            alt.children = [ref]
+    return extra
+
+
 def parse_lark(
     text: str,
     start: str = "start",
@@ -609,6 +694,7 @@ def parse_lark(
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_depth: int = DEFAULT_MAX_DEPTH,
     max_repeat: int = DEFAULT_MAX_REPEAT,
+    max_states: int = DEFAULT_MAX_STATES,
 ) -> Grammar:
     """The byte-level grammar of a Lark grammar's language (see the module docstring).
 
@@ -630,6 +716,9 @@ def parse_lark(
         than this (any value works: no Python recursion).
     max_repeat : int
         Budget for the symbols created by ``~ n..m`` and ``{m,n}`` expansion, in total.
+    max_states : int
+        The most states of the automaton of each terminal with look-around
+        (:func:`formalgram.syntax.lookaround.compile_lookaround`).
 
     Returns
     -------
@@ -645,8 +734,10 @@ def parse_lark(
         expressions (at their position in the text).
     UnsupportedConstruct
         For templates, ``%declare``, imports other than lark's common module, and regular
-        expression constructs :func:`~formalgram.parse_regex` refuses (look-around,
-        anchors, Unicode case-insensitive letters in ``/.../i``).
+        expression constructs :func:`~formalgram.parse_regex` refuses (anchors,
+        backreferences).
+    GrammarTooLarge
+        When a terminal with look-around needs more than ``max_states`` states.
 
     Notes
     -----
@@ -661,6 +752,9 @@ def parse_lark(
     (True, False, False)
     >>> parse_lark('start: NAME ("," NAME)*\\nNAME: /[a-z]+/\\n%ignore " "', ignore_at_start=True).accepts(b" ab")
     True
+    >>> g = parse_lark('start: OP+\\nOP: /[+*]|[?](?![a-z])/')  # the look-ahead sees the token
+    >>> g.accepts(b"?+"), g.accepts(b"a")
+    (True, False)
     >>> parse_lark('start: x{"a"}') # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
     formalgram.errors.UnsupportedConstruct: line 1, column 8: unsupported construct 'template': ...
@@ -673,9 +767,15 @@ def parse_lark(
     parser = _Parser(source, tokenize(source), max_depth)
     parser.parse()
     defs = parser.defs
+    taken = {*defs, IGNORE_RULE, _START_RULE}
+    counters: dict[str, int] = {}
+    for ref, _ in parser.looks:
+        ref.name = fresh_name("__LOOK", taken, counters)
+        taken.add(ref.name)
+    generated = {ref.name for ref, _ in parser.looks}
     for name in parser.order:
         for ref in iter_references(defs[name].body):
-            if ref.name not in defs:
+            if ref.name not in defs and ref.name not in generated:
                 kind = "terminal" if TERM_RE.fullmatch(ref.name) else "rule"
                 raise source.error(f"{kind} '{ref.name}' is used but not defined", ref.line, ref.col)
     for alt in parser.ignore:
@@ -687,6 +787,7 @@ def parse_lark(
     if start_def is None or start_def.is_term:
         raise source.error(f"start rule '{start}' is not defined", 1, 1)
     rules = [(name, defs[name].body) for name in parser.order]
+    extra = _lookaround_rules(parser, rules, taken, counters, max_repeat, max_states)
     if parser.ignore:
         terminals = {name for name, d in defs.items() if d.is_term}
         for name in parser.order:
@@ -709,4 +810,4 @@ def parse_lark(
             wrapper.children.append(first)
             rules.append((_START_RULE, wrapper))
             start = _START_RULE
-    return lower_rules(rules, start, source, max_repeat=max_repeat)
+    return lower_rules(rules + extra, start, source, max_repeat=max_repeat)

@@ -22,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from formalgram.automaton import EPSILON, ByteAutomaton
 from formalgram.byteset import ByteSet
 from formalgram.errors import GrammarError
 from formalgram.grammar import Grammar, IdRule, fresh_name
-from formalgram.syntax.nodes import ALT, CLASS, RAW_BASE, REF, REPEAT, SEQ, STRING, Node, Source
+from formalgram.syntax.nodes import ALT, CLASS, RAW_BASE, REF, REPEAT, SEQ, STRING, Node, Source, repeat
 from formalgram.utf8 import encode_code_point, utf8_sequences
 
 # frames of the explicit lowering stack
@@ -303,6 +304,93 @@ def _unwrap(elem: Node) -> Node:
 
 def _is_multibyte(ranges: tuple[tuple[int, int], ...]) -> bool:
     return bool(ranges) and ranges[-1][1] >= 0x80
+
+
+def automaton_rules(
+    automaton: ByteAutomaton, names: Sequence[str], line: int, col: int
+) -> list[tuple[str, Node]]:
+    """A byte automaton as right-linear rules, one per state, for :func:`lower_rules`.
+
+    Parameters
+    ----------
+    automaton : ByteAutomaton
+        Any automaton (ε-edges and calls of sub-automata included).
+    names : sequence of str
+        The rule name of each state (``len(names) == automaton.num_states``); a reference
+        to ``names[automaton.start]`` stands for the automaton's language.
+    line, col : int
+        The position the nodes carry (where the automaton came from in the text).
+
+    Returns
+    -------
+    list of (name, body)
+        Per state, in state order: one alternative per call (the sub-automaton's start
+        rule, repeated, then the target's rule), one per target reached by bytes (a raw
+        byte class then the target's rule), one per ε-target, the empty alternative for a
+        final state, and an alternative matching nothing for a state that neither accepts
+        nor moves.  So the rule of state ``q`` derives exactly the byte strings that lead
+        from ``q`` to a final state.
+
+    Notes
+    -----
+    Linear in the states, edges and calls.
+
+    Examples
+    --------
+    >>> a = ByteAutomaton(2, 0, (1,), ((0, 0x61, 0x62, 1), (1, EPSILON, EPSILON, 0)))
+    >>> rules = automaton_rules(a, ["s", "t"], 1, 1)
+    >>> g = lower_rules(rules, "s", Source(""), max_repeat=10)
+    >>> g.accepts(b"ab"), g.accepts(b""), g.accepts(b"c")
+    (True, False, False)
+    """
+    if len(names) != automaton.num_states:
+        raise ValueError(f"{len(names)} names for {automaton.num_states} states")
+    out: list[tuple[str, Node]] = []
+    # per state: the byte ranges to each target, the ε-targets, and whether it accepts
+    ranges: list[dict[int, list[tuple[int, int]]]] = [{} for _ in names]
+    for src, lo, hi, dst in automaton.edges:
+        ranges[src].setdefault(dst, []).append((lo, hi))
+    finals = set(automaton.finals)
+    calls: list[list[tuple[int, int, int, int]]] = [[] for _ in names]
+    for src, entry, lo, hi, dst in automaton.calls:
+        calls[src].append((entry, lo, hi, dst))
+    for state, name in enumerate(names):
+        body = Node(ALT, line, col)
+        for entry, lo, hi, dst in calls[state]:
+            seq = Node(SEQ, line, col)
+            inner = Node(REF, line, col)
+            inner.name = names[entry]
+            seq.children.append(inner if lo == hi == 1 else repeat(inner, lo, hi, line, col))
+            target = Node(REF, line, col)
+            target.name = names[dst]
+            seq.children.append(target)
+            body.children.append(seq)
+        for dst, spans in ranges[state].items():
+            seq = Node(SEQ, line, col)
+            target = Node(REF, line, col)
+            target.name = names[dst]
+            byte_spans = [(lo, hi) for lo, hi in spans if lo != EPSILON]
+            if byte_spans:
+                cls = Node(CLASS, line, col)
+                cls.raw = True
+                cls.ranges = tuple(sorted(byte_spans))
+                seq.children.append(cls)
+                seq.children.append(target)
+                body.children.append(seq)
+            if len(byte_spans) < len(spans):  # an ε-edge too
+                eps = Node(SEQ, line, col)
+                eps_target = Node(REF, line, col)
+                eps_target.name = names[dst]
+                eps.children.append(eps_target)
+                body.children.append(eps)
+        if state in finals:
+            body.children.append(Node(SEQ, line, col))
+        if not body.children:  # a state that neither accepts nor moves
+            dead = Node(SEQ, line, col)
+            dead.children.append(Node(CLASS, line, col))
+            body.children.append(dead)
+        out.append((name, body))
+    return out
 
 
 def lower_rules(rules: Sequence[tuple[str, Node]], start: str, source: Source, *, max_repeat: int) -> Grammar:

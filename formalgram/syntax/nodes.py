@@ -23,10 +23,15 @@ kind       fields                                       meaning
 ``REF``    ``name``: a rule name                        that rule
 ``REPEAT`` ``children[0]``, ``lo``, ``hi`` (``-1`` for  ``lo`` to ``hi`` copies of the child
            no upper bound)                              (``?`` is 0..1, ``*`` 0..-1, ``+`` 1..-1)
+``LOOK``   ``children[0]``: an ``ALT``; ``name``: one   a look-around assertion of a regular
+           of ``=`` ``!`` ``<=`` ``<!``                 expression (``(?=...)`` ...): the empty
+                                                        string where it holds; compiled by
+                                                        :mod:`formalgram.syntax.lookaround`,
+                                                        refused by the lowering
 ========== ============================================ =========================================
 
 Elements (the children of a ``SEQ`` and of a ``REPEAT``) are ``STRING``, ``CLASS``,
-``REF``, ``REPEAT`` or ``ALT`` nodes.  A ``CLASS`` with ``raw`` set holds byte ranges inside
+``REF``, ``REPEAT``, ``ALT`` or ``LOOK`` nodes.  A ``CLASS`` with ``raw`` set holds byte ranges inside
 ``0..0xFF`` that stand for single bytes (not code points); every other ``CLASS`` holds code
 points ``0..0x10FFFF`` as :func:`formalgram.utf8.normalize_ranges` returns them.
 
@@ -52,6 +57,7 @@ STRING: Final = 3
 CLASS: Final = 4
 REF: Final = 5
 REPEAT: Final = 6
+LOOK: Final = 7
 
 # limits every front end takes (keyword arguments max_bytes, max_depth, max_repeat)
 DEFAULT_MAX_BYTES: Final = 2_000_000  # UTF-8 bytes of text
@@ -61,7 +67,15 @@ DEFAULT_MAX_REPEAT: Final = 100_000  # symbols created by {m,n} expansion, in to
 # a raw byte b inside STRING.chars is stored as RAW_BASE + b (above every code point)
 RAW_BASE: Final = 0x200000
 
-KIND_NAMES: Final = {ALT: "ALT", SEQ: "SEQ", STRING: "STRING", CLASS: "CLASS", REF: "REF", REPEAT: "REPEAT"}
+KIND_NAMES: Final = {
+    ALT: "ALT",
+    SEQ: "SEQ",
+    STRING: "STRING",
+    CLASS: "CLASS",
+    REF: "REF",
+    REPEAT: "REPEAT",
+    LOOK: "LOOK",
+}
 
 
 class Node:

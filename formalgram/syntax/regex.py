@@ -12,19 +12,25 @@ classes too), ``.``, the quantifiers ``? * + {m} {m,} {,n} {m,n}`` and their laz
 alternation, and the flags ``re.ASCII`` ``(?a)``, ``re.DOTALL`` ``(?s)``, ``re.VERBOSE``
 ``(?x)``, ``re.MULTILINE`` ``(?m)`` (which only changes anchors), ``re.UNICODE`` ``(?u)``,
 and ``re.IGNORECASE`` ``(?i)`` together with ASCII matching, globally or scoped
-(``(?i: )``, ``(?-i: )``).
+(``(?i: )``, ``(?-i: )``), and look-around: look-ahead ``(?=...)`` ``(?!...)`` and
+look-behind ``(?<=...)`` ``(?<!...)``, nested, repeated and alternated freely, compiled
+exactly (a look-ahead sees the rest of the whole string, a look-behind everything before
+its position) by :mod:`formalgram.syntax.lookaround` into a deterministic byte automaton
+of at most ``max_states`` states, written as one rule per state
+(:func:`formalgram.syntax.lower.automaton_rules`).
 
 Refused with :class:`~formalgram.errors.UnsupportedConstruct` and the pattern's line and
-column: anchors (``^ $ \\A \\Z``), word boundaries (``\\b \\B``), look-ahead and
-look-behind, backreferences, conditionals, atomic groups and possessive quantifiers (which
+column: anchors (``^ $ \\A \\Z``), word boundaries (``\\b \\B``), backreferences, conditionals, atomic groups and possessive quantifiers (which
 change the language), case-insensitive matching in Unicode mode on letters or non-ASCII
 characters (Python's Unicode case folding has special cases no grammar here reproduces
 exactly; add ``re.ASCII``, ``(?a)`` or ``ascii=True``), and the ``(?t)`` flag.  Patterns
-that Python refuses raise :class:`~formalgram.errors.GrammarSyntaxError` with a position.
+that Python refuses raise :class:`~formalgram.errors.GrammarSyntaxError` with a position
+(among them a look-behind whose body has no fixed width).
 
 The pattern is parsed into the shared syntax tree (:mod:`formalgram.syntax.nodes`) and
 lowered by :func:`formalgram.syntax.lower.lower_rules`, the definition the GBNF front end
-uses, into one start rule ``root`` and its helpers.
+uses, into one start rule ``root`` and its helpers; a pattern with look-around is first
+compiled to its automaton, whose start state is ``root``.
 """
 
 from __future__ import annotations
@@ -34,14 +40,16 @@ import unicodedata
 from typing import Final
 
 from formalgram.errors import GrammarSyntaxError, UnsupportedConstruct
-from formalgram.grammar import Grammar
-from formalgram.syntax.lower import lower_rules
+from formalgram.grammar import Grammar, fresh_name
+from formalgram.syntax.lookaround import DEFAULT_MAX_STATES, compile_lookaround, fixed_width
+from formalgram.syntax.lower import automaton_rules, lower_rules
 from formalgram.syntax.nodes import (
     ALT,
     CLASS,
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_DEPTH,
     DEFAULT_MAX_REPEAT,
+    LOOK,
     SEQ,
     STRING,
     Node,
@@ -203,14 +211,17 @@ def case_insensitive_set(
 class _Group:
     """An open group: the enclosing alternatives and the state to restore at ``)``."""
 
-    __slots__ = ("alts", "flags", "open_pos", "seq", "verbose")
+    __slots__ = ("alts", "flags", "look", "open_pos", "seq", "verbose")
 
-    def __init__(self, alts: list[Node], seq: Node, open_pos: int, flags: int, verbose: bool) -> None:
+    def __init__(
+        self, alts: list[Node], seq: Node, open_pos: int, flags: int, verbose: bool, look: str
+    ) -> None:
         self.alts = alts
         self.seq = seq
         self.open_pos = open_pos
         self.flags = flags
         self.verbose = verbose
+        self.look = look  # "=", "!", "<=", "<!" for a look-around assertion, "" otherwise
 
 
 class _RegexParser:
@@ -224,6 +235,7 @@ class _RegexParser:
         source: Source | None = None,
         offsets: list[int] | None = None,
         unicode_case: bool = False,
+        lookaround: bool = True,
     ) -> None:
         self.text = text
         self.n = len(text)
@@ -237,6 +249,9 @@ class _RegexParser:
         self.global_flags = flags
         self.max_depth = max_depth
         self.group_names: set[str] = set()
+        self.lookaround = lookaround  # read look-around into LOOK nodes (else refuse it)
+        self.look = ""  # the assertion open_group just read
+        self.has_look = False  # the tree holds a LOOK node
 
     # -- errors ---------------------------------------------------------------------------
     def position(self, offset: int) -> tuple[int, int]:
@@ -290,7 +305,7 @@ class _RegexParser:
                 self.pos += 1
                 closed = groups.pop()
                 first = alts[0]
-                node = group(alts, first.line, first.col)
+                node = self.assertion(closed, alts) if closed.look else group(alts, first.line, first.col)
                 alts, seq, self.flags, verbose = closed.alts, closed.seq, closed.flags, closed.verbose
                 seq.children.append(node)
                 repeated = False
@@ -332,7 +347,8 @@ class _RegexParser:
                     continue
                 if len(groups) + 1 > self.max_depth:
                     raise self.error(f"groups nested deeper than {self.max_depth}", start)
-                groups.append(_Group(alts, seq, start, self.flags, verbose))
+                groups.append(_Group(alts, seq, start, self.flags, verbose, self.look))
+                self.look = ""
                 if opened > 0:  # scoped flags: (?flags-flags: ...)
                     add, remove = opened >> 16, opened & 0xFFFF
                     if add & _TYPE_FLAGS:
@@ -365,6 +381,19 @@ class _RegexParser:
             repeated = False
 
     # -- groups and flags -----------------------------------------------------------------
+    def assertion(self, closed: _Group, alts: list[Node]) -> Node:
+        """The ``LOOK`` node of the look-around group ``closed`` (its alternatives ``alts``)."""
+        line, col = self.position(closed.open_pos)
+        body = Node(ALT, alts[0].line, alts[0].col)
+        body.children = alts
+        if closed.look[0] == "<" and fixed_width(body) < 0:
+            raise self.error("look-behind requires fixed-width pattern", closed.open_pos)
+        node = Node(LOOK, line, col)
+        node.name = closed.look
+        node.children.append(body)
+        self.has_look = True
+        return node
+
     def open_group(self, start: int, first: bool) -> int:
         """Read what follows ``(``: -1 for a comment, -2 for global flags, 0 for a group,
         ``add << 16 | remove`` for scoped flags."""
@@ -399,10 +428,17 @@ class _RegexParser:
                 raise self.error("missing ), unterminated comment", start)
             return -1
         if ch == "=" or ch == "!":
-            raise self.unsupported("look-ahead", "look-ahead assertions are not context-free", start)
+            if not self.lookaround:
+                raise self.unsupported("look-ahead", "look-ahead assertions are not read here", start)
+            self.look = ch
+            return 0
         if ch == "<":
             if self.pos < n and text[self.pos] in "=!":
-                raise self.unsupported("look-behind", "look-behind assertions are not context-free", start)
+                if not self.lookaround:
+                    raise self.unsupported("look-behind", "look-behind assertions are not read here", start)
+                self.look = "<" + text[self.pos]
+                self.pos += 1
+                return 0
             raise self.error("unknown extension ?<", start)
         if ch == "(":
             raise self.unsupported("conditional", "(?(group)yes|no) depends on what a group matched", start)
@@ -755,6 +791,7 @@ def parse_regex(
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_depth: int = DEFAULT_MAX_DEPTH,
     max_repeat: int = DEFAULT_MAX_REPEAT,
+    max_states: int = DEFAULT_MAX_STATES,
 ) -> Grammar:
     """The byte-level grammar of the strings that ``pattern`` matches as a whole.
 
@@ -780,6 +817,9 @@ def parse_regex(
         Refuse groups nested deeper than this (any value works: no Python recursion).
     max_repeat : int
         Budget for the symbols created by ``{m,n}`` expansion, in total.
+    max_states : int
+        For a pattern with look-around: the most states of its automaton
+        (:func:`formalgram.syntax.lookaround.compile_lookaround`).
 
     Returns
     -------
@@ -796,15 +836,18 @@ def parse_regex(
         refuses, and when a limit is exceeded.
     UnsupportedConstruct
         For valid patterns using a construct a grammar cannot express or that is refused
-        (anchors, word boundaries, look-around, backreferences, conditionals, atomic
-        groups, possessive quantifiers, Unicode case folding).
+        (anchors, word boundaries, backreferences, conditionals, atomic groups, possessive
+        quantifiers, Unicode case folding).
+    GrammarTooLarge
+        When a pattern with look-around needs more than ``max_states`` states.
     ValueError
         For ``flags`` outside the supported ones (``re.LOCALE``, ``re.DEBUG``, ...).
 
     Notes
     -----
     Time and memory are linear in the pattern length plus the expanded size (bounded by
-    ``max_repeat``).  The first use of ``\\d``, ``\\s`` or ``\\w`` in the Unicode reading
+    ``max_repeat``); with look-around, in the automaton's size (bounded by
+    ``max_states``) times the size of its states' formulas.  The first use of ``\\d``, ``\\s`` or ``\\w`` in the Unicode reading
     scans the code points once per process (a fraction of a second); such a class lowers
     to a few hundred UTF-8 alternatives (``\\w``), shared by every use.
 
@@ -816,6 +859,9 @@ def parse_regex(
     >>> g = parse_regex(r"\\d{2,3}")
     >>> g.accepts("٣٤".encode()), parse_regex(r"\\d{2,3}", ascii=True).accepts("٣٤".encode())
     (True, False)
+    >>> g = parse_regex(r"(?:(?!--)[a-z-])+(?<!-)")  # no "--" inside, no "-" at the end
+    >>> [g.accepts(s) for s in (b"a-b-c", b"a--b", b"ab-")]
+    [True, False, False]
     >>> parse_regex(r"^a") # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
     formalgram.errors.UnsupportedConstruct: line 1, column 1: unsupported construct 'anchor': ...
@@ -832,7 +878,17 @@ def parse_regex(
         raise GrammarSyntaxError(f"pattern is larger than max_bytes={max_bytes} bytes", 1, 1, "")
     parser = _RegexParser(pattern, flags, max_depth)
     body = parser.parse()
-    return lower_rules([("root", body)], "root", parser.source, max_repeat=max_repeat)
+    if not parser.has_look:
+        return lower_rules([("root", body)], "root", parser.source, max_repeat=max_repeat)
+    automaton = compile_lookaround(body, parser.source, max_repeat=max_repeat, max_states=max_states)
+    taken = {"root"}
+    counters: dict[str, int] = {}
+    names = ["root"]
+    for _ in range(1, automaton.num_states):
+        names.append(fresh_name("root-state", taken, counters))
+        taken.add(names[-1])
+    rules = automaton_rules(automaton, names, 1, 1)
+    return lower_rules(rules, "root", parser.source, max_repeat=max_repeat)
 
 
 def regex_tree(
@@ -843,6 +899,7 @@ def regex_tree(
     *,
     max_depth: int = DEFAULT_MAX_DEPTH,
     unicode_case: bool = False,
+    lookaround: bool = False,
 ) -> Node:
     """The syntax tree of ``pattern`` for a front end that embeds regular expressions.
 
@@ -862,6 +919,10 @@ def regex_tree(
     unicode_case : bool
         Read ``re.IGNORECASE`` in Unicode mode as ``re`` does (with
         :func:`case_insensitive_set`), instead of refusing it as :func:`parse_regex` does.
+    lookaround : bool
+        Read look-around assertions into ``LOOK`` nodes (for the caller to compile with
+        :func:`formalgram.syntax.lookaround.compile_lookaround`; the lowering refuses
+        them) instead of refusing them with :class:`~formalgram.errors.UnsupportedConstruct`.
 
     Returns
     -------
@@ -890,4 +951,4 @@ def regex_tree(
         raise ValueError(f"unsupported re flags {flags!r}")
     if len(offsets) != len(pattern) + 1:
         raise ValueError("offsets must have one entry per character of the pattern, and one for its end")
-    return _RegexParser(pattern, flags, max_depth, source, offsets, unicode_case).parse()
+    return _RegexParser(pattern, flags, max_depth, source, offsets, unicode_case, lookaround).parse()
