@@ -51,6 +51,7 @@ from formalgram.syntax.nodes import (
     STRING,
     Node,
     Source,
+    charge_repeat,
 )
 from formalgram.utf8 import encode_code_point, utf8_sequences
 
@@ -374,16 +375,9 @@ class _Compiler:
             return (self.choice([self.seq(k) for k in kids]),)
         if kind == REPEAT:
             lo, hi = node.lo, node.hi
-            width = len(kids[0])
-            cost = lo * width + (0 if hi < 0 else (hi - lo) * (width + 1))
-            self.repeat_used += cost
-            if cost > self.max_repeat or self.repeat_used > self.max_repeat:
-                bound = f"{{{lo},}}" if hi < 0 else f"{{{lo},{hi}}}"
-                raise self.source.error(
-                    f"repetition {bound} expands to too many symbols (limit max_repeat={self.max_repeat})",
-                    node.line,
-                    node.col,
-                )
+            self.repeat_used = charge_repeat(
+                self.source, node, len(kids[0]), self.repeat_used, self.max_repeat
+            )
             if hi == 0 or not kids[0]:
                 return ()
             return (self.item((_REP, self.seq(kids[0]), lo, hi, ())),)

@@ -26,7 +26,19 @@ from formalgram.automaton import EPSILON, ByteAutomaton
 from formalgram.byteset import ByteSet
 from formalgram.errors import GrammarError
 from formalgram.grammar import Grammar, IdRule, fresh_name
-from formalgram.syntax.nodes import ALT, CLASS, RAW_BASE, REF, REPEAT, SEQ, STRING, Node, Source, repeat
+from formalgram.syntax.nodes import (
+    ALT,
+    CLASS,
+    RAW_BASE,
+    REF,
+    REPEAT,
+    SEQ,
+    STRING,
+    Node,
+    Source,
+    charge_repeat,
+    repeat,
+)
 from formalgram.utf8 import encode_code_point, utf8_sequences
 
 # frames of the explicit lowering stack
@@ -234,15 +246,7 @@ class _Lowering:
         lo = elem.lo
         hi = elem.hi
         width = len(x)
-        cost = lo * width + (0 if hi < 0 else (hi - lo) * (width + 1))
-        self.repeat_used += cost
-        if cost > self.max_repeat or self.repeat_used > self.max_repeat:
-            bound = f"{{{lo},}}" if hi < 0 else f"{{{lo},{hi}}}"
-            raise self.source.error(
-                f"repetition {bound} expands to too many symbols (limit max_repeat={self.max_repeat})",
-                elem.line,
-                elem.col,
-            )
+        self.repeat_used = charge_repeat(self.source, elem, width, self.repeat_used, self.max_repeat)
         if width == 0:
             return []
         out: list[int] = []

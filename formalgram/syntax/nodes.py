@@ -124,6 +124,62 @@ def repeat(child: Node, lo: int, hi: int, line: int, col: int) -> Node:
     return node
 
 
+def charge_repeat(source: Source, node: Node, width: int, used: int, max_repeat: int) -> int:
+    """``used`` plus the symbols the ``REPEAT`` node ``node`` expands to when its child is
+    ``width`` symbols long: ``lo`` copies, and ``hi - lo`` optional copies of one more symbol
+    each.
+
+    Parameters
+    ----------
+    source : Source
+        The text, for the error.
+    node : Node
+        The ``REPEAT`` node (its ``lo``, ``hi``, line and column are read).
+    width : int
+        Symbols of one copy of the child.
+    used : int
+        Symbols the front end's repetitions expanded to so far.
+    max_repeat : int
+        The budget of one repetition, and of all of them together.
+
+    Returns
+    -------
+    int
+        The new total.
+
+    Raises
+    ------
+    GrammarSyntaxError
+        At the repetition, when it or the total passes ``max_repeat``.
+
+    Notes
+    -----
+    O(1).
+
+    Examples
+    --------
+    >>> n = repeat(Node(STRING, 1, 1), 2, 5, 1, 3)
+    >>> charge_repeat(Source("x{2,5}"), n, 1, 0, 100)
+    8
+    >>> try:
+    ...     charge_repeat(Source("x{2,5}"), n, 1, 95, 100)
+    ... except GrammarSyntaxError as err:
+    ...     print(err.line, err.column, "max_repeat=100" in str(err))
+    1 3 True
+    """
+    lo, hi = node.lo, node.hi
+    cost = lo * width + (0 if hi < 0 else (hi - lo) * (width + 1))
+    total = used + cost
+    if cost > max_repeat or total > max_repeat:
+        bound = f"{{{lo},}}" if hi < 0 else f"{{{lo},{hi}}}"
+        raise source.error(
+            f"repetition {bound} expands to too many symbols (limit max_repeat={max_repeat})",
+            node.line,
+            node.col,
+        )
+    return total
+
+
 def group(alternatives: list[Node], line: int, col: int) -> Node:
     """An ``ALT`` node over ``SEQ`` nodes; one alternative of one element is that element.
 
