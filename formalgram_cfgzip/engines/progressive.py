@@ -93,7 +93,7 @@ QUICK_FREE_TEXT = 4
 #: to three times slower with the compression running beside it on a 2-core machine
 HEAD_START = 0.05
 #: In a race that XGrammar's compile won, seconds the compression's work in this process waits
-#: for the first mask to be filled from it (a server fills it at once; an unused grammar does not)
+#: for the first mask (or token) from XGrammar's matcher (a server asks for it at once)
 FIRST_FILL_GRACE = 0.25
 _BOUNDED = re.compile(r"\{\s*\d+\s*(?:,\s*(\d+)\s*)?\}")
 
@@ -263,8 +263,8 @@ class ProgressiveGrammar:
         self._changed = threading.Condition()
         self._full_done = not full
         self._compressed_done = False
-        # whether a mask was filled from XGrammar's compile (the compression's own work in
-        # this process waits for it, see _compile_compressed)
+        # whether a mask was filled (or a token taken) with XGrammar's compile (the
+        # compression's own work in this process waits for it, see _compile_compressed)
         self._served = False
         if not full:
             self.full_error = EngineError("the full-vocabulary engine was not asked for (full=False)")
@@ -391,7 +391,8 @@ class ProgressiveGrammar:
             self._changed.notify_all()
 
     def _first_fill_done(self) -> None:
-        """A mask was filled from XGrammar's compile: the compression may take the interpreter."""
+        """A mask was filled (or a token taken) with XGrammar's compile: the compression may
+        take the interpreter."""
         with self._changed:
             self._served = True
             self._changed.notify_all()
@@ -545,6 +546,8 @@ class ProgressiveMatcher:
         ok = self._engine().accept_token(token_id)
         if ok:
             self._tokens.append(int(token_id))
+        if not self._on_compressed and not self.grammar._served:
+            self.grammar._first_fill_done()
         return ok
 
     def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
