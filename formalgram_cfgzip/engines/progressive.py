@@ -781,6 +781,11 @@ def _quick_path(
         return False
     if not full:
         return quick_enough(grammar_text, quick_chars, quick_repeats)
+    # every negated class and macro in the text bounds the contexts: a grammar too long for
+    # the bound's scale is raced without the walk (it delays XGrammar's start by up to 1 ms)
+    bound = grammar_text.count("[^") + grammar_text.count("Regex(")
+    if bound == 0 or len(grammar_text) > quick_chars * max(1, bound - QUICK_FREE_TEXT + 1):
+        return False
     contexts = free_text_contexts(grammar_text, root)
     scale = max(1, contexts - QUICK_FREE_TEXT + 1)
     return contexts > 0 and quick_enough(grammar_text, quick_chars * scale, quick_repeats)
