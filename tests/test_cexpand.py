@@ -199,6 +199,35 @@ def test_delta_into_its_own_base() -> None:
     assert np.array_equal(buf, oracle_row(tc, row, 50))
 
 
+def test_stub_names_the_parameters_the_kernel_takes() -> None:
+    """``_cexpand.pyi`` is what mypy checks callers against: every keyword it names for
+    ``Kernel(...)`` must be one the compiled constructor accepts, with the same defaults."""
+    import ast
+    from pathlib import Path
+
+    import formalgram_cfgzip.expand as pkg
+
+    stub = ast.parse((Path(pkg.__file__).parent / "_cexpand.pyi").read_text())
+    init = next(
+        f
+        for c in stub.body
+        if isinstance(c, ast.ClassDef) and c.name == "Kernel"
+        for f in c.body
+        if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+    )
+    names = [a.arg for a in init.args.args[1:]]
+    defaults = [ast.literal_eval(d) for d in init.args.defaults]
+    rng = np.random.default_rng(3)
+    tc = skewed(rng, 100, 7, 1.0, 0.1)
+    values: list[Any] = [tc.astype(np.int32), 7, 1 << 20, *defaults]
+    kernel = cexpand.Kernel(**dict(zip(names, values, strict=True)))
+    assert kernel.cache_info()["capacity"] == values[names.index("cache_rows")]
+    row = class_row(rng, 7, 0.5, junk=False)
+    out = np.zeros(4, dtype=np.int32)
+    kernel.expand(row, out)
+    assert np.array_equal(out, oracle_row(tc, row, 7))
+
+
 def test_errors() -> None:
     tc = np.array([0, 1, 1, -1, 2], dtype=np.int32)
     kernel = cexpand.Kernel(tc, 3, 1 << 20)

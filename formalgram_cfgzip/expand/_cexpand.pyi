@@ -9,11 +9,12 @@ class Kernel:
         self,
         token_class: ReadableBuffer,
         num_classes: int,
-        table_budget: int,
-        groups: int = -1,
+        row_budget: int,
+        rows: int = -1,
         cache_rows: int = 0,
         delta: int = 1,
         adapt: bool = True,
+        max_rows: int = -1,
     ) -> None: ...
     def expand(
         self,
@@ -22,6 +23,7 @@ class Kernel:
         base_out: WriteableBuffer | None = None,
         base_class: ReadableBuffer | None = None,
         plan: int = -1,
+        big: int = -1,
         /,
     ) -> int: ...
     def expand_rows(
