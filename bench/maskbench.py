@@ -44,7 +44,7 @@ with ``--plots DIR``, CDFs of TTFM and of mask time per engine are drawn with ma
 Run from the repository root::
 
     python -m bench.maskbench DATA_DIR [--sample N] [--seed S] [--engines xgrammar,native,...]
-        [--timeout 120] [--out results.jsonl] [--plots docs/img] [--table table.md]
+        [--timeout 120] [--compress-timeout S] [--out results.jsonl] [--plots docs/img] [--table table.md]
 """
 
 from __future__ import annotations
@@ -116,7 +116,12 @@ class Walker:
     """What every engine offers the benchmark: compile a schema, then a state to walk."""
 
     def __init__(
-        self, vocab_name: str, engines: Sequence[str], progressive_wait: bool, timeout: float
+        self,
+        vocab_name: str,
+        engines: Sequence[str],
+        progressive_wait: bool,
+        timeout: float,
+        compress_timeout: float | None = None,
     ) -> None:
         from formalgram_cfgzip import Vocabulary
         from formalgram_cfgzip.compress import Compressor
@@ -143,7 +148,10 @@ class Walker:
         self.compressors["quick"] = Compressor(prepared, cache_size=0, max_work=QUICK_WORK, **PER_REQUEST)
         self.background: Any = None
         if "progressive" in engines:
-            self.background = BackgroundCompressor(self.vocab, timeout=timeout, **PER_REQUEST)
+            # the progressive engine's compression budget: past it the grammar stays on
+            # XGrammar's masks (a server's choice; the benchmark's --compress-timeout)
+            budget = timeout if compress_timeout is None else min(compress_timeout, timeout)
+            self.background = BackgroundCompressor(self.vocab, timeout=budget, **PER_REQUEST)
         self.settle: Any = None
         self._xgr_info: Any = None
         self._glr_vocab: Any = None
@@ -157,6 +165,12 @@ class Walker:
         warm = Case("warm-up", {"type": "object", "properties": {"a": {"type": "string"}}}, [{"a": "x"}], [])
         for engine in engines:
             self.run(engine, warm, 0)
+        if self.background is not None:
+            # every compression worker started and warm (a server's are, long before a
+            # request): one job each at once, so that the first schemas do not wait for them
+            jobs = [self.background.submit('root ::= "a"') for _ in range(self.background.workers)]
+            for job in jobs:
+                job.result()
         self.reference = None
         self.pending.clear()
 
@@ -433,13 +447,18 @@ class LLGuidanceState:
 
 
 def _worker(
-    conn: Connection, vocab: str, engines: Sequence[str], progressive_wait: bool, timeout: float
+    conn: Connection,
+    vocab: str,
+    engines: Sequence[str],
+    progressive_wait: bool,
+    timeout: float,
+    compress_timeout: float | None = None,
 ) -> None:
     """The worker loop: receives (engine, case, invalid limit), answers the record."""
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
-    walker = Walker(vocab, engines, progressive_wait, timeout)
+    walker = Walker(vocab, engines, progressive_wait, timeout, compress_timeout)
     conn.send("ready")
     while True:
         job = conn.recv()
@@ -462,10 +481,18 @@ def _worker(
 class Pool:
     """One warm worker process, restarted when it runs past the time limit or dies."""
 
-    def __init__(self, vocab: str, engines: Sequence[str], progressive_wait: bool, timeout: float) -> None:
+    def __init__(
+        self,
+        vocab: str,
+        engines: Sequence[str],
+        progressive_wait: bool,
+        timeout: float,
+        compress_timeout: float | None = None,
+    ) -> None:
         self.vocab = vocab
         self.engines = list(engines)
         self.timeout = timeout
+        self.compress_timeout = compress_timeout
         self.progressive_wait = progressive_wait
         self.ctx = mp.get_context("spawn")
         self.proc: Any = None
@@ -475,7 +502,14 @@ class Pool:
         parent, child = self.ctx.Pipe()
         self.proc = self.ctx.Process(
             target=_worker,
-            args=(child, self.vocab, self.engines, self.progressive_wait, self.timeout),
+            args=(
+                child,
+                self.vocab,
+                self.engines,
+                self.progressive_wait,
+                self.timeout,
+                self.compress_timeout,
+            ),
             daemon=False,  # the progressive engine starts worker processes of its own
         )
         self.proc.start()
@@ -769,6 +803,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--timeout", type=float, default=120.0, help="seconds per schema and engine (default 120)"
     )
+    ap.add_argument(
+        "--compress-timeout",
+        type=float,
+        default=None,
+        help="the progressive engine's compression budget in seconds, past which a grammar stays on "
+        "XGrammar's masks (default: --timeout)",
+    )
     ap.add_argument("--invalid", type=int, default=8, help="invalid instances walked per schema (default 8)")
     ap.add_argument(
         "--progressive-wait", action="store_true", help="the progressive engine waits for its classes"
@@ -803,7 +844,7 @@ def main(argv: list[str] | None = None) -> int:
             done.add((r["schema"], r["engine"]))
     sink = args.out.open("a", encoding="utf-8") if args.out is not None else None
     print(f"{len(cases)} schemas, engines {', '.join(engines)}, vocabulary {args.vocab}", file=sys.stderr)
-    pool = Pool(args.vocab, engines, args.progressive_wait, args.timeout)
+    pool = Pool(args.vocab, engines, args.progressive_wait, args.timeout, args.compress_timeout)
     t_start = time.perf_counter()
     try:
         for i, case in enumerate(cases):

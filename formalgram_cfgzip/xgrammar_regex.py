@@ -31,7 +31,7 @@ from typing import Any, Final
 from formalgram.automaton import EPSILON, ByteAutomaton
 from formalgram.errors import UnsupportedConstruct
 
-__all__ = ["regex_automaton"]
+__all__ = ["preload", "regex_automaton"]
 
 _HEADER: Final = re.compile(
     r"Rule (\d+): [^,]*, FSM: CompactFSM\(num_states=(\d+), start=(\d+), end=\[([\d, ]*)\], edges=\["
@@ -85,6 +85,35 @@ def _xgrammar() -> Any:
             1,
         ) from exc
     return xgrammar
+
+
+def preload() -> bool:
+    """Import XGrammar now, so that the first ``Regex`` macro read does not wait for it.
+
+    The first :func:`regex_automaton` imports XGrammar and its testing helpers, which takes
+    seconds (they import torch); a process that will read XGrammar's grammars (a
+    :class:`~formalgram_cfgzip.background.BackgroundCompressor`'s worker) pays that once, when
+    it starts, instead of inside its first compression.
+
+    Returns
+    -------
+    bool
+        Whether XGrammar is installed (``False``: the macros will be refused, as without it).
+
+    Notes
+    -----
+    One import; free once imported.
+
+    Examples
+    --------
+    >>> isinstance(preload(), bool)
+    True
+    """
+    try:
+        _xgrammar()
+    except UnsupportedConstruct:
+        return False
+    return True
 
 
 @lru_cache(maxsize=4096)

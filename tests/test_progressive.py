@@ -351,3 +351,25 @@ def test_workers_run_at_a_lower_priority() -> None:
             assert niceness(worker.pid) == min(19, niceness(os.getpid()) + nice)
         finally:
             bg.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc (Linux)")
+def test_workers_import_xgrammar_before_their_first_job_when_asked() -> None:
+    def maps_xgrammar(pid: int) -> bool:
+        with open(f"/proc/{pid}/maps") as f:
+            return "xgrammar" in f.read()
+
+    vocab = Vocabulary([b'"', b"a", b"ab", b"1", b"12", b"x"])
+    text = 'root ::= "\\"" Regex("[a-b]+[0-9]?", json_string=true) "\\""'
+    in_process = Compressor(vocab).compress(text)
+    # XGrammar is installed (the module's importorskip): the default (None) preloads
+    for preload in (False, True, None):
+        bg = BackgroundCompressor(vocab, timeout=60, workers=1, preload_xgrammar=preload)
+        try:
+            bg.submit('root ::= "a"').result(timeout=60)  # no macro: nothing imports XGrammar
+            (worker,) = [p for p in bg._live if p.is_alive()]
+            assert maps_xgrammar(worker.pid) == (preload is not False)
+            classes = bg.submit(text).result(timeout=60)
+        finally:
+            bg.close()
+        assert classes.token_class.tolist() == in_process.token_class.tolist()
