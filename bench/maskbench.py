@@ -112,20 +112,27 @@ def load_cases(data_dir: Path, sample: int | None, seed: int) -> list[Case]:
 # the worker: one warm process holding the vocabulary and every engine's tokenizer
 
 
+@dataclass(frozen=True)
+class Settings:
+    """What the run's worker process is started with (the command line's choices)."""
+
+    vocab: str
+    engines: tuple[str, ...]
+    progressive_wait: bool
+    timeout: float
+    compress_timeout: float | None = None
+
+
 class Walker:
     """What every engine offers the benchmark: compile a schema, then a state to walk."""
 
-    def __init__(
-        self,
-        vocab_name: str,
-        engines: Sequence[str],
-        progressive_wait: bool,
-        timeout: float,
-        compress_timeout: float | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings) -> None:
         from formalgram_cfgzip import Vocabulary
         from formalgram_cfgzip.compress import Compressor
 
+        vocab_name, engines, timeout = settings.vocab, settings.engines, settings.timeout
+        compress_timeout = settings.compress_timeout
+        progressive_wait = settings.progressive_wait
         self.vocab = Vocabulary.builtin(vocab_name)
         self.width = self.vocab.logit_width
         self.stops = sorted(self.vocab.stop_ids)
@@ -446,19 +453,12 @@ class LLGuidanceState:
         return bool(self.m.is_accepting())
 
 
-def _worker(
-    conn: Connection,
-    vocab: str,
-    engines: Sequence[str],
-    progressive_wait: bool,
-    timeout: float,
-    compress_timeout: float | None = None,
-) -> None:
+def _worker(conn: Connection, settings: Settings) -> None:
     """The worker loop: receives (engine, case, invalid limit), answers the record."""
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
-    walker = Walker(vocab, engines, progressive_wait, timeout, compress_timeout)
+    walker = Walker(settings)
     conn.send("ready")
     while True:
         job = conn.recv()
@@ -481,19 +481,8 @@ def _worker(
 class Pool:
     """One warm worker process, restarted when it runs past the time limit or dies."""
 
-    def __init__(
-        self,
-        vocab: str,
-        engines: Sequence[str],
-        progressive_wait: bool,
-        timeout: float,
-        compress_timeout: float | None = None,
-    ) -> None:
-        self.vocab = vocab
-        self.engines = list(engines)
-        self.timeout = timeout
-        self.compress_timeout = compress_timeout
-        self.progressive_wait = progressive_wait
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
         self.ctx = mp.get_context("spawn")
         self.proc: Any = None
         self.conn: Connection | None = None
@@ -502,14 +491,7 @@ class Pool:
         parent, child = self.ctx.Pipe()
         self.proc = self.ctx.Process(
             target=_worker,
-            args=(
-                child,
-                self.vocab,
-                self.engines,
-                self.progressive_wait,
-                self.timeout,
-                self.compress_timeout,
-            ),
+            args=(child, self.settings),
             daemon=False,  # the progressive engine starts worker processes of its own
         )
         self.proc.start()
@@ -844,7 +826,9 @@ def main(argv: list[str] | None = None) -> int:
             done.add((r["schema"], r["engine"]))
     sink = args.out.open("a", encoding="utf-8") if args.out is not None else None
     print(f"{len(cases)} schemas, engines {', '.join(engines)}, vocabulary {args.vocab}", file=sys.stderr)
-    pool = Pool(args.vocab, engines, args.progressive_wait, args.timeout, args.compress_timeout)
+    pool = Pool(
+        Settings(args.vocab, tuple(engines), args.progressive_wait, args.timeout, args.compress_timeout)
+    )
     t_start = time.perf_counter()
     try:
         for i, case in enumerate(cases):
