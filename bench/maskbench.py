@@ -173,11 +173,9 @@ class Walker:
         for engine in engines:
             self.run(engine, warm, 0)
         if self.background is not None:
-            # every compression worker started and warm (a server's are, long before a
-            # request): one job each at once, so that the first schemas do not wait for them
-            jobs = [self.background.submit('root ::= "a"') for _ in range(self.background.workers)]
-            for job in jobs:
-                job.result()
+            # every compression worker started (a server's are, long before a request), so
+            # that the first schemas do not wait for them
+            self.background.wait_ready()
         self.reference = None
         self.pending.clear()
 

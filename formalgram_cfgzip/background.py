@@ -203,6 +203,8 @@ class BackgroundCompressor:
     Examples
     --------
     >>> bg = BackgroundCompressor(Vocabulary([b"(", b")", b"x"]), timeout=60, workers=1)
+    >>> bg.wait_ready(timeout=60)
+    True
     >>> classes = bg.submit('root ::= "(" root ")" | "x"').result()
     >>> classes.num_classes, bg.restarts
     (3, 0)
@@ -272,6 +274,31 @@ class BackgroundCompressor:
             self._waiting.append(job)
         threading.Thread(target=self._run, args=(job,), daemon=True, name="formalgram-background-job").start()
         return job
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until no worker is still starting (each has prepared the vocabulary and, with
+        :attr:`preload_xgrammar`, imported XGrammar); whether every start succeeded.
+
+        A server calls it once after the construction, so that its first requests do not
+        wait for the workers.
+
+        Parameters
+        ----------
+        timeout : float or None
+            Seconds to wait at most (``None``: until the starts end).
+
+        Returns
+        -------
+        bool
+            ``False`` if a start failed, the wait ran out, or the compressor is closed.
+
+        Notes
+        -----
+        Waits on the compressor's condition; no work of its own.
+        """
+        with self._lock:
+            done = self._lock.wait_for(lambda: self._starting == 0 or self._closed, timeout)
+            return bool(done) and not self._closed and self._spawn_error is None
 
     def _cancel(self, job: CompressionJob) -> None:
         with self._lock:

@@ -284,6 +284,7 @@ def test_a_worker_that_cannot_start_fails_the_jobs_instead_of_hanging() -> None:
 
     bg = NoWorkers(Vocabulary([b"a"]), timeout=60, workers=1)
     try:
+        assert not bg.wait_ready(timeout=30)  # the start failed: not ready
         with pytest.raises(EngineError, match=r"no compression worker could be started.*daemonic"):
             bg.submit('root ::= "a"').result(timeout=30)
     finally:
@@ -366,10 +367,21 @@ def test_workers_import_xgrammar_before_their_first_job_when_asked() -> None:
     for preload in (False, True, None):
         bg = BackgroundCompressor(vocab, timeout=60, workers=1, preload_xgrammar=preload)
         try:
-            bg.submit('root ::= "a"').result(timeout=60)  # no macro: nothing imports XGrammar
+            assert bg.wait_ready(timeout=60)  # no job yet: nothing else imports XGrammar
             (worker,) = [p for p in bg._live if p.is_alive()]
             assert maps_xgrammar(worker.pid) == (preload is not False)
             classes = bg.submit(text).result(timeout=60)
         finally:
             bg.close()
         assert classes.token_class.tolist() == in_process.token_class.tolist()
+
+
+def test_wait_ready_waits_for_every_worker_and_is_false_once_closed() -> None:
+    vocab = Vocabulary([b"a", b"b"])
+    bg = BackgroundCompressor(vocab, timeout=60, workers=2)
+    try:
+        assert bg.wait_ready(timeout=60)
+        assert len(bg._idle) == 2 and bg._starting == 0
+    finally:
+        bg.close()
+    assert not bg.wait_ready(timeout=1)  # closed
