@@ -596,6 +596,27 @@ def test_tables_directory_is_built_once_then_loaded_and_checked(
         engines.compile_grammar(classes, JSON_LIST, engine="native", tables=where)
 
 
+def test_signed_tables_load_only_with_their_key(
+    tmp_path: Path, json_list: tuple[TokenClasses, NativeTables, Vocabulary]
+) -> None:
+    """Tables saved with a key load with that key; unsigned ones, another key or a changed
+    record are refused with CacheError."""
+    classes, tables, _ = json_list
+    key, other = b"k" * 32, b"o" * 32
+    tables.save(tmp_path / "signed", key=key)
+    back = NativeTables.load(tmp_path / "signed", classes, key=key)
+    assert np.array_equal(back.trans_push, tables.trans_push) and back.inconsistency() == ""
+    with pytest.raises(CacheError, match="HMAC"):
+        NativeTables.load(tmp_path / "signed", classes, key=other)
+    tables.save(tmp_path / "plain")
+    with pytest.raises(CacheError, match="not signed"):
+        NativeTables.load(tmp_path / "plain", classes, key=key)
+    meta = tmp_path / "signed" / "meta.json"
+    meta.write_text(meta.read_text().replace('"start_symbol": ', '"start_symbol": 1'))
+    with pytest.raises(CacheError):
+        NativeTables.load(tmp_path / "signed", classes, key=key)
+
+
 def test_tables_are_kept_in_the_classes_cache_directory(
     tmp_path: Path, json_list: tuple[TokenClasses, NativeTables, Vocabulary], monkeypatch: pytest.MonkeyPatch
 ) -> None:

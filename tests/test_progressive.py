@@ -136,6 +136,8 @@ def test_background_compression_is_lossless_and_in_order(llama3: Vocabulary) -> 
         grammars = [compile_json_schema(s, bg) for s in schemas]
         for schema, grammar in zip(schemas, grammars, strict=True):
             assert grammar.wait(timeout=120), grammar.compressed_error
+            # the native engine's tables were built in the worker, not in this process
+            assert grammar._job is not None and grammar._job.tables is not None
             assert _walk_against_xgrammar(llama3, schema, grammar.matcher(), steps=40, seed=1) == []
         assert bg.restarts == 0
     finally:
@@ -160,6 +162,44 @@ def test_classes_from_the_worker_agree_with_earley() -> None:
             member, representative = vocab.tokens[t], vocab.tokens[rep]
             assert member is not None and representative is not None
             assert is_prefix(g, p + member) == is_prefix(g, p + representative), (t, rep, p)
+
+
+def test_a_worker_builds_the_native_tables_when_asked() -> None:
+    """``submit(..., native_tables=True)``: the native engine's tables come back with the
+    classes (signed, loaded and checked here), and the engine built on them accepts exactly
+    what the Earley recognizer accepts; without the flag, no tables."""
+    from formalgram_cfgzip.engines import compile_grammar
+
+    text = 'root ::= "[" item ("," item)* "]"\nitem ::= [a-c]+ | "(" item ")"'
+    tokens = [b"[", b"]", b",", b"a", b"ab", b"abc", b"(", b")", b"((", b"a,", b"],", b"x", b"</s>"]
+    vocab = Vocabulary(tokens, special_ids=[12], stop_ids=[12])
+    g = read_grammar(text)
+    for options in ({"domains": True}, {}):  # tables from the search's own domains, or searched again
+        bg = BackgroundCompressor(vocab, timeout=60, workers=1, **options)
+        try:
+            job = bg.submit(text, native_tables=True)
+            classes = job.result(timeout=60)
+            plain = bg.submit(text)
+            assert plain.result(timeout=60).num_classes == classes.num_classes and plain.tables is None
+        finally:
+            bg.close()
+        assert job.native_tables and job.tables is not None
+        assert job.tables.classes_sha256 and job.tables.inconsistency() == ""
+        compiled = compile_grammar(classes, text, engine="native", tables=job.tables)
+        rng = np.random.default_rng(len(options))
+        for _ in range(20):  # random walks: every token's verdict at every step is Earley's
+            matcher, prefix = compiled.matcher(), b""
+            for _ in range(8):
+                bits = _mask(matcher.fill_next_token_bitmask, vocab.logit_width)
+                allowed = np.unpackbits(bits.view(np.uint8), bitorder="little")[: len(tokens)]
+                for t, tok in enumerate(tokens[:12]):
+                    assert bool(allowed[t]) == is_prefix(g, prefix + tok), (prefix, tok)
+                choices = np.flatnonzero(allowed[:12])
+                if not len(choices):
+                    break
+                pick = int(rng.choice(choices))
+                assert matcher.accept_token(pick)
+                prefix += tokens[pick]
 
 
 def test_background_failures_are_typed_and_the_worker_recovers() -> None:
@@ -275,6 +315,34 @@ def test_a_grammar_past_the_quick_budget_goes_to_the_worker(llama3: Vocabulary) 
     # without a background compressor the budget's error is the compression's failure
     alone = compile_json_schema(schema, quick)
     assert not alone.wait(timeout=120) and "displacement search" in str(alone.compressed_error)
+
+
+def test_patterns_count_less_than_negated_classes_for_the_quick_path() -> None:
+    """The path's prediction: free text (negated classes) makes XGrammar's compile slow, a
+    ``Regex`` macro (a ``pattern``) far less, so a long grammar of many patterns is raced
+    (XGrammar compiles it soon) while as many negated classes send it to the quick path."""
+    from typing import cast
+
+    from formalgram_cfgzip.engines.progressive import (
+        QUICK_CHARS,
+        QUICK_REPEATS,
+        _quick_path,
+        free_text_contexts,
+    )
+
+    def grammar(kinds: list[str]) -> str:
+        rules = [f"r{i} ::= {kind}" for i, kind in enumerate(kinds)]
+        pad = 'pad ::= "' + "p" * 20_000 + '"'
+        return "\n".join(["root ::= pad " + " ".join(f"r{i}" for i in range(len(kinds))), pad, *rules])
+
+    patterns = grammar([f'Regex("^q{i}[a-z]+$")' for i in range(24)] + ["[^x]*"])
+    negated = grammar([f"[^{chr(97 + i)}]*" for i in range(25)])
+    assert free_text_contexts(patterns) == free_text_contexts(negated) == 25
+    bg = cast(BackgroundCompressor, object())  # only its presence matters to the prediction
+    quick = Compressor(Vocabulary([b"a"]), cache_size=0)
+    assert not _quick_path(quick, bg, patterns, QUICK_CHARS, QUICK_REPEATS, True, "root")
+    assert _quick_path(quick, bg, negated, QUICK_CHARS, QUICK_REPEATS, True, "root")
+    assert not _quick_path(quick, None, negated, QUICK_CHARS, QUICK_REPEATS, True, "root")
 
 
 def test_a_worker_that_cannot_start_fails_the_jobs_instead_of_hanging() -> None:

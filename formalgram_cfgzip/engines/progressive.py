@@ -15,7 +15,9 @@ two paths:
   XGrammar's own compile of the grammar its converter made) starts on a thread of its own,
   and after a head start the compression in a
   :class:`~formalgram_cfgzip.background.BackgroundCompressor`'s worker process (for a schema,
-  the text is written on that thread, not before XGrammar starts).  The first fill waits for
+  the text is written on that thread, not before XGrammar starts; for the native engine the
+  worker builds its tables too, so that this process, beside XGrammar's compile, only loads
+  them).  The first fill waits for
   the first engine ready, and a matcher on XGrammar moves to the classes' engine at the
   first call after that engine is ready, between two tokens, by replaying the tokens it
   accepted into a matcher of the new engine.
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
     from formalgram_cfgzip.engines import EngineName
     from formalgram_cfgzip.engines.base import CompiledGrammar
     from formalgram_cfgzip.engines.matcher import EngineMatcher
+    from formalgram_cfgzip.engines.native.tables import NativeTables
     from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
@@ -66,6 +69,7 @@ __all__ = [
     "HEAD_START",
     "QUICK_CHARS",
     "QUICK_FREE_TEXT",
+    "QUICK_MACRO_WEIGHT",
     "QUICK_REPEATS",
     "ProgressiveGrammar",
     "ProgressiveMatcher",
@@ -88,6 +92,13 @@ QUICK_REPEATS = 64
 #: 147 and 160 ms with 6 and 7 against 13-16 ms with 1), so each allows :data:`QUICK_CHARS`
 #: more characters on the quick path
 QUICK_FREE_TEXT = 4
+#: What a ``Regex`` macro (a string's ``pattern``) counts for against :data:`QUICK_FREE_TEXT`:
+#: a pattern's automaton costs XGrammar's compile far less than a negated class does (on 2,000
+#: MaskBench schemas without long repetitions, 10-14 ms per 1,000 grammar characters with
+#: 1-100 macros and at most one negated class, against 140-220 with 5 or more negated
+#: classes); counted whole, 20-36 patterns sent 41,000-character grammars to the quick path
+#: that XGrammar compiled in 0.1-0.2 s, and whose quick attempt took 0.3-1 s before its budget
+QUICK_MACRO_WEIGHT = 0.25
 #: :func:`compile_progressive`'s default head start of XGrammar's compile in a race, in seconds:
 #: on the same sample XGrammar compiled the race's grammars in 43 ms at the median, about two
 #: to three times slower with the compression running beside it on a 2-core machine
@@ -179,25 +190,33 @@ def free_text_contexts(grammar_text: str, root: str = "root") -> int:
     >>> free_text_contexts('root ::= [^a]* "a" [^b]* Regex("[0-9]+")')
     3
     """
+    negated, macros = _free_text(grammar_text, root)
+    return negated + macros
+
+
+def _free_text(grammar_text: str, root: str) -> tuple[int, int]:
+    """:func:`free_text_contexts` by kind: (distinct negated classes, distinct ``Regex``
+    macros); ``(1, 0)`` without a rule ``root``."""
     heads = list(_RULE.finditer(grammar_text))
     bodies: dict[str, str] = {}
     for k, head in enumerate(heads):
         end = heads[k + 1].start() if k + 1 < len(heads) else len(grammar_text)
         bodies[head.group(1)] = bodies.get(head.group(1), "") + " " + grammar_text[head.end() : end]
     if root not in bodies:
-        return 1
-    found: set[str] = set()
+        return 1, 0
+    negated: set[str] = set()
+    macros: set[str] = set()
     seen = {root}
     todo = [root]
     while todo:
         body = bodies[todo.pop()]
-        found.update(m.group(0) for m in _MACRO.finditer(body))
-        found.update(m.group(0) for m in _LITERAL_OR_CLASS.finditer(body) if m.group(0).startswith("[^"))
+        macros.update(m.group(0) for m in _MACRO.finditer(body))
+        negated.update(m.group(0) for m in _LITERAL_OR_CLASS.finditer(body) if m.group(0).startswith("[^"))
         for ref in _NAME.findall(_LITERAL_OR_CLASS.sub(" ", _MACRO.sub(" ", body))):
             if ref in bodies and ref not in seen:
                 seen.add(ref)
                 todo.append(ref)
-    return len(found)
+    return len(negated), len(macros)
 
 
 class ProgressiveGrammar:
@@ -367,11 +386,15 @@ class ProgressiveGrammar:
                         self._changed.wait_for(lambda: self._served or self._closed, timeout=FIRST_FILL_GRACE)
             text = grammar_text if isinstance(grammar_text, str) else grammar_text()
             self.grammar_text = text
+            tables: NativeTables | None = None
             if isinstance(compressor, BackgroundCompressor):
-                classes = self._in_background(compressor, text)
+                classes, tables = self._in_background(compressor, text, engine == "native")
             else:
                 classes = compressor.compress(text)
-            compiled = compile_grammar(classes, text, engine=engine, check=False)
+            if tables is not None:
+                compiled = compile_grammar(classes, text, engine=engine, check=False, tables=tables)
+            else:
+                compiled = compile_grammar(classes, text, engine=engine, check=False)
         except BaseException as exc:  # reported through compressed_error
             with self._changed:
                 self.compressed_error = exc
@@ -397,12 +420,18 @@ class ProgressiveGrammar:
             self._served = True
             self._changed.notify_all()
 
-    def _in_background(self, background: BackgroundCompressor, text: str) -> TokenClasses:
+    def _in_background(
+        self, background: BackgroundCompressor, text: str, native: bool
+    ) -> tuple[TokenClasses, NativeTables | None]:
+        """The classes from ``background`` and, for the native engine, its tables built there
+        too (here, beside XGrammar's compile, their GNF conversion took several times as
+        long as alone)."""
         with self._changed:
             if self._closed:
                 raise EngineError("the grammar was closed")
-            self._job = background.submit(text, timeout=self.compress_timeout)
-        return self._job.result()
+            self._job = background.submit(text, timeout=self.compress_timeout, native_tables=native)
+        classes = self._job.result()
+        return classes, self._job.tables
 
     def close(self) -> None:
         """Give up a compression still running in a background compressor (its worker is
@@ -640,7 +669,8 @@ def compile_progressive(
         the interpreter for long stretches, so XGrammar's compile could not return before it.)
     quick_chars, quick_repeats : int
         :func:`quick_enough`'s limits; ``quick_chars`` grows by itself for each free-text
-        context past :data:`QUICK_FREE_TEXT` (:func:`free_text_contexts`).
+        context past :data:`QUICK_FREE_TEXT` (:func:`free_text_contexts`; a ``Regex`` macro
+        counts :data:`QUICK_MACRO_WEIGHT`).
     head_start : float
         In a race, seconds XGrammar's compile runs alone before the compression starts (it
         starts at once when XGrammar's compile ends sooner).  The two compete for the
@@ -773,8 +803,8 @@ def _quick_path(
     """Whether a grammar takes the quick path: an in-process compressor with a background one
     to hand over to, and a compression predicted cheap (:func:`quick_enough`).  With
     XGrammar's compile asked for, also free text, which makes XGrammar's compile the slower
-    one (:func:`free_text_contexts`); each context past :data:`QUICK_FREE_TEXT` allows
-    ``quick_chars`` more characters."""
+    one (:func:`free_text_contexts`, a macro counted :data:`QUICK_MACRO_WEIGHT`); each
+    context past :data:`QUICK_FREE_TEXT` allows ``quick_chars`` more characters."""
     from formalgram_cfgzip.background import BackgroundCompressor
 
     if background is None or isinstance(compressor, BackgroundCompressor):
@@ -786,9 +816,10 @@ def _quick_path(
     bound = grammar_text.count("[^") + grammar_text.count("Regex(")
     if bound == 0 or len(grammar_text) > quick_chars * max(1, bound - QUICK_FREE_TEXT + 1):
         return False
-    contexts = free_text_contexts(grammar_text, root)
-    scale = max(1, contexts - QUICK_FREE_TEXT + 1)
-    return contexts > 0 and quick_enough(grammar_text, quick_chars * scale, quick_repeats)
+    negated, macros = _free_text(grammar_text, root)
+    contexts = negated + macros * QUICK_MACRO_WEIGHT
+    scale = max(1.0, contexts - QUICK_FREE_TEXT + 1)
+    return contexts > 0 and quick_enough(grammar_text, int(quick_chars * scale), quick_repeats)
 
 
 def _converter_options(options: Mapping[str, Any]) -> dict[str, Any]:

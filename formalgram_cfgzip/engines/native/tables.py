@@ -120,8 +120,12 @@ class NativeTables:
     stats: dict[str, float] = field(default_factory=dict)
 
     # -- persistence ----------------------------------------------------------------------
-    def save(self, directory: str | os.PathLike[str]) -> None:
-        """Write the tables to ``directory`` (``arrays.npz`` + ``meta.json``, no pickle)."""
+    def save(self, directory: str | os.PathLike[str], *, key: bytes | None = None) -> None:
+        """Write the tables to ``directory`` (``arrays.npz`` + ``meta.json``, no pickle).
+
+        With ``key`` (bytes, at least 16), the record is signed (HMAC-SHA-256), and
+        :meth:`load` with the same key refuses it if it was changed or written without it.
+        """
         d = self.domains
         arrays: dict[str, np.ndarray] = {
             "byte_class": self.byte_class,
@@ -153,10 +157,12 @@ class NativeTables:
             "accepts_empty": self.accepts_empty,
             "stats": {k: float(v) for k, v in self.stats.items()},
         }
-        write_cache(directory, arrays, meta)
+        write_cache(directory, arrays, meta, key=key)
 
     @staticmethod
-    def load(directory: str | os.PathLike[str], classes: TokenClasses) -> NativeTables:
+    def load(
+        directory: str | os.PathLike[str], classes: TokenClasses, *, key: bytes | None = None
+    ) -> NativeTables:
         """Load tables saved by :meth:`save` for ``classes`` (fingerprints and shapes checked).
 
         Parameters
@@ -166,6 +172,8 @@ class NativeTables:
         classes : TokenClasses
             The classes the tables must have been built for (their grammar, vocabulary and
             :func:`classes_fingerprint` are compared with the stored ones).
+        key : bytes, optional, keyword-only
+            The key :meth:`save` signed with: an unsigned or altered record is refused.
 
         Returns
         -------
@@ -176,7 +184,8 @@ class NativeTables:
         ------
         CacheError
             If the cache is missing, corrupted, for another grammar, vocabulary or classes,
-            of another format version, or inconsistent.
+            of another format version, inconsistent, or (with ``key``) unsigned or signed
+            with another key.
 
         Notes
         -----
@@ -189,7 +198,7 @@ class NativeTables:
             "vocab_sha256": classes.vocab.fingerprint(),
             "classes_sha256": classes_fingerprint(classes),
         }
-        arrays, meta = read_cache(directory, expect=expect)
+        arrays, meta = read_cache(directory, expect=expect, key=key)
         try:
             got = {name: np.asarray(arrays[name]) for name in _ARRAYS}
             ints = {
