@@ -230,6 +230,9 @@ class BackgroundCompressor:
     >>> classes = bg.submit('root ::= "(" root ")" | "x"').result()
     >>> classes.num_classes, bg.restarts
     (3, 0)
+    >>> job = bg.submit('root ::= "(" root ")" | "x"', native_tables=True)  # the native engine's too
+    >>> job.result().num_classes == job.tables.num_classes
+    True
     >>> bg.close()
     """
 
