@@ -391,10 +391,9 @@ class ProgressiveGrammar:
                 classes, tables = self._in_background(compressor, text, engine == "native")
             else:
                 classes = compressor.compress(text)
-            if tables is not None:
-                compiled = compile_grammar(classes, text, engine=engine, check=False, tables=tables)
-            else:
-                compiled = compile_grammar(classes, text, engine=engine, check=False)
+            # tables=None: built here (the in-process compressor's classes, or an engine other
+            # than the native one, which takes no tables)
+            compiled = compile_grammar(classes, text, engine=engine, check=False, tables=tables)
         except BaseException as exc:  # reported through compressed_error
             with self._changed:
                 self.compressed_error = exc
