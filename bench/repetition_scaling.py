@@ -31,6 +31,7 @@ import argparse
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,20 @@ import numpy as np
 from formalgram_cfgzip.compress import Compressor
 
 _BOUNDS = re.compile(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}")
+
+
+def _rebound(text: str, keep: int, top_of: Callable[[int], int]) -> str:
+    """``text`` with every ``{m, n}`` whose ``n`` is over ``keep`` made ``{min(m, t), t}``,
+    ``t = top_of(n)``."""
+
+    def rebound(m: re.Match[str]) -> str:
+        low, high = int(m.group(1)), int(m.group(2))
+        if high <= keep:
+            return m.group(0)
+        top = top_of(high)
+        return f"{{{min(low, top)}, {top}}}"
+
+    return _BOUNDS.sub(rebound, text)
 
 
 def scale_bounds(text: str, factor: float, keep: int) -> str:
@@ -48,15 +63,7 @@ def scale_bounds(text: str, factor: float, keep: int) -> str:
     >>> scale_bounds('a ::= [0-9]{0, 1000} [a-z]{2, 16}', 0.1, 24)
     'a ::= [0-9]{0, 100} [a-z]{2, 16}'
     """
-
-    def scaled(m: re.Match[str]) -> str:
-        low, high = int(m.group(1)), int(m.group(2))
-        if high <= keep:
-            return m.group(0)
-        top = max(1, int(high * factor))
-        return f"{{{min(low, top)}, {top}}}"
-
-    return _BOUNDS.sub(scaled, text)
+    return _rebound(text, keep, lambda high: max(1, int(high * factor)))
 
 
 def cut_bounds(text: str, cap: int) -> str:
@@ -67,12 +74,7 @@ def cut_bounds(text: str, cap: int) -> str:
     >>> cut_bounds('a ::= [0-9]{0, 1000} [a-z]{500, 600} "x"{2, 16}', 130)
     'a ::= [0-9]{0, 130} [a-z]{130, 130} "x"{2, 16}'
     """
-
-    def cut(m: re.Match[str]) -> str:
-        low, high = int(m.group(1)), int(m.group(2))
-        return m.group(0) if high <= cap else f"{{{min(low, cap)}, {cap}}}"
-
-    return _BOUNDS.sub(cut, text)
+    return _rebound(text, cap, lambda high: cap)
 
 
 def same_partition(a: np.ndarray, b: np.ndarray) -> bool:
