@@ -144,9 +144,14 @@ def test_background_compression_is_lossless_and_in_order(llama3: Vocabulary) -> 
         bg.close()
 
 
+# a small grammar and vocabulary for the worker's results against the Earley recognizer
+_NESTED = 'root ::= "[" item ("," item)* "]"\nitem ::= [a-c]+ | "(" item ")"'
+_NESTED_TOKENS = [b"[", b"]", b",", b"a", b"ab", b"abc", b"(", b")", b"((", b"a,", b"],", b"x"]
+
+
 def test_classes_from_the_worker_agree_with_earley() -> None:
-    text = 'root ::= "[" item ("," item)* "]"\nitem ::= [a-c]+ | "(" item ")"'
-    vocab = Vocabulary([b"[", b"]", b",", b"a", b"ab", b"abc", b"(", b")", b"((", b"a,", b"],", b"x"])
+    text = _NESTED
+    vocab = Vocabulary(_NESTED_TOKENS)
     bg = BackgroundCompressor(vocab, timeout=60)
     try:
         classes = bg.submit(text).result(timeout=60)
@@ -170,8 +175,8 @@ def test_a_worker_builds_the_native_tables_when_asked() -> None:
     what the Earley recognizer accepts; without the flag, no tables."""
     from formalgram_cfgzip.engines import compile_grammar
 
-    text = 'root ::= "[" item ("," item)* "]"\nitem ::= [a-c]+ | "(" item ")"'
-    tokens = [b"[", b"]", b",", b"a", b"ab", b"abc", b"(", b")", b"((", b"a,", b"],", b"x", b"</s>"]
+    text = _NESTED
+    tokens = [*_NESTED_TOKENS, b"</s>"]
     vocab = Vocabulary(tokens, special_ids=[12], stop_ids=[12])
     g = read_grammar(text)
     for options in ({"domains": True}, {}):  # tables from the search's own domains, or searched again
