@@ -28,6 +28,9 @@ with ``--warm`` both engines keep what the check pass and an untimed pass left (
 decoding many requests of one grammar):
 
 * ``native``      ``fill_next_token_bitmask`` of the native engine (class fill + expansion);
+* ``update``      ``update_next_token_bitmask`` of the native engine on a row that the same
+  matcher keeps for its walk (a decoding loop with one row per sequence): only what
+  changed since the last step is written;
 * ``class-fill``  / ``expansion``  the same split in two (another compiled grammar and
   expander, so that neither shares the other's row cache): ``fill_next_class_bitmask``,
   then :meth:`~formalgram_cfgzip.expand.MaskExpander.expand_at`;
@@ -313,28 +316,32 @@ def check_pass(loaded: Loaded, full: Any, walks: list[list[int]]) -> tuple[list[
     bm_x = native.allocate_token_bitmask(1)
     bm_n = native.allocate_token_bitmask(1)
     gb = np.zeros(max(native.token_words, loaded.glr.mask_len() if loaded.glr is not None else 0), np.int32)
-    counts = {"steps": 0, "native_mismatch": 0, "glrmask_differs": 0, "refused": 0}
+    bm_u = native.allocate_token_bitmask(1)
+    counts = {"steps": 0, "native_mismatch": 0, "update_mismatch": 0, "glrmask_differs": 0, "refused": 0}
     times: list[float] = []
     perf = time.perf_counter
     for walk in walks:
         mx = full.matcher()
         raw = getattr(mx, "_m", mx)
-        mn = native.matcher()
+        mn, mu = native.matcher(), native.matcher()
         state = loaded.glr.start() if loaded.glr is not None else None
         for tok in walk:
             t = perf()
             raw.fill_next_token_bitmask(bm_x, 0)
             times.append(perf() - t)
             mn.fill_next_token_bitmask(bm_n, 0)
+            mu.update_next_token_bitmask(bm_u, 0)
             counts["steps"] += 1
             if not np.array_equal(bm_x, bm_n):
                 counts["native_mismatch"] += 1
+            if not np.array_equal(bm_x, bm_u):
+                counts["update_mismatch"] += 1
             if state is not None:
                 state.fill_mask(gb)
                 if not np.array_equal(_bits(gb[: native.token_words], width), _bits(bm_x[0], width)):
                     counts["glrmask_differs"] += 1
                 state.commit_token(tok)
-            if not (mx.accept_token(tok) and mn.accept_token(tok)):
+            if not (mx.accept_token(tok) and mn.accept_token(tok) and mu.accept_token(tok)):
                 counts["refused"] += 1
                 break
     native.expander.clear_cache()  # type: ignore[union-attr]
@@ -357,13 +364,16 @@ def timed_pass(
     bm2 = native.allocate_token_bitmask(1)
     cm = split.allocate_class_bitmask(1)
     gb = np.zeros(max(native.token_words, glr.mask_len() if glr is not None else 0), np.int32)
-    variants = ["native", "split"] + (["glrmask"] if glr is not None else [])
-    times: dict[str, list[float]] = {k: [] for k in ("native", "class-fill", "expansion", "glrmask")}
+    variants = ["native", "update", "split"] + (["glrmask"] if glr is not None else [])
+    times: dict[str, list[float]] = {
+        k: [] for k in ("native", "update", "class-fill", "expansion", "glrmask")
+    }
     plans: Counter[str] = Counter()
     perf = time.perf_counter
     rng = np.random.default_rng(seed)
     for walk in walks:
-        mn, ms = native.matcher(), split.matcher()
+        mn, ms, mu = native.matcher(), split.matcher(), native.matcher()
+        bm_u = native.allocate_token_bitmask(1)  # the walk's own row
         state = glr.start() if glr is not None else None
         for tok in walk:
             for j in rng.permutation(len(variants)):
@@ -372,6 +382,10 @@ def timed_pass(
                     t = perf()
                     mn.fill_next_token_bitmask(bm, 0)
                     times["native"].append(perf() - t)
+                elif v == "update":
+                    t = perf()
+                    mu.update_next_token_bitmask(bm_u, 0)
+                    times["update"].append(perf() - t)
                 elif v == "split":
                     t = perf()
                     ms.fill_next_class_bitmask(cm, 0)
@@ -387,6 +401,7 @@ def timed_pass(
                     times["glrmask"].append(perf() - t)
             mn.accept_token(tok)
             ms.accept_token(tok)
+            mu.accept_token(tok)
             if state is not None:
                 state.commit_token(tok)
     return times, plans
@@ -415,6 +430,7 @@ def plot(per_step: dict[str, dict[str, npt.NDArray[np.float64]]], path: str) -> 
         "XGrammar full": ("tab:gray", 0.8),
         "GLRMask": ("tab:orange", 1.0),
         "native": ("tab:blue", 1.0),
+        "native update": ("tab:purple", 1.0),
         "native expansion": ("tab:green", 0.6),
     }
     for ax, name in zip(axes.flat, names, strict=False):
@@ -511,7 +527,7 @@ def main_peers(args: Any) -> None:
                 floors[k] = np.min(np.asarray(passes), axis=0)
         p99f = {k: float(np.percentile(v, 99)) * 1e6 for k, v in floors.items()}
         total = {k: float(v.sum()) * 1e3 for k, v in floors.items()}
-        for k in ("native", "glrmask", "xgrammar", "class-fill", "expansion"):
+        for k in ("native", "update", "glrmask", "xgrammar", "class-fill", "expansion"):
             med, p99, _ = stats[k]
             print(
                 f"  {k:10} median {med:9.1f} µs  p99 {p99:9.1f} µs  p99 of the step minima "
@@ -527,12 +543,15 @@ def main_peers(args: Any) -> None:
         comp = loaded.compile_s
         native_compile = comp.get("compress", 0.0) + comp.get("tables", 0.0)
         glr_compile = f"{comp['glrmask']:.1f}" if "glrmask" in comp else glr_note or "-"
-        n, g = stats["native"], stats["glrmask"]
+        n, u, g = stats["native"], stats["update"], stats["glrmask"]
+        nan = float("nan")
         rows.append(
             f"| {case.name} | {loaded.classes.num_classes:,} | {sum(map(len, walks))} | {cell('native')} | "
-            f"{cell('glrmask')} | {cell('xgrammar', 0)} | {n[0] / g[0]:.2f} | {n[1] / g[1]:.2f} "
-            f"({p99f.get('native', float('nan')) / p99f.get('glrmask', float('nan')):.2f}) | "
-            f"{counts['native_mismatch']} | {native_compile:.1f} / {glr_compile} / {comp['xgrammar']:.1f} |"
+            f"{cell('update')} | {cell('glrmask')} | {cell('xgrammar', 0)} | {n[0] / g[0]:.2f}, {u[0] / g[0]:.2f} | "
+            f"{n[1] / g[1]:.2f}, {u[1] / g[1]:.2f} "
+            f"({p99f.get('native', nan) / p99f.get('glrmask', nan):.2f}, {p99f.get('update', nan) / p99f.get('glrmask', nan):.2f}) | "
+            f"{counts['native_mismatch']}, {counts['update_mismatch']} | "
+            f"{native_compile:.1f} / {glr_compile} / {comp['xgrammar']:.1f} |"
         )
         split_rows.append(
             f"| {case.name} | {cell('class-fill')} | {cell('expansion')} | {cell('native')} | "
@@ -543,6 +562,7 @@ def main_peers(args: Any) -> None:
             "xgrammar": "XGrammar full",
             "glrmask": "GLRMask",
             "native": "native",
+            "update": "native update",
             "expansion": "native expansion",
         }
         per_step[case.name] = {label: floors[k] for k, label in labels.items() if k in floors}
@@ -553,11 +573,11 @@ def main_peers(args: Any) -> None:
         "GLRMask / XGrammar"
     )
     print(
-        "| grammar | classes | steps | native: median / p99 / total | GLRMask: median / p99 / total | "
-        "XGrammar full: median / p99 / total | native/GLRMask median | native/GLRMask p99 | mismatches | "
-        "compile s: native / GLRMask / XGrammar |"
+        "| grammar | classes | steps | native fill: median / p99 / total | native update: median / p99 / total | "
+        "GLRMask: median / p99 / total | XGrammar full: median / p99 / total | median / GLRMask: fill, update | "
+        "p99 / GLRMask: fill, update | mismatches: fill, update | compile s: native / GLRMask / XGrammar |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(row)
     print("\n# the native mask split: class fill and expansion (another expander, its own row cache)")

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #define CEXPAND_CAPSULE "formalgram_cfgzip.expand._cexpand._C_API"
-#define CEXPAND_API_VERSION 2
+#define CEXPAND_API_VERSION 3
 
 /* Where a kernel's row cache put the row of a class row: a caller that knows its next class row is
  * the same (the native engine's memo) hands the hint back, and the row is copied from that slot
@@ -34,6 +34,12 @@ typedef struct {
      * that class_row is the row it was made for, and is updated to where the row now is. */
     int (*expand_row)(PyObject *kernel, const uint32_t *class_row, uint32_t *out, CExpandHint *hint,
                       int same_row);
+    /* the same, when `out` already holds the token row of the class row `base_row` (what the
+     * kernel wrote there for it, untouched since): returns 9 and writes nothing when the class rows
+     * are equal, 4 when it flipped the differing classes in place (cheaper by the cost model than
+     * copying a whole row), else expand_row's plan */
+    int (*expand_row_over)(PyObject *kernel, const uint32_t *class_row, uint32_t *out, const uint32_t *base_row,
+                           CExpandHint *hint, int same_row);
 } CExpandAPI;
 
 #endif

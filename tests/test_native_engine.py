@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -301,6 +302,113 @@ def test_real_grammar_walks_match_earley(rel: str) -> None:
 def test_real_grammar_walks_match_earley_heavy(rel: str) -> None:
     """proofs/native_engine.md, Theorem 1: as above with a 20,000-token sample and longer walks."""
     assert _real_walks(rel, 20_000, walks=4, steps=60) > 0
+
+
+# -- row updates -----------------------------------------------------------------------------
+
+
+@functools.cache
+def _update_case() -> tuple[NativeCompiled, Grammar, VocabTrie]:
+    """A real grammar over 20,000 Llama-3 tokens: enough classes and tokens for every kind of
+    row update (nothing written, classes flipped in place, a whole row)."""
+    from formalgram.syntax.gbnf import parse_gbnf
+
+    text = _data.real_grammar(REAL_FAST[1]).read_text(encoding="utf-8")
+    vocab = sample_vocab(20_000, seed=4)
+    classes = compress(text, vocab, progress=False)
+    grammar = engines.compile_grammar(classes, text, engine="native", tables=build_tables(classes, text))
+    assert isinstance(grammar, NativeCompiled)
+    return grammar, parse_gbnf(text), VocabTrie(vocab)
+
+
+@checks_at_least(15)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1))
+def test_row_updates_equal_the_earley_masks(seed: int) -> None:
+    """proofs/native_engine.md, Remark 3: a row kept by one matcher and brought up to date at
+    every step holds the Earley mask, through rollbacks, resets, stop tokens, refused tokens
+    and writes of that row by other paths (a batch fill, another array, another row)."""
+    require_kernel("native")
+    require_kernel("expand")
+    grammar, g, trie = _update_case()
+    vocab = grammar.vocab
+    kernel = grammar.expander.c_kernel if grammar.expander is not None else None
+    assert kernel is not None
+    before = kernel.cache_info()
+    rng = random.Random(seed)
+    m = grammar.matcher()
+    rows = grammar.allocate_token_bitmask(3)
+    other = grammar.allocate_token_bitmask(1)
+    rec = EarleyRecognizer(g)
+    history: list[EarleyRecognizer] = []
+    for _ in range(40):
+        r = rng.random()
+        if r < 0.08 and history:  # roll back 1-3 tokens
+            k = rng.randint(1, min(3, len(history)))
+            m.rollback(k)
+            rec = history[-k]
+            del history[-k:]
+        elif r < 0.1:
+            m.reset()
+            rec, history = EarleyRecognizer(g), []
+        elif r < 0.14:  # another path writes the kept row: the matcher must not patch it
+            grammar.fill_next_token_bitmask_batch([m], rows, [0])
+        elif r < 0.18:  # the kept row is left alone while the matcher writes elsewhere
+            m.update_next_token_bitmask(rows, rng.randint(1, 2))
+        elif r < 0.22:
+            m.fill_next_token_bitmask(other)
+        elif r < 0.24:  # another array object over the same memory
+            m.update_next_token_bitmask(rows[:], 0)
+        m.update_next_token_bitmask(rows, 0)
+        want = oracle_mask(rec, trie, vocab) if not m.is_terminated() else set()
+        assert row_tokens(rows[0], vocab.logit_width) == want
+        text = sorted(want - set(vocab.stop_ids))
+        if m.is_terminated():
+            continue
+        if not text or rng.random() < 0.03:
+            if want & set(vocab.stop_ids):
+                assert m.accept_token(min(vocab.stop_ids))
+                history.append(rec)
+            continue
+        if rng.random() < 0.1:
+            assert not m.accept_token(rng.choice([i for i in range(vocab.logit_width) if i not in want]))
+        # long tokens first: steps inside strings, where the class mask repeats
+        tok = max(rng.sample(text, min(4, len(text))), key=lambda i: len(vocab.tokens[i] or b""))
+        assert m.accept_token(tok)
+        history.append(rec.copy())
+        data = vocab.tokens[tok]
+        assert data is not None and rec.feed_bytes(data)
+    after = kernel.cache_info()
+    assert after["unchanged"] > before["unchanged"]  # the test exercised the path it checks
+
+
+def test_row_updates_take_every_path() -> None:
+    """proofs/native_engine.md, Remark 3: the walks above leave rows unchanged, patch them in
+    place and rewrite them, so each path is checked (not only the whole-row one)."""
+    require_kernel("native")
+    require_kernel("expand")
+    grammar, g, trie = _update_case()
+    kernel = grammar.expander.c_kernel if grammar.expander is not None else None
+    assert kernel is not None
+    vocab = grammar.vocab
+    kernel.clear_cache()
+    rng = random.Random(0)
+    rows = grammar.allocate_token_bitmask(1)
+    for _ in range(6):
+        m = grammar.matcher()
+        rec = EarleyRecognizer(g)
+        for _ in range(40):
+            m.update_next_token_bitmask(rows, 0)
+            want = oracle_mask(rec, trie, vocab)
+            assert row_tokens(rows[0], vocab.logit_width) == want
+            text = sorted(want - set(vocab.stop_ids))
+            if not text:
+                break
+            tok = rng.choice(text)
+            assert m.accept_token(tok)
+            assert rec.feed_bytes(vocab.tokens[tok] or b"")
+    info = kernel.cache_info()
+    assert info["unchanged"] > 0 and info["in_place"] > 0 and info["misses"] + info["hits"] > 0, info
 
 
 # -- protocol, rollback, caches, bad input ---------------------------------------------------

@@ -37,6 +37,11 @@ class Matcher(Protocol):
         """Write the full-vocabulary mask into row ``index`` of ``bitmask``."""
         ...
 
+    def update_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
+        """Bring row ``index`` of ``bitmask``, as this matcher last wrote it, to the
+        full-vocabulary mask."""
+        ...
+
     def fill_next_class_bitmask(self, class_bitmask: Any, index: int = 0) -> None:
         """Write the engine's own (class) mask into row ``index`` of ``class_bitmask``."""
         ...
@@ -246,6 +251,58 @@ class EngineMatcher(ABC):
                 write(scratch, arr, index)
         else:
             self.compiled.finish_row(scratch[0], arr[index])
+
+    def update_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
+        """Bring row ``index`` of ``bitmask`` to the full-vocabulary mask, writing only what changed.
+
+        The row must hold what this matcher's last :meth:`fill_next_token_bitmask` or
+        :meth:`update_next_token_bitmask` on the same array and row wrote there, untouched
+        since (nothing else writes that row: not another matcher, not a batch fill, not the
+        caller).  A decoding loop that keeps one row per sequence meets this; where rows move
+        between sequences, use :meth:`fill_next_token_bitmask`.  On another array or row, or
+        in an engine that cannot patch a row, this is :meth:`fill_next_token_bitmask`.
+
+        Parameters
+        ----------
+        bitmask : numpy.ndarray or torch.Tensor
+            As for :meth:`fill_next_token_bitmask`.
+        index : int
+            Row to bring up to date.
+
+        Raises
+        ------
+        EngineError, BatchIndexError
+            As for :meth:`fill_next_token_bitmask`.
+
+        Notes
+        -----
+        The native engine with its C kernels writes nothing when the class mask is the last
+        one (most steps inside a string or a comment), flips the tokens of the differing
+        classes when that costs less than copying a row, and otherwise writes the whole row;
+        it keeps a reference to the array.  The other engines write the whole row.
+
+        Examples
+        --------
+        >>> from formalgram_cfgzip import Vocabulary, compress, engines
+        >>> vocab = Vocabulary([b"a", b"b", b"ab", b"</s>"], special_ids=[3], stop_ids=[3])
+        >>> text = 'root ::= "a"+ "b"'
+        >>> compiled = engines.compile_grammar(compress(text, vocab, progress=False), text, engine="native")
+        >>> m = compiled.matcher()
+        >>> row = compiled.allocate_token_bitmask(1)  # kept for this matcher
+        >>> m.update_next_token_bitmask(row, 0)
+        >>> bin(int(row[0, 0]))  # "a" or "ab"
+        '0b101'
+        >>> m.accept_token(0)
+        True
+        >>> m.update_next_token_bitmask(row, 0)
+        >>> bin(int(row[0, 0]))  # "a", "b" or "ab"
+        '0b111'
+        >>> fresh = compiled.allocate_token_bitmask(1)
+        >>> m.fill_next_token_bitmask(fresh, 0)
+        >>> bool((fresh == row).all())
+        True
+        """
+        self.fill_next_token_bitmask(bitmask, index)
 
     def _checked_token_bitmask(self, bitmask: Any, index: object) -> tuple[npt.NDArray[np.int32], int]:
         """``bitmask`` as a numpy int32 array whose row ``index`` has the token width, and

@@ -584,6 +584,15 @@ class ProgressiveMatcher:
         if not self._on_compressed and not self.grammar._served:
             self.grammar._first_fill_done()
 
+    def update_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
+        """Bring row ``index`` of ``bitmask`` to the full-vocabulary mask, writing only what
+        changed (see :meth:`EngineMatcher.update_next_token_bitmask
+        <formalgram_cfgzip.engines.matcher.EngineMatcher.update_next_token_bitmask>`); the
+        first fill on the classes' engine writes the whole row."""
+        self._engine().update_next_token_bitmask(bitmask, index)
+        if not self._on_compressed and not self.grammar._served:
+            self.grammar._first_fill_done()
+
     def fill_next_class_bitmask(self, class_bitmask: Any, index: int = 0) -> None:
         """The classes' engine's own mask; only once the matcher is on it.
 

@@ -114,6 +114,7 @@ now_ns(void)
 
 enum { PLAN_GATHER = 0, PLAN_SPLIT = 1, PLAN_SET = 2, PLAN_CLEAR = 3, PLAN_DELTA = 4, PLAN_FEWER = 5 };
 #define PLAN_CACHE_HIT 8
+#define PLAN_UNCHANGED 9 /* expand_row_over: the output row already held this class row's tokens */
 enum { OP_OR = 0, OP_ANDNOT = 1, OP_XOR = 2 };
 
 typedef struct {
@@ -168,6 +169,7 @@ typedef struct {
     Py_ssize_t c_tmask;
     uint32_t *c_key;        /* cw words of scratch: the masked key being looked up */
     long long hits, misses, evictions, deltas;
+    long long unchanged, in_place; /* rows left as they were / patched where they lay (expand_row_over) */
 } Kernel;
 
 static void
@@ -985,9 +987,10 @@ nearest_cached(Kernel *k, Stats *best_diff)
 }
 
 /* One row through the cache; returns the plan (PLAN_CACHE_HIT for a hit).  *slot_out (may be
- * NULL) is the cache slot now holding the row, -1 without a cache. */
+ * NULL) is the cache slot now holding the row, -1 without a cache.  With base_row (may be NULL),
+ * `out` holds the tokens of that class row, and a miss may be patched from it where it lies. */
 static int
-cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out)
+cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out, const uint32_t *base_row)
 {
     Py_ssize_t nw = k->nw, cw = k->cw;
     if (slot_out)
@@ -1011,8 +1014,11 @@ cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out)
     k->misses++;
     int plan;
     Stats diff;
-    int32_t base = k->delta_mode > 0 ? nearest_cached(k, &diff) : -1;
-    if (base >= 0)
+    int32_t base = k->delta_mode > 0 && base_row == NULL ? nearest_cached(k, &diff) : -1;
+    if (base_row != NULL) { /* `out` holds the tokens of base_row: a delta there needs no copy */
+        diff = row_stats(k, k->c_key, base_row);
+        plan = compute_row(k, k->c_key, base_row, out, &diff, out, -1, -1);
+    } else if (base >= 0)
         plan = compute_row(k, k->c_key, k->c_keys + (size_t)base * (size_t)cw,
                            k->c_rows + (size_t)base * (size_t)nw, &diff, out,
                            k->delta_mode == 2 ? PLAN_DELTA : -1, -1);
@@ -1044,7 +1050,7 @@ cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out)
 static int
 cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
 {
-    return cached_row_at(k, row, out, NULL);
+    return cached_row_at(k, row, out, NULL, NULL);
 }
 
 /* Kernel.expand_rows(class_bitmask, out, indices=None) -> last row's plan (8: cache hit);
@@ -1111,9 +1117,9 @@ done:
 static PyObject *
 Kernel_cache_info(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:n,s:n}", "hits", k->hits, "misses", k->misses,
-                         "evictions", k->evictions, "deltas", k->deltas, "entries", k->n_cached,
-                         "capacity", k->cap);
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:n,s:n}", "hits", k->hits, "misses", k->misses,
+                         "evictions", k->evictions, "deltas", k->deltas, "unchanged", k->unchanged,
+                         "in_place", k->in_place, "entries", k->n_cached, "capacity", k->cap);
 }
 
 static PyObject *
@@ -1125,7 +1131,7 @@ Kernel_clear_cache(Kernel *k, PyObject *Py_UNUSED(ignored))
         k->c_gen[i]++;
     k->n_cached = 0;
     k->c_head = k->c_tail = -1;
-    k->hits = k->misses = k->evictions = k->deltas = 0;
+    k->hits = k->misses = k->evictions = k->deltas = k->unchanged = k->in_place = 0;
     Py_RETURN_NONE;
 }
 
@@ -1300,7 +1306,8 @@ static PyMethodDef Kernel_methods[] = {
      "may patch one of the most recently used cached rows).  Returns the last row's plan, 8\n"
      "for a cache hit."},
     {"cache_info", (PyCFunction)Kernel_cache_info, METH_NOARGS,
-     "Row-cache counters: hits, misses, evictions, deltas, entries, capacity."},
+     "Row-cache counters: hits, misses, evictions, deltas, unchanged and in_place (rows the\n"
+     "C-level expand_row_over left or patched where they lay), entries, capacity."},
     {"clear_cache", (PyCFunction)Kernel_clear_cache, METH_NOARGS,
      "Drop every cached row and reset the counters."},
     {"info", (PyCFunction)Kernel_info, METH_NOARGS,
@@ -1353,9 +1360,9 @@ api_sizes(PyObject *obj, Py_ssize_t *class_words, Py_ssize_t *token_words)
 /* A hint (see _cexpand_api.h) is taken when it names this kernel and a slot whose row was not
  * dropped since: the caller vouches that the class row is the one the hint was made for. */
 static int
-api_expand_row(PyObject *obj, const uint32_t *class_row, uint32_t *out, CExpandHint *hint, int same_row)
+hinted_row(Kernel *k, const uint32_t *class_row, uint32_t *out, CExpandHint *hint, int same_row,
+           const uint32_t *base_row)
 {
-    Kernel *k = (Kernel *)obj;
     if (hint != NULL && same_row && hint->kernel == k->uid && hint->slot < (uint64_t)k->n_cached &&
         hint->gen == k->c_gen[hint->slot]) {
         int32_t s = (int32_t)hint->slot;
@@ -1368,7 +1375,7 @@ api_expand_row(PyObject *obj, const uint32_t *class_row, uint32_t *out, CExpandH
         return PLAN_CACHE_HIT;
     }
     int32_t slot;
-    int plan = cached_row_at(k, class_row, out, &slot);
+    int plan = cached_row_at(k, class_row, out, &slot, base_row);
     if (hint != NULL) {
         hint->kernel = slot >= 0 ? k->uid : 0;
         hint->slot = slot >= 0 ? (uint64_t)slot : 0;
@@ -1377,7 +1384,43 @@ api_expand_row(PyObject *obj, const uint32_t *class_row, uint32_t *out, CExpandH
     return plan;
 }
 
-static CExpandAPI c_api = {CEXPAND_API_VERSION, api_sizes, api_expand_row};
+static int
+api_expand_row(PyObject *obj, const uint32_t *class_row, uint32_t *out, CExpandHint *hint, int same_row)
+{
+    return hinted_row((Kernel *)obj, class_row, out, hint, same_row, NULL);
+}
+
+/* The output row already holds the tokens of `base_row`: nothing is written when the class rows
+ * are equal; the differing classes are flipped where the row lies when that costs less by the cost
+ * model than copying a whole row (the least a row from the cache costs); otherwise the row comes
+ * from the cache as in api_expand_row, or on a miss by the cheapest plan, patching in place among
+ * them. */
+static int
+api_expand_row_over(PyObject *obj, const uint32_t *class_row, uint32_t *out, const uint32_t *base_row,
+                    CExpandHint *hint, int same_row)
+{
+    Kernel *k = (Kernel *)obj;
+    load_key(k, class_row); /* c_key: the class row without the bits past num_classes */
+    Py_ssize_t last = k->cw - 1;
+    uint32_t tail = (k->num_classes & 31) ? ((uint32_t)1 << (k->num_classes & 31)) - 1 : ~(uint32_t)0;
+    int equal = 1;
+    for (Py_ssize_t w = 0; w < k->cw && equal; w++)
+        equal = k->c_key[w] == (w == last ? base_row[w] & tail : base_row[w]);
+    if (equal) {
+        k->unchanged++;
+        return PLAN_UNCHANGED;
+    }
+    Stats d = row_stats(k, k->c_key, base_row);
+    double patch = NS_ROW_WORD * (double)k->nw * (double)d.big + list_cost((double)d.small, d.small_tokens);
+    if (patch < NS_INIT_WORD * (double)k->nw) {
+        plan_delta(k, k->c_key, base_row, out, out);
+        k->in_place++;
+        return PLAN_DELTA;
+    }
+    return hinted_row(k, class_row, out, hint, same_row, base_row);
+}
+
+static CExpandAPI c_api = {CEXPAND_API_VERSION, api_sizes, api_expand_row, api_expand_row_over};
 
 PyMODINIT_FUNC
 PyInit__cexpand(void)

@@ -472,6 +472,14 @@ typedef struct {
     int mvalid, from_memo; /* from_memo: the last fill was the memo's */
     long long memo_hits;
     CExpandHint khint; /* where the expansion kernel keeps the memo's token row (fill_token) */
+    /* the bitmask of the last fill_token / update_token: its buffer, kept exported (so its memory
+     * stays where it is, and the next call on it skips the export and its checks; r_view.obj NULL:
+     * none), the row written, the kernel (a reference) and the class row whose tokens that row
+     * holds (for update_token) */
+    Py_buffer r_view;
+    PyObject *r_kernel;
+    Py_ssize_t r_index;
+    uint32_t *r_crow;
 } State;
 
 static void
@@ -488,6 +496,10 @@ State_dealloc(State *s)
     free(s->tarena);
     free(s->mkey);
     free(s->mrow);
+    free(s->r_crow);
+    if (s->r_view.obj != NULL)
+        PyBuffer_Release(&s->r_view);
+    Py_XDECREF(s->r_kernel);
     Py_XDECREF(s->t);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -1276,23 +1288,42 @@ State_fill_into(State *s, PyObject *const *args, Py_ssize_t nargs)
 
 static const CExpandAPI *g_expand_api;
 
+/* forget the row update_token may patch */
+static void
+forget_row(State *s)
+{
+    if (s->r_view.obj != NULL)
+        PyBuffer_Release(&s->r_view); /* sets r_view.obj to NULL */
+    Py_CLEAR(s->r_kernel);
+    s->r_index = -1;
+}
+
 /* fill_token(kernel, fallback, bitmask, index=0): the class mask, expanded by the expansion Kernel
  * `kernel` (through its row cache) into row index of a writable C-contiguous 2-D int32 bitmask
  * (native byte order) of the kernel's token width, in one call: so under the GIL throughout, and
  * no other thread uses the kernel in between.  Any other argument -- another object or layout, an
  * index that is not a plain int in range, keyword arguments -- goes to fallback(bitmask, index)
  * instead (with the arguments as given), which raises the typed error or takes the general
- * path.  Returns None. */
+ * path.  Returns None.  The row written is remembered for update_token (fallback: forgotten).
+ *
+ * update_token(...), the same arguments: when bitmask is the object, and index the row, of this
+ * state's last fill_token / update_token, with the same kernel, the row is taken to hold what that
+ * call wrote (the caller's promise) and only what changed is written (nothing when the class mask
+ * is the same); otherwise as fill_token. */
 static PyObject *
-State_fill_token(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+fused_fill(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames, int update)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    const char *usage = update ? "update_token(kernel, fallback, bitmask, index=0)"
+                               : "fill_token(kernel, fallback, bitmask, index=0)";
     if (nargs < 2) {
-        PyErr_SetString(PyExc_TypeError, "fill_token(kernel, fallback, bitmask, index=0)");
+        PyErr_SetString(PyExc_TypeError, usage);
         return NULL;
     }
-    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) || nargs < 3 || nargs > 4) /* the fallback sorts them out */
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) || nargs < 3 || nargs > 4) { /* the fallback sorts them out */
+        forget_row(s);
         return PyObject_Vectorcall(args[1], args + 2, (size_t)(nargs - 2), kwnames);
+    }
     if (g_expand_api == NULL) {
         const CExpandAPI *api = PyCapsule_Import(CEXPAND_CAPSULE, 0);
         if (api == NULL)
@@ -1322,29 +1353,48 @@ State_fill_token(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *k
             goto fallback;
         }
     }
-    Py_buffer v;
-    if (PyObject_GetBuffer(bitmask, &v, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        PyErr_Clear();
-        goto fallback;
+    if (s->r_view.obj != bitmask) { /* a new bitmask: exported, checked and kept */
+        Py_buffer v;
+        if (PyObject_GetBuffer(bitmask, &v, PyBUF_WRITABLE | PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Clear();
+            goto fallback;
+        }
+        const char *f = v.format ? v.format : "B";
+        int int32 = v.itemsize == 4 && (!strcmp(f, "i") || !strcmp(f, "=i") || (sizeof(long) == 4 && !strcmp(f, "l")));
+        if (!int32 || v.ndim != 2 || v.shape[1] != nw) {
+            PyBuffer_Release(&v);
+            goto fallback;
+        }
+        forget_row(s);
+        s->r_view = v;
     }
-    const char *f = v.format ? v.format : "B";
-    int int32 = v.itemsize == 4 && (!strcmp(f, "i") || !strcmp(f, "=i") || (sizeof(long) == 4 && !strcmp(f, "l")));
-    if (!int32 || v.ndim != 2 || v.shape[1] != nw || index < 0 || index >= v.shape[0]) {
-        PyBuffer_Release(&v);
+    if (index < 0 || index >= s->r_view.shape[0] || s->r_view.shape[1] != nw)
         goto fallback;
-    }
-    if (t->crow == NULL && (t->crow = malloc((size_t)(cw > 0 ? cw : 1) * sizeof(uint32_t))) == NULL) {
-        PyBuffer_Release(&v);
+    size_t crow_bytes = (size_t)(cw > 0 ? cw : 1) * sizeof(uint32_t);
+    if ((t->crow == NULL && (t->crow = malloc(crow_bytes)) == NULL) ||
+        (s->r_crow == NULL && (s->r_crow = malloc(crow_bytes)) == NULL)) {
+        forget_row(s);
         return PyErr_NoMemory();
     }
-    int plan = fill_row(s, t->crow) < 0 ? -1
-                                        : g_expand_api->expand_row(args[0], t->crow, (uint32_t *)v.buf + index * nw,
-                                                                   &s->khint, s->from_memo);
-    PyBuffer_Release(&v);
-    if (plan < 0)
+    uint32_t *out = (uint32_t *)s->r_view.buf + index * nw;
+    int over = update && s->r_kernel == args[0] && s->r_index == index;
+    int plan = -1;
+    if (fill_row(s, t->crow) >= 0)
+        plan = over ? g_expand_api->expand_row_over(args[0], t->crow, out, s->r_crow, &s->khint, s->from_memo)
+                    : g_expand_api->expand_row(args[0], t->crow, out, &s->khint, s->from_memo);
+    if (plan < 0) {
+        forget_row(s);
         return NULL;
+    }
+    memcpy(s->r_crow, t->crow, (size_t)cw * sizeof(uint32_t));
+    if (s->r_kernel != args[0]) {
+        Py_INCREF(args[0]);
+        Py_XSETREF(s->r_kernel, args[0]);
+    }
+    s->r_index = index;
     Py_RETURN_NONE;
 fallback:;
+    forget_row(s);
     PyObject *call[2] = {bitmask, index_obj != NULL ? index_obj : NULL};
     if (index_obj == NULL) {
         PyObject *zero = PyLong_FromLong(0);
@@ -1356,6 +1406,25 @@ fallback:;
         return r;
     }
     return PyObject_Vectorcall(args[1], call, 2, NULL);
+}
+
+static PyObject *
+State_fill_token(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    return fused_fill(s, args, nargsf, kwnames, 0);
+}
+
+static PyObject *
+State_update_token(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    return fused_fill(s, args, nargsf, kwnames, 1);
+}
+
+static PyObject *
+State_forget_row(State *s, PyObject *Py_UNUSED(ignored))
+{
+    forget_row(s);
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -1489,7 +1558,13 @@ static PyMethodDef State_methods[] = {
      "fill_token(kernel, fallback, bitmask, index=0)\n\nThe class mask expanded by the expansion Kernel\n"
      "`kernel` (formalgram_cfgzip.expand._cexpand, through its row cache) into row index of a\n"
      "writable C-contiguous 2-D int32 token bitmask, in one call; any other bitmask or index is\n"
-     "handed to fallback(bitmask, index)."},
+     "handed to fallback(bitmask, index).  The row is remembered for update_token."},
+    {"update_token", (PyCFunction)(void (*)(void))State_update_token, METH_FASTCALL | METH_KEYWORDS,
+     "update_token(kernel, fallback, bitmask, index=0)\n\nAs fill_token; when bitmask and index are the\n"
+     "object and row of this state's last fill_token / update_token (same kernel), the row must still\n"
+     "hold what that call wrote, and only what changed is written."},
+    {"forget_row", (PyCFunction)State_forget_row, METH_NOARGS,
+     "forget_row()\n\nForget the row update_token may patch (the next call writes a whole row)."},
     {"stop_allowed", (PyCFunction)State_stop_allowed, METH_NOARGS, "Whether the prefix is in the language."},
     {"is_terminated", (PyCFunction)State_is_terminated, METH_NOARGS, "Whether a stop token was accepted."},
     {"tops", (PyCFunction)State_tops, METH_NOARGS, "The current top nodes, ascending (0: the bottom)."},

@@ -369,6 +369,9 @@ class PyState:
                 acc[stop >> 5] |= np.uint32(1 << (stop & 31))
         row[:] = acc.view(np.int32)
 
+    def forget_row(self) -> None:
+        """Nothing to forget: this kernel has no row update (the C kernel's ``update_token``)."""
+
     def fill_into(self, bitmask: Any, index: int) -> None:
         """Write the class mask into row ``index`` of the 2-D int32 array ``bitmask``."""
         self.fill(bitmask[index])

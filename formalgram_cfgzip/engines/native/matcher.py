@@ -74,6 +74,8 @@ class StateLike(Protocol):
 
     def fill(self, row: Any, /) -> None: ...
 
+    def forget_row(self) -> None: ...
+
     def fill_into(self, bitmask: Any, index: int, /) -> None: ...
 
     def stop_allowed(self) -> bool: ...
@@ -155,8 +157,10 @@ class NativeMatcher(EngineMatcher):
         ex = compiled.expander
         kernel = ex.c_kernel if ex is not None else None
         fill_token = getattr(self._state, "fill_token", None)
-        if kernel is not None and fill_token is not None:
+        update_token = getattr(self._state, "update_token", None)
+        if kernel is not None and fill_token is not None and update_token is not None:
             self.__dict__["fill_next_token_bitmask"] = partial(fill_token, kernel, self._fill_shared)
+            self.__dict__["update_next_token_bitmask"] = partial(update_token, kernel, self._fill_shared)
 
     def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
         """Write the full-vocabulary mask (XGrammar layout) into row ``index`` of ``bitmask``.
@@ -175,6 +179,25 @@ class NativeMatcher(EngineMatcher):
         :attr:`~formalgram_cfgzip.engines.base.CompiledGrammar.expander_lock`: no other
         thread can use the expander in between.  Other arguments (torch tensors, 1-D rows,
         numpy integers, anything to refuse) take the shared path.
+        """
+        self._fill_shared(bitmask, index)
+
+    def update_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
+        """Bring row ``index`` of ``bitmask`` to the full-vocabulary mask, writing only what changed.
+
+        As :meth:`EngineMatcher.update_next_token_bitmask
+        <formalgram_cfgzip.engines.matcher.EngineMatcher.update_next_token_bitmask>` (the
+        row must hold this matcher's last mask written there).
+
+        Notes
+        -----
+        With both C kernels each matcher binds this name to the fused C entry
+        ``State.update_token``: on the array object and row of this matcher's last fused fill
+        or update (it keeps a reference to the array), the class fill, then nothing written
+        when the class mask is that fill's, the differing classes' tokens flipped where the
+        row lies when the cost model finds that cheaper than copying a whole row, else the
+        whole row; on any other array or row, the fused fill.  Any write by another path (a
+        batch fill, the shared path) makes the matcher forget the row.
         """
         self._fill_shared(bitmask, index)
 
@@ -374,6 +397,8 @@ class NativeCompiled(CompiledGrammar):
         states = [m._state for m in matchers if isinstance(m, NativeMatcher)]
         if len(states) != len(matchers):
             raise EngineError("matchers of another engine were passed to a native batch")
+        for s in states:  # a batch may write the rows their updates would patch
+            s.forget_row()
         if self._module is not None:
             self._module.fill_batch(states, engine_bitmask)
             return
