@@ -470,7 +470,8 @@ typedef struct {
     int64_t mkey_cap, mkey_len, mmax;
     uint32_t *mrow;
     int mvalid, from_memo; /* from_memo: the last fill was the memo's */
-    long long memo_hits;
+    uint64_t mgen;         /* rows stored in the memo so far */
+    long long memo_hits, rows_kept;
     CExpandHint khint; /* where the expansion kernel keeps the memo's token row (fill_token) */
     /* the bitmask of the last fill_token / update_token: its buffer, kept exported (so its memory
      * stays where it is, and the next call on it skips the export and its checks; r_view.obj NULL:
@@ -480,6 +481,7 @@ typedef struct {
     PyObject *r_kernel;
     Py_ssize_t r_index;
     uint32_t *r_crow;
+    uint64_t r_mgen; /* mgen when r_crow was the memo's row (0: it was not) */
 } State;
 
 static void
@@ -954,6 +956,7 @@ fill_row(State *s, uint32_t *row)
     s->mkey_len = len;
     s->mmax = max;
     s->mvalid = 1;
+    s->mgen++;
     return 0;
 }
 
@@ -1296,6 +1299,25 @@ forget_row(State *s)
         PyBuffer_Release(&s->r_view); /* sets r_view.obj to NULL */
     Py_CLEAR(s->r_kernel);
     s->r_index = -1;
+    s->r_mgen = 0;
+}
+
+/* Whether the class row of the current tops is the memo's row and the row update_token last wrote:
+ * the memo still holds the row it held then (same generation, still valid) and the tops' key is
+ * the memo's. */
+static int
+row_kept(State *s)
+{
+    if (s->r_mgen == 0 || s->r_mgen != s->mgen || !s->mvalid || s->h_term[s->hn - 1])
+        return 0;
+    int32_t ntops;
+    const int32_t *tops = cur_tops(s, &ntops);
+    int64_t max = 0, len = memo_key(s, tops, ntops, &max);
+    if (len < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return s->mkey_len == len && memcmp(s->mkey, s->t->key, (size_t)len * sizeof(int32_t)) == 0;
 }
 
 /* fill_token(kernel, fallback, bitmask, index=0): the class mask, expanded by the expansion Kernel
@@ -1378,6 +1400,12 @@ fused_fill(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames
     }
     uint32_t *out = (uint32_t *)s->r_view.buf + index * nw;
     int over = update && s->r_kernel == args[0] && s->r_index == index;
+    if (over && row_kept(s)) { /* the memo's row, already written there: nothing to do */
+        s->memo_hits++;
+        s->rows_kept++;
+        s->from_memo = 1;
+        Py_RETURN_NONE;
+    }
     int plan = -1;
     if (fill_row(s, t->crow) >= 0)
         plan = over ? g_expand_api->expand_row_over(args[0], t->crow, out, s->r_crow, &s->khint, s->from_memo)
@@ -1387,6 +1415,7 @@ fused_fill(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames
         return NULL;
     }
     memcpy(s->r_crow, t->crow, (size_t)cw * sizeof(uint32_t));
+    s->r_mgen = s->h_term[s->hn - 1] ? 0 : s->mgen; /* fill_row left its row in the memo */
     if (s->r_kernel != args[0]) {
         Py_INCREF(args[0]);
         Py_XSETREF(s->r_kernel, args[0]);
@@ -1485,9 +1514,9 @@ State_node(State *s, PyObject *arg)
 static PyObject *
 State_info(State *s, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L}", "nodes", (long long)s->nn, "parents", (long long)s->an,
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L}", "nodes", (long long)s->nn, "parents", (long long)s->an,
                          "position", (long long)(s->hn - 1), "last_pairs", (long long)s->t->last_pairs,
-                         "memo_hits", s->memo_hits);
+                         "memo_hits", s->memo_hits, "rows_kept", s->rows_kept);
 }
 
 /* fill_batch(states, bitmask): row i of a C-contiguous int32 (batch, words) bitmask from states[i] */
@@ -1571,7 +1600,8 @@ static PyMethodDef State_methods[] = {
     {"node", (PyCFunction)State_node, METH_O, "node(i) -> (symbol, parents)"},
     {"info", (PyCFunction)State_info, METH_NOARGS,
      "Sizes: nodes, parents (arena entries), position, last_pairs (pairs of the last walk of the tables),\n"
-     "memo_hits (fills answered by the memo of the last fill)."},
+     "memo_hits (fills answered by the memo of the last fill), rows_kept (update_token calls that found\n"
+     "the memo's row already in place and wrote nothing)."},
     {NULL, NULL, 0, NULL},
 };
 
