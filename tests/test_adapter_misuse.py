@@ -85,6 +85,39 @@ def test_read_only_buffers_are_refused(engine: str, compressed: bool) -> None:
 
 
 @pytest.mark.parametrize(("engine", "compressed"), CASES)
+def test_row_updates_refuse_what_fills_refuse_and_keep_the_mask(engine: str, compressed: bool) -> None:
+    """``update_next_token_bitmask``: the fill's typed errors, and at every step of a walk
+    (through a rollback, a reset and the stop token) the kept row holds a fresh matcher's mask,
+    whichever other rows of the array other matchers write."""
+    c = compiled(engine, compressed)
+    m = c.matcher()
+    ro = np.frombuffer(bytes(4 * c.token_words), dtype=np.int32).reshape(1, c.token_words)
+    with pytest.raises(EngineError, match="read-only"):
+        m.update_next_token_bitmask(ro)
+    rows = c.allocate_token_bitmask(2)
+    with pytest.raises(BatchIndexError):
+        m.update_next_token_bitmask(rows, 2)
+    with pytest.raises(EngineError):
+        m.update_next_token_bitmask(np.zeros((1, c.token_words), dtype=np.int64))
+    other = c.matcher()
+    walk: list[int] = []
+    for step in [0, 0, 3, 2, -1, 2, "reset", 5, 6, 7, 8, STOP]:
+        if step == "reset":
+            m.reset()
+            walk = []
+        elif step == -1:
+            m.rollback(1)
+            walk.pop()
+        else:
+            assert isinstance(step, int) and m.accept_token(step), (walk, step)
+            walk.append(step)
+        other.fill_next_token_bitmask(rows, 1)  # another matcher's row of the same array
+        m.update_next_token_bitmask(rows, 0)
+        want = mask_after(c, walk) if not m.is_terminated() else np.zeros((1, c.token_words), np.int32)
+        assert np.array_equal(rows[:1], want), (walk, engine, compressed)
+
+
+@pytest.mark.parametrize(("engine", "compressed"), CASES)
 def test_wrong_dtype_and_device_are_refused(engine: str, compressed: bool) -> None:
     torch = pytest.importorskip("torch")
     c = compiled(engine, compressed)
