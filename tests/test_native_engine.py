@@ -15,7 +15,9 @@
 from __future__ import annotations
 
 import functools
+import gc
 import random
+import weakref
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -417,6 +419,38 @@ def test_row_updates_take_every_path() -> None:
     # rows left alone (the memo's row, or an equal row), patched in place, and written whole
     assert kept > 0 and info["unchanged"] > 0 and info["in_place"] > 0, info
     assert info["misses"] + info["hits"] > 0, info
+
+
+def test_the_kept_array_is_released() -> None:
+    """A matcher keeps the last array it wrote alive (exported) until it writes another one,
+    forgets it, or is dropped; nothing leaks."""
+    require_kernel("native")
+    require_kernel("expand")
+    grammar, _, _ = _update_case()
+    m = grammar.matcher()
+    first = grammar.allocate_token_bitmask(1)
+    ref = weakref.ref(first)
+    m.fill_next_token_bitmask(first, 0)
+    del first
+    gc.collect()
+    assert ref() is not None  # kept: the next update on it may patch it
+    m.update_next_token_bitmask(grammar.allocate_token_bitmask(2), 1)
+    gc.collect()
+    assert ref() is None
+    second = grammar.allocate_token_bitmask(1)
+    ref = weakref.ref(second)
+    m.update_next_token_bitmask(second, 0)
+    del second
+    with pytest.raises(EngineError):  # the shared path (which refuses it): the kept array is forgotten
+        m.fill_next_token_bitmask(np.zeros((1, grammar.token_words), dtype=np.int64))
+    gc.collect()
+    assert ref() is None
+    third = grammar.allocate_token_bitmask(1)
+    ref = weakref.ref(third)
+    m.update_next_token_bitmask(third, 0)
+    del third, m
+    gc.collect()
+    assert ref() is None
 
 
 # -- protocol, rollback, caches, bad input ---------------------------------------------------

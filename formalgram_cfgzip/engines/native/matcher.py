@@ -178,7 +178,10 @@ class NativeMatcher(EngineMatcher):
         That call holds the GIL throughout, so it needs no
         :attr:`~formalgram_cfgzip.engines.base.CompiledGrammar.expander_lock`: no other
         thread can use the expander in between.  Other arguments (torch tensors, 1-D rows,
-        numpy integers, anything to refuse) take the shared path.
+        numpy integers, anything to refuse) take the shared path.  The matcher keeps the
+        last array it wrote through this entry referenced and its buffer exported (checked
+        once), until it writes another array, takes the shared path or is dropped; an array
+        made read-only after that export is still written.
         """
         self._fill_shared(bitmask, index)
 
