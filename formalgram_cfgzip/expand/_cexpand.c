@@ -849,6 +849,8 @@ compute_row(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint
         }
         pre += NS_DELTA_SCAN_WORD * (double)k->cw;
         model[PLAN_DELTA] = delta_cost(k, diff);
+        if (base_out == out) /* patched where it lies: no copy of the base */
+            model[PLAN_DELTA] -= NS_INIT_WORD * (double)k->nw;
         n_plans = 5;
     }
     model[PLAN_GATHER] = k->cost_gather - NS_FIXED;
