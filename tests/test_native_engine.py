@@ -388,6 +388,117 @@ def test_row_updates_equal_the_earley_masks(seed: int) -> None:
     assert kept > 0  # the test exercised the path it checks
 
 
+_MISUSE = ["int64", "1-D", "read-only", "index-out", "index-negative", "index-float", "numpy-index", "keyword"]
+_OTHER = ["fill", "class-fill", "batch", *_MISUSE]  # calls between two updates of the kept row
+
+
+def _other_call(m: NativeMatcher, grammar: NativeCompiled, rows: Any, op: str) -> None:
+    """One call of kind ``op`` that is not an update of row 0 of ``rows`` (a refused one raises
+    its typed error)."""
+    words = grammar.token_words
+    if op == "fill":
+        m.fill_next_token_bitmask(rows, 1)
+    elif op == "class-fill":
+        m.fill_next_class_bitmask(grammar.allocate_class_bitmask(1))
+    elif op == "batch":
+        grammar.fill_next_token_bitmask_batch([m], rows, [0])
+    elif op == "int64":
+        m.update_next_token_bitmask(np.zeros((1, words), dtype=np.int64), 0)
+    elif op == "1-D":
+        m.update_next_token_bitmask(rows[0], 0)  # a 1-D view of the kept row, written whole
+    elif op == "read-only":
+        ro = rows.copy()
+        ro.flags.writeable = False
+        m.update_next_token_bitmask(ro, 0)
+    elif op == "index-out":
+        m.update_next_token_bitmask(rows, 2)
+    elif op == "index-negative":
+        m.update_next_token_bitmask(rows, -1)
+    elif op == "index-float":
+        m.update_next_token_bitmask(rows, cast(Any, 0.0))
+    elif op == "numpy-index":
+        m.update_next_token_bitmask(rows, cast(Any, np.int64(0)))
+    elif op == "keyword":
+        m.update_next_token_bitmask(rows, index=0)
+
+
+def _structural_token(grammar: NativeCompiled, probe: NativeMatcher, rng: random.Random) -> int | None:
+    """A token ``probe`` allows, from a class drawn uniformly (structure, where masks change)."""
+    vocab = grammar.vocab
+    assert grammar.classes is not None
+    row = grammar.allocate_token_bitmask(1)
+    probe.fill_next_token_bitmask(row)
+    by_class: dict[int, list[int]] = {}
+    for i in sorted(row_tokens(row[0], vocab.logit_width) - set(vocab.stop_ids)):
+        by_class.setdefault(int(grammar.classes.token_class[i]), []).append(i)
+    return rng.choice(by_class[rng.choice(sorted(by_class))]) if by_class else None
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(["update", "accept", "rollback", *_OTHER]), min_size=3, max_size=30))
+def test_row_updates_survive_any_mix_of_calls(ops: list[str]) -> None:
+    """Remark 3 under misuse: refused calls (typed errors) and writes by other paths between
+    updates never leave the kept row stale, and nothing crashes."""
+    require_kernel("native")
+    require_kernel("expand")
+    grammar, _, _ = _update_case()
+    m, probe = grammar.matcher(), grammar.matcher()  # probe: the same tokens, its own fills
+    rows, want = grammar.allocate_token_bitmask(2), grammar.allocate_token_bitmask(1)
+    rng = random.Random(len(ops))
+    walk: list[int] = []
+    for j, op in enumerate(ops):
+        if op == "accept":
+            tok = _structural_token(grammar, probe, rng)
+            if tok is not None:
+                assert m.accept_token(tok) and probe.accept_token(tok)
+                walk.append(tok)
+        elif op == "rollback":
+            if walk:
+                m.rollback(1)
+                probe.rollback(1)
+                walk.pop()
+        elif op != "update":
+            try:
+                _other_call(m, grammar, rows, op)
+            except (EngineError, TokenIdError):
+                assert op in _MISUSE, op
+        if op == "update" or j == len(ops) - 1:  # the row as the calls since the last check left it
+            m.update_next_token_bitmask(rows, 0)
+            probe.fill_next_token_bitmask(want)
+            assert np.array_equal(rows[0], want[0]), (ops, j)
+
+
+@pytest.mark.parametrize("op", _OTHER)
+def test_a_row_written_by_another_call_is_not_patched(op: str) -> None:
+    """Remark 3: after any other call (a write of the kept row by another path, a refused
+    call, a class fill) the next update still leaves the mask there, step after step of a
+    walk whose class masks change."""
+    require_kernel("native")
+    require_kernel("expand")
+    grammar, _, _ = _update_case()
+    changed = 0
+    for seed in range(3):
+        m, probe = grammar.matcher(), grammar.matcher()
+        rows, want = grammar.allocate_token_bitmask(2), grammar.allocate_token_bitmask(1)
+        rng = random.Random(seed)
+        for _ in range(30):
+            m.update_next_token_bitmask(rows, 0)
+            before = rows[0].copy()
+            tok = _structural_token(grammar, probe, rng)
+            if tok is None:
+                break
+            assert m.accept_token(tok) and probe.accept_token(tok)
+            try:
+                _other_call(m, grammar, rows, op)
+            except (EngineError, TokenIdError):
+                assert op in _MISUSE, op
+            m.update_next_token_bitmask(rows, 0)
+            probe.fill_next_token_bitmask(want)
+            assert np.array_equal(rows[0], want[0]), (op, seed)
+            changed += not np.array_equal(before, want[0])
+    assert changed > 10  # the walks' masks change: a stale row would show
+
+
 def test_row_updates_take_every_path() -> None:
     """proofs/native_engine.md, Remark 3: the walks above leave rows unchanged, patch them in
     place and rewrite them, so each path is checked (not only the whole-row one)."""
