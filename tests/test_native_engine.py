@@ -388,7 +388,16 @@ def test_row_updates_equal_the_earley_masks(seed: int) -> None:
     assert kept > 0  # the test exercised the path it checks
 
 
-_MISUSE = ["int64", "1-D", "read-only", "index-out", "index-negative", "index-float", "numpy-index", "keyword"]
+_MISUSE = [
+    "int64",
+    "1-D",
+    "read-only",
+    "index-out",
+    "index-negative",
+    "index-float",
+    "numpy-index",
+    "keyword",
+]
 _OTHER = ["fill", "class-fill", "batch", *_MISUSE]  # calls between two updates of the kept row
 
 
