@@ -481,7 +481,8 @@ typedef struct {
     PyObject *r_kernel;
     Py_ssize_t r_index;
     uint32_t *r_crow;
-    uint64_t r_mgen; /* mgen when r_crow was the memo's row (0: it was not) */
+    uint64_t r_mgen; /* mgen when r_crow was the memo's row (0: it was not): while mgen stays, a memo
+                      * hit is that row */
 } State;
 
 static void
@@ -918,38 +919,38 @@ memo_key(State *s, const int32_t *tops, int32_t ntops, int64_t *max)
 
 static int fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops);
 
-/* the class mask into row[0..words): the memo's row when the tops' key is the last fill's */
-static int
-fill_row(State *s, uint32_t *row)
+/* The class mask: the memo's row (from_memo set, nothing copied) when the tops' key is the last
+ * fill's, else written into `row` (words words) and kept as the memo's; NULL on MemoryError. */
+static const uint32_t *
+class_row(State *s, uint32_t *row)
 {
     Tables *t = s->t;
     size_t bytes = (size_t)t->words * sizeof(uint32_t);
     if (s->h_term[s->hn - 1]) {
         memset(row, 0, bytes);
         s->from_memo = 0;
-        return 0;
+        return row;
     }
     int32_t ntops;
     const int32_t *tops = cur_tops(s, &ntops);
     int64_t max = 0, len = memo_key(s, tops, ntops, &max);
     if (len < 0)
-        return -1;
+        return NULL;
     if (s->mvalid && s->mkey_len == len && memcmp(s->mkey, t->key, (size_t)len * sizeof(int32_t)) == 0) {
-        memcpy(row, s->mrow, bytes);
         s->memo_hits++;
         s->from_memo = 1;
-        return 0;
+        return s->mrow;
     }
     s->mvalid = 0;
     s->from_memo = 0;
     memset(&s->khint, 0, sizeof(s->khint)); /* it was for the memo's row */
     if (fill_walk(s, row, tops, ntops) < 0)
-        return -1;
+        return NULL;
     if (GROW(s->mkey, s->mkey_cap, len) < 0)
-        return -1;
+        return NULL;
     if (s->mrow == NULL && (s->mrow = malloc(bytes > 0 ? bytes : 1)) == NULL) {
         PyErr_NoMemory();
-        return -1;
+        return NULL;
     }
     memcpy(s->mkey, t->key, (size_t)len * sizeof(int32_t));
     memcpy(s->mrow, row, bytes);
@@ -957,6 +958,18 @@ fill_row(State *s, uint32_t *row)
     s->mmax = max;
     s->mvalid = 1;
     s->mgen++;
+    return row;
+}
+
+/* the class mask into row[0..words) (class_row, the memo's row copied); -1 on MemoryError */
+static int
+fill_row(State *s, uint32_t *row)
+{
+    const uint32_t *r = class_row(s, row);
+    if (r == NULL)
+        return -1;
+    if (r != row)
+        memcpy(row, r, (size_t)s->t->words * sizeof(uint32_t));
     return 0;
 }
 
@@ -1302,24 +1315,6 @@ forget_row(State *s)
     s->r_mgen = 0;
 }
 
-/* Whether the class row of the current tops is the memo's row and the row update_token last wrote:
- * the memo still holds the row it held then (same generation, still valid) and the tops' key is
- * the memo's. */
-static int
-row_kept(State *s)
-{
-    if (s->r_mgen == 0 || s->r_mgen != s->mgen || !s->mvalid || s->h_term[s->hn - 1])
-        return 0;
-    int32_t ntops;
-    const int32_t *tops = cur_tops(s, &ntops);
-    int64_t max = 0, len = memo_key(s, tops, ntops, &max);
-    if (len < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    return s->mkey_len == len && memcmp(s->mkey, s->t->key, (size_t)len * sizeof(int32_t)) == 0;
-}
-
 /* fill_token(kernel, fallback, bitmask, index=0): the class mask, expanded by the expansion Kernel
  * `kernel` (through its row cache) into row index of a writable C-contiguous 2-D int32 bitmask
  * (native byte order) of the kernel's token width, in one call: so under the GIL throughout, and
@@ -1400,21 +1395,20 @@ fused_fill(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames
     }
     uint32_t *out = (uint32_t *)s->r_view.buf + index * nw;
     int over = update && s->r_kernel == args[0] && s->r_index == index;
-    if (over && row_kept(s)) { /* the memo's row, already written there: nothing to do */
-        s->memo_hits++;
-        s->rows_kept++;
-        s->from_memo = 1;
+    const uint32_t *crow = class_row(s, t->crow);
+    if (crow != NULL && over && s->from_memo && s->r_mgen != 0 && s->r_mgen == s->mgen) {
+        s->rows_kept++; /* the memo's row, the one last written there: nothing to do */
         Py_RETURN_NONE;
     }
     int plan = -1;
-    if (fill_row(s, t->crow) >= 0)
-        plan = over ? g_expand_api->expand_row_over(args[0], t->crow, out, s->r_crow, &s->khint, s->from_memo)
-                    : g_expand_api->expand_row(args[0], t->crow, out, &s->khint, s->from_memo);
+    if (crow != NULL)
+        plan = over ? g_expand_api->expand_row_over(args[0], crow, out, s->r_crow, &s->khint, s->from_memo)
+                    : g_expand_api->expand_row(args[0], crow, out, &s->khint, s->from_memo);
     if (plan < 0) {
         forget_row(s);
         return NULL;
     }
-    memcpy(s->r_crow, t->crow, (size_t)cw * sizeof(uint32_t));
+    memcpy(s->r_crow, crow, (size_t)cw * sizeof(uint32_t));
     s->r_mgen = s->h_term[s->hn - 1] ? 0 : s->mgen; /* fill_row left its row in the memo */
     if (s->r_kernel != args[0]) {
         Py_INCREF(args[0]);
