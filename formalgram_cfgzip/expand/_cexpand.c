@@ -877,16 +877,24 @@ compute_row(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint
 
 /* -- row cache ---------------------------------------------------------------------- */
 
+/* the bits of a class row's last word that name classes */
+static uint32_t
+last_word_mask(const Kernel *k)
+{
+    return (k->num_classes & 31) ? ((uint32_t)1 << (k->num_classes & 31)) - 1 : ~(uint32_t)0;
+}
+
 /* c_key = row with the bits past num_classes cleared; returns its hash */
 static uint64_t
 load_key(Kernel *k, const uint32_t *row)
 {
     uint64_t h = 0x243f6a8885a308d3ULL;
     Py_ssize_t last = k->cw - 1;
+    uint32_t tail = last_word_mask(k);
     for (Py_ssize_t w = 0; w < k->cw; w++) {
         uint32_t x = row[w];
-        if (w == last && (k->num_classes & 31))
-            x &= ((uint32_t)1 << (k->num_classes & 31)) - 1;
+        if (w == last)
+            x &= tail;
         k->c_key[w] = x;
         h = (h ^ x) * 0x9e3779b97f4a7c15ULL;
         h ^= h >> 29;
@@ -1404,7 +1412,7 @@ api_expand_row_over(PyObject *obj, const uint32_t *class_row, uint32_t *out, con
     Kernel *k = (Kernel *)obj;
     load_key(k, class_row); /* c_key: the class row without the bits past num_classes */
     Py_ssize_t last = k->cw - 1;
-    uint32_t tail = (k->num_classes & 31) ? ((uint32_t)1 << (k->num_classes & 31)) - 1 : ~(uint32_t)0;
+    uint32_t tail = last_word_mask(k);
     int equal = 1;
     for (Py_ssize_t w = 0; w < k->cw && equal; w++)
         equal = k->c_key[w] == (w == last ? base_row[w] & tail : base_row[w]);
