@@ -569,20 +569,23 @@ class ProgressiveMatcher:
         """Whether the masks now come from the classes' engine."""
         return self._on_compressed
 
+    def _note_served(self) -> None:
+        """Tell the grammar, once, that a mask or token was served on XGrammar's compile."""
+        if not self._on_compressed and not self.grammar._served:
+            self.grammar._first_fill_done()
+
     def accept_token(self, token_id: int) -> bool:
         """Advance by a real token id; ``False`` (state unchanged) if the grammar forbids it."""
         ok = self._engine().accept_token(token_id)
         if ok:
             self._tokens.append(int(token_id))
-        if not self._on_compressed and not self.grammar._served:
-            self.grammar._first_fill_done()
+        self._note_served()
         return ok
 
     def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
         """Write the full-vocabulary mask into row ``index`` of ``bitmask``."""
         self._engine().fill_next_token_bitmask(bitmask, index)
-        if not self._on_compressed and not self.grammar._served:
-            self.grammar._first_fill_done()
+        self._note_served()
 
     def update_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
         """Bring row ``index`` of ``bitmask`` to the full-vocabulary mask, writing only what
@@ -590,8 +593,7 @@ class ProgressiveMatcher:
         <formalgram_cfgzip.engines.matcher.EngineMatcher.update_next_token_bitmask>`); the
         first fill on the classes' engine writes the whole row."""
         self._engine().update_next_token_bitmask(bitmask, index)
-        if not self._on_compressed and not self.grammar._served:
-            self.grammar._first_fill_done()
+        self._note_served()
 
     def fill_next_class_bitmask(self, class_bitmask: Any, index: int = 0) -> None:
         """The classes' engine's own mask; only once the matcher is on it.
