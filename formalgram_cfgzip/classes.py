@@ -18,6 +18,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -238,6 +239,7 @@ class TokenClasses:
             "invalid_class": self.invalid_class,
             "stop_class": self.stop_class,
             "stats": {k: float(v) for k, v in self.stats.items()},
+            "unicode_version": unicodedata.unidata_version,
         }
         write_cache(
             directory,
@@ -309,7 +311,10 @@ class TokenClasses:
             text that does not parse, a GNF or search over the budgets of ``compress``'s
             defaults); also for a ``verify`` that is none of the above, or a negative ``seed``;
             and when the directory holds class domains (:attr:`domains`) that are corrupted,
-            unsigned (with a key), for other classes, or inconsistent.
+            unsigned (with a key), for other classes, or inconsistent.  A grammar mismatch
+            names the Unicode version the cache was written under when it is not this
+            Python's (Lark terminals and regular expressions read ``\\w``, ``\\d`` and
+            ``\\s`` by the running Python's tables).
 
         Notes
         -----
@@ -369,7 +374,15 @@ class TokenClasses:
             isinstance(grammar, str) and bool(text_sha) and text_sha == fingerprint_text(grammar, root=root)
         )
         if not same_text and stored != grammar_fingerprint(grammar, start=root):
-            raise CacheError("cache was computed for another grammar (grammar_sha256 differs)")
+            written = meta.get("unicode_version")
+            why = ""
+            if isinstance(written, str) and written != unicodedata.unidata_version:
+                why = (
+                    f"; it was written under Unicode {written} and this Python has Unicode "
+                    f"{unicodedata.unidata_version}: Lark terminals and regular expressions read \\w, "
+                    "\\d and \\s by these tables, so the same source can give another grammar"
+                )
+            raise CacheError(f"cache was computed for another grammar (grammar_sha256 differs){why}")
         token_class = arrays["token_class"]
         reps = arrays["representatives"]
         invalid_class = meta.get("invalid_class")

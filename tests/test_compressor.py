@@ -10,6 +10,8 @@ the search run token by token (``DisplacementSearch.run``) for the level-by-leve
 
 from __future__ import annotations
 
+import json
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -227,3 +229,27 @@ def test_root_is_one_rule_for_compress_compressor_and_load(tmp_path: Path) -> No
     assert _same(TokenClasses.load(tmp_path, grammar=text, vocab=vocab, root="start", verify="all"), classes)
     with pytest.raises(CacheError, match="another grammar"):
         TokenClasses.load(tmp_path, grammar=text, vocab=vocab)
+
+
+def test_a_grammar_mismatch_names_another_unicode_version(tmp_path: Path) -> None:
+    """Lark terminals read ``\\w`` by the running Python's Unicode tables, so a cache written
+    under another Python can belong to another grammar made from the same source: the refusal
+    says so, and only then (the version alone refuses nothing)."""
+    text, other = 'root ::= "a" root | "b"', 'root ::= "a" root | "c"'
+    vocab = Vocabulary([b"a", b"b", b"c", b"ab"])
+    compress(text, vocab, progress=False).save(tmp_path)
+    meta_file = tmp_path / "meta.json"
+    record = json.loads(meta_file.read_text())
+    assert record["meta"]["unicode_version"] == unicodedata.unidata_version
+    with pytest.raises(CacheError, match="another grammar") as plain:
+        TokenClasses.load(tmp_path, grammar=other, vocab=vocab)
+    assert "Unicode" not in str(plain.value)
+    record["meta"]["unicode_version"] = "1.1.0"
+    meta_file.write_text(json.dumps(record))
+    assert TokenClasses.load(tmp_path, grammar=text, vocab=vocab).num_classes > 0
+    with pytest.raises(CacheError, match=r"written under Unicode 1\.1\.0 and this Python has Unicode"):
+        TokenClasses.load(tmp_path, grammar=other, vocab=vocab)
+    del record["meta"]["unicode_version"]  # a cache written before the field existed
+    meta_file.write_text(json.dumps(record))
+    with pytest.raises(CacheError, match=r"another grammar \(grammar_sha256 differs\)$"):
+        TokenClasses.load(tmp_path, grammar=other, vocab=vocab)
