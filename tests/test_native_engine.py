@@ -541,6 +541,64 @@ def test_row_updates_take_every_path() -> None:
     assert info["misses"] + info["hits"] > 0, info
 
 
+@pytest.mark.parametrize("limit", [0, 1, 4, 32])
+def test_class_walks_of_every_size_equal_the_python_kernel(limit: int) -> None:
+    """The C class walk keeps the (node, state) pairs it has visited in a list while they are
+    few (32 by default; ``small_walk`` lowers it) and in a hash table past that; the root
+    state's edges are read from a table indexed by symbol.  With the list at 0, 1, 4 and 32
+    pairs, on random walks of a real grammar whose class walks fall on both sides of 32 (a
+    JSON schema's dates and keys), every class mask equals the pure-Python kernel's (which
+    keeps a set), and the Earley recognizer accepts every prefix.  (The C kernel's token masks
+    are checked against Earley's by the tests above.)"""
+    module = require_kernel("native")
+    c, py, g = _walk_size_case()
+    vocab = c.vocab
+    rng = random.Random(3)
+    pairs: list[int] = []
+    cm, pm = c.allocate_class_bitmask(), py.allocate_class_bitmask()
+    bm = c.allocate_token_bitmask()
+    previous = module.small_walk(limit)
+    try:
+        for _ in range(6):
+            mc, mp = c.matcher(), py.matcher()
+            rec = EarleyRecognizer(g)
+            for _ in range(40):
+                mc.fill_next_class_bitmask(cm)
+                mp.fill_next_class_bitmask(pm)
+                assert np.array_equal(cm, pm)
+                pairs.append(mc.info()["last_pairs"])
+                mc.fill_next_token_bitmask(bm)
+                text = sorted(row_tokens(bm[0], vocab.logit_width) - set(vocab.stop_ids))
+                if not text:
+                    break
+                tok = rng.choice(text)
+                data = vocab.tokens[tok]
+                assert data is not None
+                assert mc.accept_token(tok) and mp.accept_token(tok)
+                assert rec.feed_bytes(data)  # the walk stays in the language
+    finally:
+        module.small_walk(previous)
+    assert min(pairs) <= 32 < max(pairs), (min(pairs), max(pairs))
+    with pytest.raises(ValueError, match=r"0\.\.32"):
+        module.small_walk(33)
+
+
+@functools.cache
+def _walk_size_case() -> tuple[NativeCompiled, NativeCompiled, Grammar]:
+    """calendar_event.gbnf over 20,000 Llama-3 tokens, compiled for the C and Python kernels."""
+    from formalgram.syntax.gbnf import parse_gbnf
+
+    text = _data.real_grammar("json_schemas/calendar_event.gbnf").read_text(encoding="utf-8")
+    vocab = sample_vocab(20_000, seed=4)
+    classes = compress(text, vocab, progress=False)
+    tables = build_tables(classes, text)
+    return (
+        NativeCompiled(classes, tables, kernel="c"),
+        NativeCompiled(classes, tables, kernel="python"),
+        parse_gbnf(text),
+    )
+
+
 def test_the_kept_array_is_released() -> None:
     """A matcher keeps the last array it wrote alive (exported) until it writes another one,
     forgets it, or is dropped; nothing leaks."""

@@ -91,6 +91,8 @@ typedef struct {
     int32_t nstates, nsets;
     DState *dstates;
     DEdge *dedges;
+    int32_t *root_child; /* per symbol, the root state's edge target (-1: none): every walk starts
+                          * there, once per top, and the root has an edge per symbol */
     int32_t *set_start, *set_class;
     int64_t *set_bits_at; /* offset of a set's bit row in set_bits, -1: OR its list instead */
     uint32_t *set_bits;
@@ -133,6 +135,7 @@ Tables_dealloc(Tables *t)
     free(t->trans_push);
     free(t->dstates);
     free(t->dedges);
+    free(t->root_child);
     free(t->set_start);
     free(t->set_class);
     free(t->set_bits_at);
@@ -347,6 +350,16 @@ Tables_init(Tables *t, PyObject *args, PyObject *kwds)
         t->dedges[e].sym = esym[e];
         t->dedges[e].to = eto[e];
     }
+    t->root_child = malloc((size_t)nsym * sizeof(int32_t));
+    if (t->root_child == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int32_t x = 0; x < nsym; x++)
+        t->root_child[x] = -1;
+    if (n_out > 0) /* backwards: where a symbol had two edges, the first is the one dom_child finds */
+        for (int64_t e = estart[1] - 1; e >= estart[0]; e--)
+            t->root_child[esym[e]] = eto[e];
     /* class sets: a bit row when ORing it is cheaper than setting its classes one by one */
     t->set_bits_at = malloc(((size_t)t->nsets + 1) * sizeof(int64_t));
     if (t->set_bits_at == NULL) {
@@ -411,6 +424,8 @@ trans_lookup(const Tables *t, int64_t key)
 static inline int32_t
 dom_child(const Tables *t, int32_t d, int32_t sym)
 {
+    if (d == 0)
+        return (uint32_t)sym < (uint32_t)t->nsym ? t->root_child[sym] : -1;
     int32_t lo = t->dstates[d].lo, hi = t->dstates[d].hi;
     const DEdge *es = t->dedges;
     while (hi - lo > 8) {
@@ -973,6 +988,46 @@ fill_row(State *s, uint32_t *row)
     return 0;
 }
 
+/* Pairs a walk keeps in a list before it moves them to the table: most walks visit a handful, and
+ * a list that fits a cache line or four is searched faster than the table is probed.  The limit
+ * is SMALL_WALK_MAX; `small_walk(n)` lowers it (tests move every walk across the boundary). */
+#define SMALL_WALK_MAX 32
+static int g_small_walk = SMALL_WALK_MAX;
+
+/* `key` into this walk's (generation w) visited table: 1 when new, 0 when there already, -1 on
+ * MemoryError (the table doubles, rehashing this walk's pairs, when half full) */
+static int
+visit_add(Tables *t, uint64_t key, uint32_t w)
+{
+    uint64_t h = mix64(key) & t->vmask;
+    while (t->visit[h].gen == w) {
+        if (t->visit[h].key == key)
+            return 0;
+        h = (h + 1) & t->vmask;
+    }
+    t->visit[h].gen = w;
+    t->visit[h].key = key;
+    if (2 * ++t->vcount > (int64_t)t->vmask) {
+        uint64_t nsize = 2 * (t->vmask + 1), nmask = nsize - 1;
+        Visit *nv = calloc(nsize, sizeof(Visit));
+        if (nv == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (uint64_t i = 0; i <= t->vmask; i++)
+            if (t->visit[i].gen == w) {
+                uint64_t j = mix64(t->visit[i].key) & nmask;
+                while (nv[j].gen == w)
+                    j = (j + 1) & nmask;
+                nv[j] = t->visit[i];
+            }
+        free(t->visit);
+        t->visit = nv;
+        t->vmask = nmask;
+    }
+    return 1;
+}
+
 /* the walk of the stack below `tops` through the domain automaton: the class mask */
 static int
 fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
@@ -986,6 +1041,9 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
         w = t->walk_id = 1;
     }
     int64_t nhits = 0, sp = 0, pairs = 0;
+    uint64_t small[SMALL_WALK_MAX];
+    const int limit = g_small_walk;
+    int nsmall = 0; /* limit + 1: the walk's pairs are in the table */
     t->vcount = 0;
     /* the stack holds (node, state) pairs whose state is already past the node's symbol */
     for (int32_t i = 0; i < ntops; i++) {
@@ -1004,38 +1062,30 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
         int32_t d = t->stack[--sp];
         int32_t v = t->stack[--sp];
         uint64_t key = ((uint64_t)(uint32_t)v << 32) | (uint32_t)d;
-        uint64_t h = mix64(key) & t->vmask;
         int seen = 0;
-        while (t->visit[h].gen == w) {
-            if (t->visit[h].key == key) {
-                seen = 1;
-                break;
+        if (nsmall <= limit) { /* a small walk: its pairs in a list, searched end to end */
+            for (int i = 0; i < nsmall && !seen; i++)
+                seen = small[i] == key;
+            if (seen)
+                continue;
+            if (nsmall < limit) {
+                small[nsmall++] = key;
+            } else { /* it outgrew the list: the pairs so far into the table, then this one */
+                for (int i = 0; i < nsmall; i++)
+                    if (visit_add(t, small[i], w) < 0)
+                        return -1;
+                nsmall = limit + 1;
+                if (visit_add(t, key, w) < 0)
+                    return -1;
             }
-            h = (h + 1) & t->vmask;
-        }
-        if (seen)
-            continue;
-        t->visit[h].gen = w;
-        t->visit[h].key = key;
-        pairs++;
-        if (2 * ++t->vcount > (int64_t)t->vmask) { /* grow the visited table: rehash this walk's pairs */
-            uint64_t nsize = 2 * (t->vmask + 1), nmask = nsize - 1;
-            Visit *nv = calloc(nsize, sizeof(Visit));
-            if (nv == NULL) {
-                PyErr_NoMemory();
+        } else {
+            int added = visit_add(t, key, w);
+            if (added < 0)
                 return -1;
-            }
-            for (uint64_t i = 0; i <= t->vmask; i++)
-                if (t->visit[i].gen == w) {
-                    uint64_t j = mix64(t->visit[i].key) & nmask;
-                    while (nv[j].gen == w)
-                        j = (j + 1) & nmask;
-                    nv[j] = t->visit[i];
-                }
-            free(t->visit);
-            t->visit = nv;
-            t->vmask = nmask;
+            if (added == 0)
+                continue;
         }
+        pairs++;
         const DState *ds = &t->dstates[d];
         int32_t o = ds->out;
         if (o >= 0 && t->set_stamp[o] != w) {
@@ -1625,9 +1675,28 @@ static PyTypeObject TablesType = {
     .tp_dealloc = (destructor)Tables_dealloc,
 };
 
+static PyObject *
+small_walk(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 0 || n > SMALL_WALK_MAX) {
+        PyErr_Format(PyExc_ValueError, "small_walk takes 0..%d pairs, got %ld", SMALL_WALK_MAX, n);
+        return NULL;
+    }
+    int old = g_small_walk;
+    g_small_walk = (int)n;
+    return PyLong_FromLong(old);
+}
+
 static PyMethodDef module_methods[] = {
     {"fill_batch", (PyCFunction)(void (*)(void))fill_batch, METH_FASTCALL,
      "fill_batch(states, bitmask)\n\nRow i of a C-contiguous int32 bitmask := class mask of states[i]."},
+    {"small_walk", (PyCFunction)small_walk, METH_O,
+     "small_walk(n) -> previous n\n\nThe pairs a class walk keeps in a list before it moves them to a hash\n"
+     "table (0..32, default 32; the masks do not depend on it)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -55,3 +55,7 @@ class State:
 
 def fill_batch(states: Sequence[State], bitmask: WriteableBuffer, /) -> None:
     """Row ``i`` of a C-contiguous int32 bitmask := class mask of ``states[i]``."""
+
+def small_walk(n: int, /) -> int:
+    """The pairs a class walk keeps in a list before it moves them to a hash table (0..32,
+    default 32; the masks do not depend on it); returns the previous value."""
