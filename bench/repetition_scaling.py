@@ -22,7 +22,10 @@ the vocabulary into exactly the same classes as the grammar itself.  It compress
     python -m bench.repetition_scaling DATA/Snowplow---sp_1*.json --cut 130
 
 The package does not use such a cut: this only measures how often the partitions agree and
-what the cut would save.
+what the cut would save.  The conjecture is false in general: ``root ::= "a"{0,300} "b" |
+"a"{0,1000} "c"`` cut to 130 has ``b`` and ``c`` in one class, the grammar itself does not
+(after 200 ``a``: ``b`` is refused, ``c`` allowed); bounds cut to one value lose the
+comparisons between them.
 """
 
 from __future__ import annotations
