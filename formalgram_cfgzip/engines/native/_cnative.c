@@ -1062,8 +1062,8 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
         int32_t d = t->stack[--sp];
         int32_t v = t->stack[--sp];
         uint64_t key = ((uint64_t)(uint32_t)v << 32) | (uint32_t)d;
-        int seen = 0;
         if (nsmall <= limit) { /* a small walk: its pairs in a list, searched end to end */
+            int seen = 0;
             for (int i = 0; i < nsmall && !seen; i++)
                 seen = small[i] == key;
             if (seen)
@@ -1459,7 +1459,7 @@ fused_fill(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames
         return NULL;
     }
     memcpy(s->r_crow, crow, (size_t)cw * sizeof(uint32_t));
-    s->r_mgen = s->h_term[s->hn - 1] ? 0 : s->mgen; /* fill_row left its row in the memo */
+    s->r_mgen = s->h_term[s->hn - 1] ? 0 : s->mgen; /* class_row left its row in the memo */
     if (s->r_kernel != args[0]) {
         Py_INCREF(args[0]);
         Py_XSETREF(s->r_kernel, args[0]);
