@@ -310,17 +310,24 @@ def test_real_grammar_walks_match_earley_heavy(rel: str) -> None:
 
 
 @functools.cache
+def _real_tables(rel: str) -> tuple[TokenClasses, NativeTables, str, Grammar]:
+    """The real grammar ``rel`` over 20,000 Llama-3 tokens: its classes, native tables, text
+    and parsed grammar (for the Earley recognizer)."""
+    from formalgram.syntax.gbnf import parse_gbnf
+
+    text = _data.real_grammar(rel).read_text(encoding="utf-8")
+    classes = compress(text, sample_vocab(20_000, seed=4), progress=False)
+    return classes, build_tables(classes, text), text, parse_gbnf(text)
+
+
+@functools.cache
 def _update_case() -> tuple[NativeCompiled, Grammar, VocabTrie]:
     """A real grammar over 20,000 Llama-3 tokens: enough classes and tokens for every kind of
     row update (nothing written, classes flipped in place, a whole row)."""
-    from formalgram.syntax.gbnf import parse_gbnf
-
-    text = _data.real_grammar(REAL_FAST[1]).read_text(encoding="utf-8")
-    vocab = sample_vocab(20_000, seed=4)
-    classes = compress(text, vocab, progress=False)
-    grammar = engines.compile_grammar(classes, text, engine="native", tables=build_tables(classes, text))
+    classes, tables, text, g = _real_tables(REAL_FAST[1])
+    grammar = engines.compile_grammar(classes, text, engine="native", tables=tables)
     assert isinstance(grammar, NativeCompiled)
-    return grammar, parse_gbnf(text), VocabTrie(vocab)
+    return grammar, g, VocabTrie(classes.vocab)
 
 
 @checks_at_least(15)
@@ -586,17 +593,8 @@ def test_class_walks_of_every_size_equal_the_python_kernel(limit: int) -> None:
 @functools.cache
 def _walk_size_case() -> tuple[NativeCompiled, NativeCompiled, Grammar]:
     """calendar_event.gbnf over 20,000 Llama-3 tokens, compiled for the C and Python kernels."""
-    from formalgram.syntax.gbnf import parse_gbnf
-
-    text = _data.real_grammar("json_schemas/calendar_event.gbnf").read_text(encoding="utf-8")
-    vocab = sample_vocab(20_000, seed=4)
-    classes = compress(text, vocab, progress=False)
-    tables = build_tables(classes, text)
-    return (
-        NativeCompiled(classes, tables, kernel="c"),
-        NativeCompiled(classes, tables, kernel="python"),
-        parse_gbnf(text),
-    )
+    classes, tables, _, g = _real_tables("json_schemas/calendar_event.gbnf")
+    return NativeCompiled(classes, tables, kernel="c"), NativeCompiled(classes, tables, kernel="python"), g
 
 
 def test_the_kept_array_is_released() -> None:
