@@ -51,6 +51,7 @@ from formalgram_cfgzip.search.driver import (
     token_trie,
 )
 from formalgram_cfgzip.search.native import NativeSearch, answering, new_search
+from formalgram_cfgzip.search.symmetry import shift_twins
 from formalgram_cfgzip.search.trie import DEAD
 from formalgram_cfgzip.vocabulary import Vocabulary
 
@@ -403,11 +404,18 @@ def _run(
         specialized = gnf is trial
         trial_outcome = float(specialized)
         t_pick = time.perf_counter() - t4
+    in_process = 1 if isinstance(search, NativeSearch) else workers
+    if in_process == 1 and trial is None and toks.lengths.size:
+        # the chain symbols of long counted repetitions need not be guessed (exact for
+        # tokens no longer than the vocabulary's longest; the domains are closed below)
+        horizon = int(toks.lengths.max())
+        twins = shift_twins(search.pda, search.below_bits, horizon)
+        if twins:
+            search.use_twins(twins, horizon)
     t5 = time.perf_counter()
     if max_work is not None:
         search.max_work = max_work
     code_roots: list[int] | None = [] if domains else None
-    in_process = 1 if isinstance(search, NativeSearch) else workers
     codes, expansions, work = search_vocabulary(
         gnf, search, toks, in_process, progress, max_states, memory_budget, prepared.trie, code_roots
     )
@@ -437,6 +445,8 @@ def _run(
         # what re-derives the search's grammar (native tables, cache verification) must use it
         "gnf_strategy": float(GNF_STRATEGIES.index(gnf_strategy)),
         "search_kernel": float(isinstance(tables, NativeSearch)),
+        # chain symbols whose guesses the search skipped (formalgram_cfgzip.search.symmetry)
+        "twins": float(len(tables.twins)),
         "specialize_trial": trial_outcome,
         "specialize_trial_seconds": t_pick,
         "parse_seconds": t_parse,

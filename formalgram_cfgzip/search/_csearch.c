@@ -1744,6 +1744,56 @@ Search_popped(Search *s, PyObject *arg)
     return PyLong_FromLong(r);
 }
 
+/* Never guess the given symbols as a token's first stack top or below a popped symbol (the
+ * chain symbols that formalgram_cfgzip/search/symmetry.py shows need not be guessed): they
+ * leave the per-class starter lists and bit sets; the memo tables are emptied. */
+static PyObject *
+Search_skip_guesses(Search *s, PyObject *arg)
+{
+    PyObject *seq = PySequence_Fast(arg, "skip_guesses takes a sequence of symbols");
+    if (seq == NULL)
+        return NULL;
+    uint64_t *drop = calloc((size_t)s->words, sizeof(uint64_t));
+    if (drop == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < k; i++) {
+        long z = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (z == -1 && PyErr_Occurred()) {
+            free(drop);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        if (z < 0 || z >= s->n) {
+            free(drop);
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "skip_guesses: a symbol is out of range");
+            return NULL;
+        }
+        drop[z >> 6] |= (uint64_t)1 << (z & 63);
+    }
+    Py_DECREF(seq);
+    int64_t w = 0;
+    for (int c = 0; c < s->ncls; c++) {
+        int64_t from = s->start_off[c], to = s->start_off[c + 1];
+        s->start_off[c] = w;
+        for (int64_t i = from; i < to; i++) {
+            int32_t z = s->starters[i];
+            if ((drop[z >> 6] >> (z & 63)) & 1u)
+                s->starter_bits[(int64_t)c * s->words + (z >> 6)] &= ~((uint64_t)1 << (z & 63));
+            else
+                s->starters[w++] = z;
+        }
+    }
+    s->start_off[s->ncls] = w;
+    free(drop);
+    if (init_tables(s) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 Search_reset(Search *s, PyObject *Py_UNUSED(ignored))
 {
@@ -2134,6 +2184,8 @@ static PyMethodDef Search_methods[] = {
     {"domain_automaton", (PyCFunction)Search_domain_automaton, METH_VARARGS,
      "domain_automaton(roots, max_states, max_edges) -> (status,) or (0, six int32 arrays as bytes)"},
     {"reset", (PyCFunction)Search_reset, METH_NOARGS, "Forget every interned node and memo entry."},
+    {"skip_guesses", (PyCFunction)Search_skip_guesses, METH_O,
+     "Never guess these symbols (a token's first top, a symbol below a popped one); empties the memo."},
     {NULL, NULL, 0, NULL},
 };
 

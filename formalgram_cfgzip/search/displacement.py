@@ -36,7 +36,7 @@ expanded once however many tokens share it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from formalgram.adjacency import _members, below_bits
 from formalgram.errors import GrammarTooLarge
@@ -185,18 +185,55 @@ class DisplacementSearch(SymbolTrie):
         self._starter_sets: list[frozenset[int]] = [frozenset(a) for a in starters]
         # y -> the symbols that can lie below y (can_be_below), as a bit set, and as a
         # frozenset built on first use (the search looks at few of them; equal sets shared)
-        self._below_bits = below_bits(gnf)
+        self.below_bits: list[int] = below_bits(gnf)
         self._below: list[frozenset[int] | None] = [None] * n
         self._below_sets: dict[int, frozenset[int]] = {}
         self._below_classes: list[int] = [-1] * n  # y -> classes of the symbols below y (lazy)
         # The separator only serves to look up what may lie below ``last``, so symbols with the
         # same set of possible symbols below share one separator label (fewer, smaller sets).
         label_of: dict[int, int] = {}
-        self._sep_of: list[int] = [_sep(label_of.setdefault(zs, y)) for y, zs in enumerate(self._below_bits)]
+        self._sep_of: list[int] = [_sep(label_of.setdefault(zs, y)) for y, zs in enumerate(self.below_bits)]
         # memo keys are ints: (node, class) as node * ncls + c, and so on (no tuple per lookup)
         self._n = n
         self._below_c: dict[int, tuple[int, ...]] = {}  # y * ncls + c
+        #: symbols never guessed -> their models, and the longest token that may then be read
+        #: (:meth:`use_twins`)
+        self.twins: dict[int, int] = {}
+        self.horizon: int | None = None
         super().__init__()
+
+    def use_twins(self, twins: Mapping[int, int], horizon: int) -> None:
+        """Never guess the symbols of ``twins`` as a token's first stack top or below a popped
+        symbol, for tokens of at most ``horizon`` bytes; forgets every table.
+
+        Parameters
+        ----------
+        twins : mapping
+            Symbol -> model, from :func:`~formalgram_cfgzip.search.symmetry.shift_twins` with
+            the same ``horizon``: the partition of the tokens stays the full search's, and
+            :func:`~formalgram_cfgzip.search.symmetry.close_domains` makes the domains whole.
+        horizon : int
+            The longest token (bytes) a walk may then read
+            (:func:`~formalgram_cfgzip.search.driver.walk_trie` refuses a deeper trie).
+
+        Notes
+        -----
+        O(starters + len(twins)), plus :meth:`reset`.
+
+        Examples
+        --------
+        >>> from formalgram import parse_gbnf, to_gnf
+        >>> d = DisplacementSearch(to_gnf(parse_gbnf('root ::= "a" | "b"')))
+        >>> d.use_twins({}, 3); d.horizon
+        3
+        """
+        drop = set(twins)
+        self._starters = [tuple(a for a in row if a not in drop) for row in self._starters]
+        self._starter_sets = [frozenset(row) for row in self._starters]
+        self._below_c = {}
+        self.twins = dict(twins)
+        self.horizon = horizon
+        self.reset()
 
     def reset(self) -> None:
         """Forget every interned trie and memo entry (ids from before become meaningless).
@@ -248,7 +285,7 @@ class DisplacementSearch(SymbolTrie):
         """The symbols that can lie below ``y`` (``can_be_below(gnf)[y]``), built once per set."""
         zs = self._below[y]
         if zs is None:
-            bits = self._below_bits[y]
+            bits = self.below_bits[y]
             zs = self._below_sets.get(bits)
             if zs is None:
                 zs = frozenset(_members(bits))

@@ -609,7 +609,8 @@ def class_domains(
 
     Notes
     -----
-    :func:`domain_automaton` plus O(|G|) for the digest.
+    :func:`domain_automaton` (closed by :func:`~formalgram_cfgzip.search.symmetry.close_domains`
+    when ``search`` skipped the guesses of twins) plus O(|G|) for the digest.
 
     Examples
     --------
@@ -619,8 +620,13 @@ def class_domains(
     >>> cd.group.tolist(), cd.inconsistency(4)
     ([0, 0, 1, -1], '')
     """
+    automaton = domain_automaton(search, roots, max_states=max_states)
+    if search.twins:  # a search that skipped the guesses of chain symbols: copy their edges
+        from formalgram_cfgzip.search.symmetry import close_domains
+
+        automaton = close_domains(automaton, search.twins)
     return ClassDomains(
-        domain_automaton(search, roots, max_states=max_states),
+        automaton,
         domain_groups(roots),
         len(search.gnf.names),
         gnf_digest(search.gnf),

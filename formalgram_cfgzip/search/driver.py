@@ -572,6 +572,12 @@ def walk_trie(
         be compacted on the way (their node ids do not survive it); otherwise ``digests``
         is empty.
 
+    Raises
+    ------
+    ValueError
+        If the trie is deeper than ``search.horizon`` (a search that skips the guesses of
+        chain symbols is exact only up to it: :meth:`DisplacementSearch.use_twins`).
+
     Notes
     -----
     One step per distinct (state, byte class) pair per depth, plus O(trie nodes) numpy work.
@@ -586,6 +592,11 @@ def walk_trie(
     >>> codes.tolist()  # "a" and "aa" alike, "ab" (also at the start) unlike "b"; "ba" valid nowhere
     [0, 0, 2, 1, -1]
     """
+    if search.horizon is not None and len(trie.parents) > search.horizon:
+        raise ValueError(
+            f"a trie {len(trie.parents)} deep for a search that skips the guesses of twins "
+            f"(exact for tokens of at most {search.horizon} bytes)"
+        )
     if isinstance(search, NativeSearch):
         if not want_digests:
             found = search.walk(

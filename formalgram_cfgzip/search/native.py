@@ -19,6 +19,7 @@ Set ``FORMALGRAM_NO_CSEARCH=1`` to run the Python search everywhere; the pure-Py
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -135,6 +136,8 @@ class NativeSearch:
         self.num_byte_classes = pda.n_classes
         self._fallback: DisplacementSearch | None = None
         self._answered_by_fallback = False
+        #: what may lie below each symbol (:func:`~formalgram.adjacency.below_bits`)
+        self.below_bits: list[int] = below_bits(gnf)
         depth = {} if max_depth is None else {"max_depth": max_depth}
         if dense_below is not None:
             depth["dense_below"] = dense_below
@@ -143,12 +146,23 @@ class NativeSearch:
             len(gnf.names),
             max(pda.n_classes, 1),
             pda.table,
-            below_bits(gnf),
+            self.below_bits,
             max_states,
             -1 if max_work is None else max_work,
             **depth,
         )
         self._module = module
+        self.twins: dict[int, int] = {}
+        self.horizon: int | None = None
+
+    def use_twins(self, twins: Mapping[int, int], horizon: int) -> None:
+        """Never guess the symbols of ``twins``, for tokens of at most ``horizon`` bytes
+        (:meth:`DisplacementSearch.use_twins`; the fallback does the same); forgets every table."""
+        self._c.skip_guesses(sorted(twins))
+        self.twins = dict(twins)
+        self.horizon = horizon
+        if self._fallback is not None:
+            self._fallback.use_twins(twins, horizon)
 
     @property
     def expansions(self) -> int:
@@ -199,6 +213,8 @@ class NativeSearch:
             self._fallback = DisplacementSearch(
                 self.gnf, max_states=self.max_states, max_work=left, memory_budget=self.memory_budget
             )
+            if self.horizon is not None:
+                self._fallback.use_twins(self.twins, self.horizon)
         return self._fallback
 
     def answered(self) -> DisplacementSearch | NativeSearch:
