@@ -149,6 +149,8 @@ def shift_twins(pda: PDA, below: Sequence[int], horizon: int, *, min_skipped: in
     {}
     """
     n = len(below)
+    if n < horizon + min_skipped + 2:  # no chain can reach past the horizon: the common case
+        return {}
     rules: list[Tails] = [{} for _ in range(n)]
     for (c, lhs), tails in pda.table.items():
         r = rules[lhs]
