@@ -66,6 +66,30 @@ def test_reprinted_grammar_is_lossless_and_agrees_with_xgrammar(seed: int) -> No
         steps += 1
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_regex_macros_are_reprinted_as_xgrammar_reads_them(seed: int) -> None:
+    """A grammar with XGrammar's ``Regex`` macros (what ``from_json_schema`` writes for a
+    ``pattern``): llguidance over the reprint allows what XGrammar allows, at every step."""
+    text = 'root ::= "{" [a-z]+ ":" Regex("^[a-c]{1,3}-[0-9]+$", json_string=true) "}"\n'
+    tokens = b"{ k kk : k: a ab c- -1 12 2} } b-9 3 abca".split()
+    vocab = Vocabulary.from_bytes([*tokens, b"</s>"], special_ids=[len(tokens)], stop_ids=[len(tokens)])
+    full = compile_full(vocab, text, engine="llguidance")
+    ref = compile_full(vocab, text, engine="xgrammar")
+    rng = np.random.default_rng(seed)
+    mf, mr = full.matcher(), ref.matcher()
+    b, c = full.allocate_token_bitmask(1), ref.allocate_token_bitmask(1)
+    steps = 0
+    while not mr.is_terminated() and steps < 12:
+        mf.fill_next_token_bitmask(b)
+        mr.fill_next_token_bitmask(c)
+        want, xgr = _allowed(b, vocab.logit_width), _allowed(c, vocab.logit_width)
+        assert want == xgr, (steps, want, xgr)
+        tok = int(rng.choice(want))
+        assert mf.accept_token(tok) and mr.accept_token(tok)
+        steps += 1
+    assert steps >= 4
+
+
 def test_other_start_rule_is_reprinted() -> None:
     vocab = Vocabulary.from_bytes([b"(", b")", b"x", b"()"])
     text = 'expr ::= "(" expr ")" | "x"\nroot ::= "never"\n'

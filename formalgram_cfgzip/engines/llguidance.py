@@ -216,9 +216,11 @@ def _grammar(grammar_text: str, syntax: Syntax, root: str) -> str:
     from formalgram.errors import FormalgramError
     from formalgram.syntax.gbnf import parse_gbnf
     from formalgram.syntax.printer import to_gbnf
+    from formalgram_cfgzip.xgrammar_regex import regex_automaton
 
     try:
-        portable = to_gbnf(parse_gbnf(grammar_text, root), portable_names=True)
+        # XGrammar's Regex macros (a JSON Schema's patterns) as XGrammar's automaton reads them
+        portable = to_gbnf(parse_gbnf(grammar_text, root, regex=regex_automaton), portable_names=True)
         return str(llg.grammar_from("gbnf", portable))
     except (FormalgramError, ValueError) as exc:
         reason = f"{first}; after reprinting: {exc}" if first is not None else str(exc)
