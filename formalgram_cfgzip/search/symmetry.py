@@ -16,23 +16,10 @@ tokens exactly as the full search, and the domains it finds become the full ones
 edge on a model in the domain automaton is copied to the symbols it models
 (:func:`close_domains`).
 
-Why it is exact.  Let ``σ`` rename ``X_j`` to ``X_(j+1)`` and fix every other symbol.  The
-conditions checked are: (1) for ``1 <= j < N`` the rules of ``X_(j+1)`` are the rules of
-``X_j`` renamed by ``σ`` (same byte classes, same tails); (2) the symbols other than the chain
-in the chain's rule tails, and everything reachable from their rules, never mention a chain
-symbol (``σ`` fixes them and their rules); (3) every chain symbol from ``X_b`` up may lie on
-the same symbols (``below``), ``b`` the model's index less ``H``; (4) consecutive modelled
-symbols may lie below the same symbols (``above``).  A path of at most ``H`` bytes from
-``X_(k+1)`` expands only ``X_(k+1), ..., X_(k+2-H)`` (one chain step per byte at most), all
-with ``k+2-H >= 1``, so by (1) and (2) it maps one to one onto the paths from ``X_k``: the
-same bytes, the same pops into the same symbols below ((3): the same symbols may be guessed
-below and the same separator labels written), the pushed chain symbols renamed.  A guess of
-``X_(k+1)`` below a symbol ``y`` is allowed exactly when one of ``X_k`` is (4).  So the full
-set of a token is the reduced set closed under replacing a guessed model by a symbol it
-models (and renaming what that guess pushed), a closure that does not depend on the token:
-two tokens have equal full sets if and only if they have equal reduced sets, and a token's
-domain (its popped sequences) is its reduced domain with models replaced, at any position,
-by the symbols they model.
+Why it is exact, and the four conditions :func:`shift_twins` checks on the grammar (the
+chain's rules are renamings of one another; nothing the items push reaches the chain; equal
+``below`` sets from ``H`` symbols under the model up; equal ``above`` sets along the twins):
+``proofs/shift_symmetry.md``.
 """
 
 from __future__ import annotations
@@ -90,9 +77,9 @@ def _links(rules: list[Tails]) -> tuple[dict[int, int], dict[int, int]]:
                 if sig(b, s) == want:
                     found.append((b, s))
         if len(found) == 1:
-            link[a], role_b = found[0]
-            if role.setdefault(found[0][0], role_b) != role_b:
-                link.pop(a)
+            b, s = found[0]
+            if role.setdefault(b, s) == s:  # b plays one role for every symbol linked to it
+                link[a] = b
     return link, role
 
 
@@ -134,7 +121,8 @@ def shift_twins(pda: PDA, below: Sequence[int], horizon: int, *, min_skipped: in
     -----
     O(rules) to group the rules by symbol and shape, plus one signature (a rule set with one
     symbol abstracted) per pair of symbols of equal shape that mention each other, each with
-    at most :data:`MAX_TAILS` tails, plus a reachability pass per chain found.  The module docstring says why the result is exact.
+    at most :data:`MAX_TAILS` tails, plus a reachability pass per chain found.  Why the
+    result is exact: ``proofs/shift_symmetry.md``.
 
     Examples
     --------
@@ -191,7 +179,7 @@ def shift_twins(pda: PDA, below: Sequence[int], horizon: int, *, min_skipped: in
         b = top
         while b > 0 and below[chain[b - 1]] == below[chain[top]]:
             b -= 1
-        model_at = max(horizon, b + horizon)
+        model_at = b + horizon
         if top - model_at < min_skipped:
             continue
         above: dict[int, int] = {x: 0 for x in chain[model_at:]}
@@ -248,7 +236,9 @@ def close_domains(automaton: DomainAutomaton, twins: Mapping[int, int]) -> Domai
     state_of = np.repeat(np.arange(automaton.num_states, dtype=np.int64), np.diff(starts))
     syms = automaton.edge_sym.astype(np.int64)
     tos = automaton.edge_to.astype(np.int64)
-    present = set(zip(state_of.tolist(), syms.tolist(), strict=True))
+    # edges already on a modelled symbol (none when the search skipped them): left as they are
+    on_twin = np.isin(syms, np.array(sorted(twins), dtype=np.int64))
+    present = set(zip(state_of[on_twin].tolist(), syms[on_twin].tolist(), strict=True))
     add_state: list[int] = []
     add_sym: list[int] = []
     add_to: list[int] = []
