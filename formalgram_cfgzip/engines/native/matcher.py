@@ -332,7 +332,12 @@ class NativeCompiled(CompiledGrammar):
         *,
         kernel: Kernel = "auto",
         max_rollback_tokens: int | None = None,
+        _tokens: list[bytes] | None = None,
+        _own_tables: bool = False,
     ) -> None:
+        # compile_grammar's shortcuts: ``_tokens`` is class_vocabulary(classes), already
+        # computed; ``_own_tables``: the tables were built from these very classes in the same
+        # call, so their classes' fingerprint (a hash of the 128k-entry class array) is theirs
         if kernel not in ("auto", "c", "python"):
             raise EngineError(f"kernel must be 'auto', 'c' or 'python', got {kernel!r}")
         if max_rollback_tokens is not None and (
@@ -343,11 +348,11 @@ class NativeCompiled(CompiledGrammar):
             raise EngineError(
                 f"max_rollback_tokens must be None or an integer >= 0, got {max_rollback_tokens!r}"
             )
-        _check_tables(tables, classes)
+        _check_tables(tables, classes, fingerprint=not _own_tables)
         module = c_module() if kernel != "python" else None
         if kernel == "c" and module is None:
             raise EngineError("the native C kernel (formalgram_cfgzip.engines.native._cnative) is not built")
-        tokens = class_vocabulary(classes)
+        tokens = class_vocabulary(classes) if _tokens is None else _tokens
         stops = [classes.stop_class] if classes.stop_class >= 0 else []
         super().__init__(classes.vocab, classes, tokens, stops)
         self.tables = tables
@@ -355,9 +360,12 @@ class NativeCompiled(CompiledGrammar):
         self.engine_tokens = tokens
         self.stop_class = classes.stop_class
         self.max_rollback_tokens = None if max_rollback_tokens is None else int(max_rollback_tokens)
-        #: class of every logit index and the policy's never-allowed classes, as Python lists
-        #: (one list index per accepted token instead of a numpy scalar lookup)
-        self.class_list: list[int] = np.asarray(classes.token_class).tolist()
+        #: class of every logit index (a view of the int64 copy made above: its items index
+        #: as Python ints, with no 128k-item list built before the first mask) and the
+        #: policy's never-allowed classes as a list: one index per accepted token instead of
+        #: a numpy scalar lookup
+        assert self._token_class is not None  # classes given
+        self.class_list: Sequence[int] = self._token_class.data
         self.never_list: list[bool] = self.never.tolist()
         self._module = module
         self._ctables = _c_tables(module, tables) if module is not None else None
@@ -409,8 +417,10 @@ class NativeCompiled(CompiledGrammar):
             s.fill(engine_bitmask[i])
 
 
-def _check_tables(tables: object, classes: TokenClasses) -> None:
-    """The typed error when ``tables`` were not built for ``classes`` or cannot be used."""
+def _check_tables(tables: object, classes: TokenClasses, *, fingerprint: bool = True) -> None:
+    """The typed error when ``tables`` were not built for ``classes`` or cannot be used
+    (``fingerprint=False``: the classes' fingerprint is not compared, for tables just built
+    from them)."""
     if not isinstance(tables, NativeTables):
         raise EngineError(f"tables must be NativeTables, got {type(tables).__name__}")
     if (
@@ -419,7 +429,7 @@ def _check_tables(tables: object, classes: TokenClasses) -> None:
         or tables.invalid_class != classes.invalid_class
         or tables.grammar_sha256 != classes.grammar_sha256
         or tables.vocab_sha256 != classes.vocab.fingerprint()
-        or tables.classes_sha256 != classes_fingerprint(classes)
+        or (fingerprint and tables.classes_sha256 != classes_fingerprint(classes))
     ):
         raise EngineError("the native tables were built for other classes (or another grammar or vocabulary)")
     why = tables.inconsistency()
@@ -604,7 +614,9 @@ def compile_grammar(
     >>> [i for i in range(6) if mask[0, 0] >> i & 1]  # "a" or "a," may follow "[a,"
     [1, 4]
     """
-    prepare_compressed(classes, grammar_text, root=root, vocab=vocab, check=check, max_threads=max_threads)
+    tokens = prepare_compressed(
+        classes, grammar_text, root=root, vocab=vocab, check=check, max_threads=max_threads
+    )
     if kernel not in ("auto", "c", "python"):
         raise EngineError(f"kernel must be 'auto', 'c' or 'python', got {kernel!r}")
     return NativeCompiled(
@@ -612,6 +624,9 @@ def compile_grammar(
         resolve_tables(classes, grammar_text, tables, root=root),
         kernel=kernel,
         max_rollback_tokens=max_rollback_tokens,
+        _tokens=tokens,
+        # resolve_tables builds the tables from ``classes`` now when none are given or kept
+        _own_tables=tables is None and not classes.cache_dir,
     )
 
 

@@ -306,28 +306,29 @@ def _push_trie(pda: PDA) -> tuple[I32, I32, I32, npt.NDArray[np.int64], I32, I32
     syms: list[int] = []
     ups: list[int] = []
     depths: list[int] = []
-
-    def node(tail: tuple[int, ...]) -> int:
-        up = -1
-        for depth, sym in enumerate(tail):
-            key = (up + 1) * n + sym
-            t = child.get(key)
-            if t is None:
-                t = len(syms)
-                child[key] = t
-                syms.append(sym)
-                ups.append(up)
-                depths.append(depth)
-            up = t
-        return up
-
+    # node of every distinct tail (a tail recurs in many transitions)
+    known: dict[tuple[int, ...], int] = {(): -1}
     keys: list[int] = []
     starts = [0]
     pushes: list[int] = []
     for (c, x), tails in sorted(pda.table.items()):
         keys.append(c * n + x)
         for tail in tails:
-            pushes.append(node(tail) if tail else -1)
+            found = known.get(tail)
+            if found is None:
+                up = -1
+                for depth, sym in enumerate(tail):
+                    key = (up + 1) * n + sym
+                    t = child.get(key)
+                    if t is None:
+                        t = len(syms)
+                        child[key] = t
+                        syms.append(sym)
+                        ups.append(up)
+                        depths.append(depth)
+                    up = t
+                known[tail] = found = up
+            pushes.append(found)
         starts.append(len(pushes))
     a = np.asarray
     return (
