@@ -56,6 +56,7 @@ from formalgram_cfgzip.search.trie import DEAD
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
+    "CollectorPaused",
     "Compressor",
     "PreparedVocabulary",
     "cache_entry_name",

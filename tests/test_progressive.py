@@ -352,7 +352,9 @@ def test_patterns_count_less_than_negated_classes_for_the_quick_path() -> None:
     short = 'root ::= "{" r0 "}"\nr0 ::= Regex("^[a-z]+$")'
     assert free_text_contexts(short) == 1
     assert not _quick_path(quick, bg, short, QUICK_CHARS, QUICK_REPEATS, True, "root")
-    assert _quick_path(quick, bg, short.replace('Regex("^[a-z]+$")', "[^x]*"), QUICK_CHARS, QUICK_REPEATS, True, "root")
+    assert _quick_path(
+        quick, bg, short.replace('Regex("^[a-z]+$")', "[^x]*"), QUICK_CHARS, QUICK_REPEATS, True, "root"
+    )
 
 
 def test_a_worker_that_cannot_start_fails_the_jobs_instead_of_hanging() -> None:
