@@ -505,20 +505,31 @@ def resolve_tables(
     >>> resolve_tables(classes, text, None).classes_sha256 == built.classes_sha256  # loaded
     True
     """
+    return _resolved(classes, grammar, tables, root)[0]
+
+
+def _resolved(
+    classes: TokenClasses,
+    grammar: Grammar | str,
+    tables: NativeTables | str | os.PathLike[str] | None,
+    root: str,
+) -> tuple[NativeTables, bool]:
+    """:func:`resolve_tables`, and whether the tables were built from ``classes`` in this
+    call (then their classes' fingerprint is ``classes``' by construction)."""
     if isinstance(tables, NativeTables):
-        return tables
+        return tables, False
     if tables is None:
         if not classes.cache_dir:
-            return build_tables(classes, grammar, check=False, root=root)
-        return _beside_classes(classes, grammar, Path(classes.cache_dir) / TABLES_SUBDIR, root)
+            return build_tables(classes, grammar, check=False, root=root), True
+        return _beside_classes(classes, grammar, Path(classes.cache_dir) / TABLES_SUBDIR, root), False
     if not isinstance(tables, (str, os.PathLike)):
         raise EngineError(f"tables must be NativeTables, a directory or None, got {type(tables).__name__}")
     where = Path(tables)
     if _holds_tables(where):
-        return NativeTables.load(where, classes)
+        return NativeTables.load(where, classes), False
     built = build_tables(classes, grammar, check=False, root=root)
     built.save(where)
-    return built
+    return built, True
 
 
 def _holds_tables(where: Path) -> bool:
@@ -619,14 +630,14 @@ def compile_grammar(
     )
     if kernel not in ("auto", "c", "python"):
         raise EngineError(f"kernel must be 'auto', 'c' or 'python', got {kernel!r}")
+    resolved, built_now = _resolved(classes, grammar_text, tables, root)
     return NativeCompiled(
         classes,
-        resolve_tables(classes, grammar_text, tables, root=root),
+        resolved,
         kernel=kernel,
         max_rollback_tokens=max_rollback_tokens,
         _tokens=tokens,
-        # resolve_tables builds the tables from ``classes`` now when none are given or kept
-        _own_tables=tables is None and not classes.cache_dir,
+        _own_tables=built_now,
     )
 
 
