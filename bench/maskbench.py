@@ -427,9 +427,11 @@ class XGrammarState:
     def __init__(self, compiled: Any, width: int) -> None:
         import xgrammar
 
-        self.m = xgrammar.GrammarMatcher(compiled)
-        self.fill = lambda bm: self.m.fill_next_token_bitmask(bm)
-        self.accept = self.m.accept_token
+        # no closure over self: a state in a reference cycle would be freed by the cyclic
+        # collector, inside whichever engine's measurement that collection falls
+        self.m = m = xgrammar.GrammarMatcher(compiled)
+        self.fill = lambda bm: m.fill_next_token_bitmask(bm)
+        self.accept = m.accept_token
 
     def end(self, row: npt.NDArray[np.int32], eos: int) -> bool:
         return bool((row[eos >> 5] >> (eos & 31)) & 1) and bool(self.m.accept_token(eos))
@@ -451,8 +453,8 @@ class GLRMaskState:
     """A GLRMask state; the end is its ``is_accepting``."""
 
     def __init__(self, constraint: Any, width: int) -> None:
-        self.s = constraint.start()
-        self.fill = lambda bm: self.s.fill_mask(bm[0])
+        self.s = s = constraint.start()
+        self.fill = lambda bm: s.fill_mask(bm[0])  # no closure over self (see XGrammarState)
         self.accept = self.s.commit_token
 
     def end(self, row: npt.NDArray[np.int32], eos: int) -> bool:
@@ -466,9 +468,9 @@ class LLGuidanceState:
         import llguidance
         import llguidance.numpy
 
-        self.m = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        self.m = m = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
         fill = llguidance.numpy.fill_next_token_bitmask
-        self.fill = lambda bm: fill(self.m, bm, 0)
+        self.fill = lambda bm: fill(m, bm, 0)  # no closure over self (see XGrammarState)
         self.accept = self.m.consume_token
 
     def end(self, row: npt.NDArray[np.int32], eos: int) -> bool:
@@ -848,7 +850,11 @@ def main(argv: list[str] | None = None) -> int:
             records.append(r)
             done.add((r["schema"], r["engine"]))
     sink = args.out.open("a", encoding="utf-8") if args.out is not None else None
+    from bench._checkout import describe
+
+    build = describe()  # the build measured (the installed one unless PYTHONPATH names the checkout)
     print(f"{len(cases)} schemas, engines {', '.join(engines)}, vocabulary {args.vocab}", file=sys.stderr)
+    print(build, file=sys.stderr)
     pool = Pool(
         Settings(args.vocab, tuple(engines), args.progressive_wait, args.timeout, args.compress_timeout)
     )
@@ -894,7 +900,7 @@ def main(argv: list[str] | None = None) -> int:
     if "native" in engines:
         print(f"\nslowest native TTFM (ms):\n{slowest(records, 'native', args.slowest)}")
     if args.table is not None:
-        args.table.write_text(table + "\n", encoding="utf-8")
+        args.table.write_text(f"{build}\n\n{table}\n", encoding="utf-8")
     if args.plots is not None:
         for path in plot(records, engines, args.plots):
             print(f"wrote {path}", file=sys.stderr)

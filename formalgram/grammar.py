@@ -16,8 +16,8 @@ Both views describe the same grammar; neither can be mutated after construction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import final
+from collections.abc import Hashable, Iterable, Sequence
+from typing import TypeVar, final
 
 from formalgram.byteset import ByteSet
 from formalgram.errors import GrammarError
@@ -159,34 +159,20 @@ class Grammar:
         index: dict[str, int] = {start_name: 0}
         masks: list[int] = []
         mindex: dict[int, int] = {}
-
-        def nt(name: str) -> int:
-            i = index.get(name)
-            if i is None:
-                i = len(names)
-                index[name] = i
-                names.append(name)
-            return i
-
         rules: list[IdRule] = []
         for p in productions:
             if not isinstance(p, Production):
                 raise GrammarError(f"expected a Production, got {p!r}")
-            lhs = nt(p.lhs.name)
+            lhs = interned(p.lhs.name, index, names)
             rhs: list[int] = []
             for s in p.rhs:
                 if isinstance(s, Nonterminal):
-                    rhs.append(nt(s.name))
+                    rhs.append(interned(s.name, index, names))
                 else:
-                    t = mindex.get(s.mask)
-                    if t is None:
-                        t = len(masks)
-                        mindex[s.mask] = t
-                        masks.append(s.mask)
-                    rhs.append(~t)
+                    rhs.append(~interned(s.mask, mindex, masks))
             rules.append((lhs, tuple(rhs)))
         for extra in extra_nonterminals:
-            nt(extra)
+            interned(extra, index, names)
         self._init_ids(tuple(names), tuple(masks), 0, rules)
 
     @staticmethod
@@ -228,12 +214,7 @@ class Grammar:
         for m in masks:
             if m < 0 or m >> 256:
                 raise GrammarError(f"terminal mask out of range: {m!r}")
-            j = seen.get(m)
-            if j is None:
-                j = len(canon)
-                seen[m] = j
-                canon.append(m)
-            remap.append(j)
+            remap.append(interned(m, seen, canon))
         nt_count = n
         t_count = len(remap)
         fixed: list[IdRule] = []
@@ -501,6 +482,46 @@ class Grammar:
     def __setstate__(self, state: tuple[tuple[str, ...], tuple[int, ...], int, tuple[IdRule, ...]]) -> None:
         names, masks, start, rules = state
         self._init_ids(names, masks, start, rules)
+
+
+_K = TypeVar("_K", bound=Hashable)
+
+
+def interned(key: _K, index: dict[_K, int], items: list[_K]) -> int:
+    """The id of ``key`` in the interning ``index`` / ``items``, appended when new.
+
+    Parameters
+    ----------
+    key : hashable
+    index : dict
+        Key -> id, for the keys in ``items``.
+    items : list
+        The keys in id order.
+
+    Returns
+    -------
+    int
+
+    Notes
+    -----
+    O(1) expected.  A module-level function rather than one nested in its caller: compiled
+    with mypyc, a nested function and its caller's closure refer to each other, and each
+    call would leave them (and everything the closure holds) to the cyclic collector.
+
+    Examples
+    --------
+    >>> index, items = {}, []
+    >>> interned("a", index, items), interned("b", index, items), interned("a", index, items)
+    (0, 1, 0)
+    >>> items
+    ['a', 'b']
+    """
+    i = index.get(key)
+    if i is None:
+        i = len(items)
+        index[key] = i
+        items.append(key)
+    return i
 
 
 def fresh_name(base: str, taken: set[str] | dict[str, int], counters: dict[str, int] | None = None) -> str:

@@ -25,20 +25,22 @@ import pytest
 
 import formalgram.grammar
 
-# kernel name -> (module, the loader that the package calls, the variable that switches it off)
+# kernel name -> (module, the loader that the package calls, the variable that switches it off);
+# the modules are bench._checkout's, which names them in the build's description
+_MODULES: dict[str, str] = importlib.import_module("bench._checkout").KERNEL_MODULES
 KERNELS: dict[str, tuple[str, str, str]] = {
     "expand": (
-        "formalgram_cfgzip.expand._cexpand",
+        _MODULES["expand"],
         "formalgram_cfgzip.expand._c_kernel:load_c_module",
         "FORMALGRAM_NO_CEXPAND",
     ),
     "search": (
-        "formalgram_cfgzip.search._csearch",
+        _MODULES["search"],
         "formalgram_cfgzip.search.native:c_module",
         "FORMALGRAM_NO_CSEARCH",
     ),
     "native": (
-        "formalgram_cfgzip.engines.native._cnative",
+        _MODULES["native"],
         "formalgram_cfgzip.engines.native.matcher:c_module",
         "FORMALGRAM_NO_CNATIVE",
     ),
@@ -58,10 +60,7 @@ PURE_REASON = "pure-Python build (FORMALGRAM_NO_MYPYC=1): no C kernel is built"
 
 def describe() -> str:
     """One line naming the build the tests import (for the test report's header)."""
-    where = os.path.dirname(os.path.dirname(str(formalgram.grammar.__file__)))
-    core = "mypyc-compiled core" if CORE_COMPILED else "pure-Python core"
-    kernels = ", ".join(f"{n} {'built' if ok else 'MISSING'}" for n, ok in BUILT.items())
-    return f"formalgram from {where}: {core}; C kernels: {kernels}"
+    return str(importlib.import_module("bench._checkout").describe())
 
 
 def _load(name: str) -> Any:

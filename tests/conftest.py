@@ -32,6 +32,7 @@ installed, the error stays a failure.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Generator
@@ -41,28 +42,24 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 _ROOT = Path(__file__).resolve().parents[1]
-
-
-def _is_root(entry: str) -> bool:
-    try:
-        return Path(entry or os.curdir).resolve() == _ROOT
-    except OSError:
-        return False
+if str(_ROOT) not in sys.path:  # for bench._checkout, the one definition of the rule below
+    sys.path.append(str(_ROOT))
+_checkout = importlib.import_module("bench._checkout")  # importing bench places the checkout
+is_checkout, place_checkout = _checkout.is_checkout, _checkout.place_checkout
 
 
 def _place_checkout() -> None:
-    """Move the checkout root to the end of ``sys.path`` unless ``PYTHONPATH`` asks for it."""
-    requested = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if any(_is_root(p) for p in requested):
-        return
+    """Move the checkout root to the end of ``sys.path`` unless ``PYTHONPATH`` asks for it
+    (:func:`bench._checkout.place_checkout`, which importing :mod:`bench` runs too)."""
     loaded = sys.modules.get("formalgram")
-    if loaded is not None and _is_root(str(Path(str(loaded.__file__)).parents[1])):
-        raise pytest.UsageError(
-            "formalgram was imported from the checkout before tests/conftest.py could put the "
-            "installed build first; run `pytest` or `python -P -m pytest`"
-        )
-    sys.path[:] = [p for p in sys.path if not _is_root(p)]
-    sys.path.append(str(_ROOT))
+    if loaded is not None and is_checkout(str(Path(str(loaded.__file__)).parents[1])):
+        requested = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if not any(is_checkout(p) for p in requested):
+            raise pytest.UsageError(
+                "formalgram was imported from the checkout before tests/conftest.py could put the "
+                "installed build first; run `pytest` or `python -P -m pytest`"
+            )
+    place_checkout()
 
 
 def _children_import_it() -> None:
@@ -72,7 +69,7 @@ def _children_import_it() -> None:
     home = Path(str(formalgram.__file__)).resolve().parents[1]
     if home == _ROOT:
         requested = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        if not any(_is_root(p) for p in requested):
+        if not any(is_checkout(p) for p in requested):
             os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), *requested])
 
 

@@ -315,6 +315,15 @@ def test_a_grammar_past_the_quick_budget_goes_to_the_worker(llama3: Vocabulary) 
         assert raced.wait(timeout=120)
         assert raced.wait_full(timeout=120) and raced.full is not None  # XGrammar's own compile
         assert _walk_against_xgrammar(llama3, big, raced.matcher(), steps=30, seed=4) == []
+        # no free text (XGrammar compiles it soon): XGrammar's compile in this thread, ready
+        # when the grammar is returned; the compression after it, in the worker
+        numbers = {"type": "array", "items": {"type": "integer"}, "maxItems": 3}
+        direct = compile_json_schema(numbers, roomy, background=bg)
+        assert direct.path == "direct" and direct.full is not None and not direct.ready
+        matcher = direct.matcher()
+        assert _walk_against_xgrammar(llama3, numbers, matcher, steps=30, seed=5) == []
+        assert direct.wait(timeout=120) and not direct.handed_over
+        assert _walk_against_xgrammar(llama3, numbers, direct.matcher(), steps=30, seed=6) == []
     finally:
         bg.close()
     # without a background compressor the budget's error is the compression's failure
@@ -465,3 +474,28 @@ def test_wait_ready_waits_for_every_worker_and_is_false_once_closed() -> None:
     finally:
         bg.close()
     assert not bg.wait_ready(timeout=1)  # closed
+
+
+@pytest.mark.parametrize("daemon", [True, False])
+def test_kept_threads_serve_one_job_after_another_and_start_anew_in_a_fork(daemon: bool) -> None:
+    """Jobs one after another run on one kept thread; a forked child, which has none of its
+    parent's threads, runs its jobs on threads of its own."""
+    from formalgram_cfgzip.engines.progressive import _KeptThreads
+
+    kept = _KeptThreads("test-kept", daemon=daemon)
+    idents: list[int] = []
+    for _ in range(6):
+        done = threading.Event()
+        kept.submit(lambda done=done: (idents.append(threading.get_ident()), done.set()))
+        assert done.wait(10)
+        time.sleep(0.02)  # the thread back to idle before the next job
+    assert len(idents) == 6 and len(set(idents)) == 1
+    if not hasattr(os, "fork"):
+        return
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 when its job ran (the kept thread is not here)
+        done = threading.Event()
+        kept.submit(done.set)
+        os._exit(0 if done.wait(10) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -358,11 +358,7 @@ class _Lexer:
         after its ``(`` to its ``)`` (``at``: where the macro's name starts, for errors)."""
         text = self.text
         n = len(text)
-
-        def skip() -> None:
-            while self.pos < n and text[self.pos] in " \t":
-                self.pos += 1
-
+        skip = self.skip_blanks
         skip()
         if self.pos >= n or text[self.pos] != '"':
             raise self.error("Regex(...) takes a string literal (the pattern) first")
@@ -397,27 +393,36 @@ class _Lexer:
         self.pos += 1
         return pattern, json_string
 
+    # the helpers are methods, not functions nested in their callers: compiled, a nested
+    # function and its closure refer to each other, and each call would leave the lexer (its
+    # text, its tokens) to the cyclic garbage collector
+    def skip_blanks(self) -> None:
+        """Step over spaces and tabs (inside a macro's arguments or a repetition's range)."""
+        text = self.text
+        n = len(text)
+        while self.pos < n and text[self.pos] in " \t":
+            self.pos += 1
+
+    def read_count(self) -> int:
+        """A repetition's count (at most 9 digits), after blanks."""
+        self.skip_blanks()
+        text = self.text
+        n = len(text)
+        s = self.pos
+        while self.pos < n and text[self.pos].isascii() and text[self.pos].isdigit():
+            self.pos += 1
+        if s == self.pos:
+            raise self.error("expected an integer in repetition range")
+        if self.pos - s > 9:
+            raise self.error("repetition count is too large", s)
+        return int(text[s : self.pos])
+
     def read_repeat(self, tok: _Token) -> None:
         text = self.text
         n = len(text)
         open_pos = self.pos
         self.pos += 1
-
-        def skip() -> None:
-            while self.pos < n and text[self.pos] in " \t":
-                self.pos += 1
-
-        def number() -> int:
-            skip()
-            s = self.pos
-            while self.pos < n and text[self.pos].isascii() and text[self.pos].isdigit():
-                self.pos += 1
-            if s == self.pos:
-                raise self.error("expected an integer in repetition range")
-            if self.pos - s > 9:
-                raise self.error("repetition count is too large", s)
-            return int(text[s : self.pos])
-
+        skip, number = self.skip_blanks, self.read_count
         tok.lo = number()
         skip()
         if self.pos < n and text[self.pos] == ",":

@@ -36,6 +36,7 @@ definition every front end shares.
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Final
 
 from formalgram.errors import GrammarSyntaxError
@@ -472,12 +473,8 @@ class _Parser:
 
     # -- literals --------------------------------------------------------------------------
     def fail_in(self, tok: Tok) -> Fail:
-        base = tok.offset
-
-        def fail(message: str, offset: int) -> GrammarSyntaxError:
-            return self.error(message, base + offset)
-
-        return fail
+        # bound with partial: a nested function would, compiled, make a cycle with its closure
+        return partial(_error_in_token, self, tok.offset)
 
     def literal_chars(self, tok: Tok, is_string: bool) -> tuple[list[str], list[int]]:
         close = tok.text.rfind('"' if is_string else "/")
@@ -549,17 +546,28 @@ class _Parser:
         )
 
 
+def _error_in_token(parser: _Parser, base: int, message: str, offset: int) -> GrammarSyntaxError:
+    """:meth:`_Parser.fail_in`'s error at ``offset`` of the token at ``base``."""
+    return parser.error(message, base + offset)
+
+
+def _ignore_ref(at: Node) -> Node:
+    """A reference to :data:`IGNORE_RULE` at the place of ``at``."""
+    ref = Node(REF, at.line, at.col)
+    ref.name = IGNORE_RULE
+    return ref
+
+
+def _is_term(node: Node, is_terminal: set[str], anonymous: set[int]) -> bool:
+    """Whether ``node`` is a terminal: an anonymous one, or a reference to a named one."""
+    return id(node) in anonymous or (node.kind == REF and node.name in is_terminal)
+
+
 def _add_ignore(body: Node, is_terminal: set[str], anonymous: set[int]) -> None:
-    """Put a reference to :data:`IGNORE_RULE` after every terminal of a rule body (in place)."""
+    """Put a reference to :data:`IGNORE_RULE` after every terminal of a rule body (in place).
 
-    def ignore_ref(at: Node) -> Node:
-        ref = Node(REF, at.line, at.col)
-        ref.name = IGNORE_RULE
-        return ref
-
-    def is_term(node: Node) -> bool:
-        return id(node) in anonymous or (node.kind == REF and node.name in is_terminal)
-
+    The helpers are module-level functions, not nested ones: compiled, a nested function makes
+    a reference cycle with its closure, left to the cyclic collector at every call."""
     stack = [body]
     while stack:
         node = stack.pop()
@@ -569,16 +577,16 @@ def _add_ignore(body: Node, is_terminal: set[str], anonymous: set[int]) -> None:
             out: list[Node] = []
             for child in node.children:
                 out.append(child)
-                if is_term(child):
-                    out.append(ignore_ref(child))
+                if _is_term(child, is_terminal, anonymous):
+                    out.append(_ignore_ref(child))
                 elif child.kind == ALT or child.kind == REPEAT:
                     stack.append(child)
             node.children = out
         elif node.kind == REPEAT:
             child = node.children[0]
-            if is_term(child):
+            if _is_term(child, is_terminal, anonymous):
                 seq = Node(SEQ, child.line, child.col)
-                seq.children = [child, ignore_ref(child)]
+                seq.children = [child, _ignore_ref(child)]
                 wrapped = Node(ALT, child.line, child.col)
                 wrapped.children = [seq]
                 node.children[0] = wrapped
@@ -620,6 +628,29 @@ def _check_terminal_cycles(parser: _Parser) -> None:
                 path.pop()
 
 
+def _automaton_rules_of(
+    source: Source,
+    terminals: dict[str, Node],
+    max_repeat: int,
+    max_states: int,
+    taken: set[str],
+    counters: dict[str, int],
+    extra: list[tuple[str, Node]],
+    tree: Node,
+    start: str,
+) -> Node:
+    """:func:`_lookaround_rules`'s compile of one token with look-around: the body of its
+    start state ``start`` (the other states' rules appended to ``extra``)."""
+    automaton = compile_lookaround(tree, source, refs=terminals, max_repeat=max_repeat, max_states=max_states)
+    names = [start]
+    for _ in range(1, automaton.num_states):
+        names.append(fresh_name(f"{start}__state", taken, counters))
+        taken.add(names[-1])
+    state_rules = automaton_rules(automaton, names, tree.line, tree.col)
+    extra.extend(state_rules[1:])
+    return state_rules[0][1]
+
+
 def _lookaround_rules(
     parser: _Parser,
     rules: list[tuple[str, Node]],
@@ -649,20 +680,11 @@ def _lookaround_rules(
             if name not in looking and any(u in looking for u in used):
                 looking.add(name)
                 changed = True
-    source = parser.source
     extra: list[tuple[str, Node]] = []
-
-    def compile_token(tree: Node, start: str) -> Node:
-        automaton = compile_lookaround(
-            tree, source, refs=terminals, max_repeat=max_repeat, max_states=max_states
-        )
-        names = [start]
-        for _ in range(1, automaton.num_states):
-            names.append(fresh_name(f"{start}__state", taken, counters))
-            taken.add(names[-1])
-        state_rules = automaton_rules(automaton, names, tree.line, tree.col)
-        extra.extend(state_rules[1:])
-        return state_rules[0][1]
+    # a partial, not a nested function (compiled, one would make a cycle with its closure)
+    compile_token = partial(
+        _automaton_rules_of, parser.source, terminals, max_repeat, max_states, taken, counters, extra
+    )
 
     compiled: dict[str, Node] = {}
     for name in parser.order:

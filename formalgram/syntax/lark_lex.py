@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import partial
 from typing import Final
 
 from formalgram.errors import GrammarSyntaxError
@@ -186,10 +187,7 @@ def tokenize(source: Source) -> list[Tok]:
     toks: list[Tok] = []
     i = 0
 
-    def fail(message: str, offset: int) -> GrammarSyntaxError:
-        line, col = source.position(offset)
-        return source.error(message, line, col)
-
+    fail: Fail = partial(_error_at, source)
     while i < n:
         c = text[i]
         if c == " " or c == "\t":
@@ -295,6 +293,13 @@ def tokenize(source: Source) -> list[Tok]:
         toks.append(Tok(K_NL, n, n, ""))
     toks.append(Tok(K_EOF, n, n, ""))
     return toks
+
+
+def _error_at(source: Source, message: str, offset: int) -> GrammarSyntaxError:
+    """:func:`tokenize`'s error at ``offset`` of ``source`` (bound with ``partial``: a function
+    nested in :func:`tokenize` would, compiled, make a reference cycle with its closure)."""
+    line, col = source.position(offset)
+    return source.error(message, line, col)
 
 
 def _closing(text: str, i: int, close: str, single_line: bool, fail: Fail, unterminated: str) -> int:

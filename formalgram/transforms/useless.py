@@ -54,22 +54,13 @@ def compact(
     t_map = [-1] * len(masks)
     new_names: list[str] = []
     new_masks: list[int] = []
-
-    def nt(i: int) -> int:
-        j = nt_map[i]
-        if j < 0:
-            j = len(new_names)
-            nt_map[i] = j
-            new_names.append(names[i])
-        return j
-
-    new_start = nt(start)
+    new_start = _renumbered(start, nt_map, names, new_names)
     out: list[IdRule] = []
     for lhs, rhs in rules:
         body: list[int] = []
         for s in rhs:
             if s >= 0:
-                body.append(nt(s))
+                body.append(_renumbered(s, nt_map, names, new_names))
             else:
                 t = ~s
                 k = t_map[t]
@@ -78,10 +69,22 @@ def compact(
                     t_map[t] = k
                     new_masks.append(masks[t])
                 body.append(~k)
-        out.append((nt(lhs), tuple(body)))
+        out.append((_renumbered(lhs, nt_map, names, new_names), tuple(body)))
     if len(set(new_masks)) != len(new_masks) or len(set(new_names)) != len(new_names):
         return Grammar.from_ids(new_names, new_masks, new_start, out)  # merges masks, rejects names
     return Grammar._trusted(new_names, new_masks, new_start, out, unique=unique)
+
+
+def _renumbered(i: int, new_ids: list[int], names: Sequence[str], new_names: list[str]) -> int:
+    """Nonterminal ``i``'s id in :func:`compact`'s order of first use, numbered when first seen
+    (a module-level function: compiled, one nested in :func:`compact` would make a reference
+    cycle with its closure, left to the cyclic collector at every call)."""
+    j = new_ids[i]
+    if j < 0:
+        j = len(new_names)
+        new_ids[i] = j
+        new_names.append(names[i])
+    return j
 
 
 def _already_compact(names: Sequence[str], masks: Sequence[int], start: int, rules: Sequence[IdRule]) -> bool:

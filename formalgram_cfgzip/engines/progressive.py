@@ -3,7 +3,8 @@ XGrammar over the full vocabulary while the grammar is being compressed.
 
 A request with a new grammar (a JSON Schema per request) must have its first mask as soon as
 possible, and every later mask as fast as possible.  :func:`compile_progressive` takes one of
-two paths:
+two paths (:func:`compile_json_schema` a third, **direct**: a race whose XGrammar compile,
+predicted to end soon, runs in the calling thread):
 
 * **quick**: a grammar that :func:`quick_enough` predicts cheap, with free text that makes
   XGrammar's compile slower (:func:`free_text_contexts`; about half of the MaskBench
@@ -34,7 +35,8 @@ path and the move never show in the masks; only in their speed.  A compression t
 compile leaves it on the classes' engine.  Only when both fail is the grammar refused, with
 both reasons (:class:`~formalgram_cfgzip.errors.EngineError`).
 
-Threads: XGrammar's compile runs on a thread of its own and releases the interpreter.  A
+Threads: XGrammar's compile runs on a thread of its own (kept between grammars, as is the
+compression's: a new thread's start delays XGrammar's) and releases the interpreter.  A
 compression in this process holds it (mypyc code and the C kernels release it rarely), which
 is why the race runs the compression in a worker process: nothing here waits for it, and its
 time limit is hard.  With no background compressor, the race runs the compression on a thread
@@ -43,10 +45,13 @@ of this process (XGrammar's compile then often cannot return before it).
 
 from __future__ import annotations
 
+import os
+import queue
 import re
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -66,6 +71,9 @@ if TYPE_CHECKING:
     from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = [
+    "DIRECT_CHARS",
+    "DIRECT_NEGATED",
+    "DIRECT_REPEATS",
     "FIRST_FILL_GRACE",
     "HEAD_START",
     "QUICK_CHARS",
@@ -76,17 +84,20 @@ __all__ = [
     "ProgressiveMatcher",
     "compile_json_schema",
     "compile_progressive",
+    "counted_repeats",
     "free_text_contexts",
     "quick_enough",
 ]
 
 
-#: :func:`quick_enough`'s default limits.  MaskBench schemas with Llama-3, compressed at once
-#: and compiled for the native engine beside XGrammar's compile of the same schema (same
-#: process, alternating): the grammars of at most 3,000 characters took 0.55-1.06x XGrammar's
-#: time (median 0.84, 37 schemas), those of 3,000-9,000 characters 0.8-4.4x (median 1.2, 26
-#: schemas with one free-text context), so past 3,000 characters XGrammar's compile is raced
-QUICK_CHARS = 3000
+#: :func:`quick_enough`'s default limits.  MaskBench with Llama-3 (2,000 schemas, the compiled
+#: build, every engine in one run): of the schemas raced at a limit of 3,000 characters, the
+#: 169 whose grammars have 3,000-4,000 characters (with a negated class, repetitions within
+#: 64) took 0.75x the race's time at the median when compressed at once (the native engine's
+#: own first mask; 17 slower, none past 1.5x); up to 5,000 characters, the 78 more took 0.88x
+#: and 29 of them were slower (4 past 1.5x).  (At 3,000 the limit had been set on the source
+#: tree's pure-Python build, about 1.3x slower.)
+QUICK_CHARS = 4000
 QUICK_REPEATS = 64
 #: Free-text contexts (:func:`free_text_contexts`) that XGrammar's compile of a schema takes in
 #: its stride: each one past these costs it about another whole compile (on the sample above,
@@ -100,6 +111,15 @@ QUICK_FREE_TEXT = 4
 #: classes); counted whole, 20-36 patterns sent 41,000-character grammars to the quick path
 #: that XGrammar compiled in 0.1-0.2 s, and whose quick attempt took 0.3-1 s before its budget
 QUICK_MACRO_WEIGHT = 0.25
+#: A schema's grammar (:func:`compile_json_schema`) raced with XGrammar's compile in the
+#: calling thread: at most :data:`DIRECT_CHARS` characters, :data:`DIRECT_NEGATED` negated
+#: classes and :data:`DIRECT_REPEATS` counted repetitions in all (2,000 MaskBench schemas,
+#: Llama-3: XGrammar compiled the 1,593 such grammars in at most 0.21 s, and those past the
+#: bounds in up to 28 s, which the compression may beat).  Its first mask then comes with no
+#: thread to start and none to wake, the compression starting after the compile.
+DIRECT_CHARS = 20_000
+DIRECT_NEGATED = 1
+DIRECT_REPEATS = 128
 #: :func:`compile_progressive`'s default head start of XGrammar's compile in a race, in seconds:
 #: on the same sample XGrammar compiled the race's grammars in 43 ms at the median, about two
 #: to three times slower with the compression running beside it on a 2-core machine
@@ -137,12 +157,24 @@ def quick_enough(grammar_text: str, max_chars: int = QUICK_CHARS, max_repeats: i
     >>> quick_enough('root ::= "a" [0-9]{2,4}'), quick_enough('root ::= [a-z]{0,255}')
     (True, False)
     """
-    if len(grammar_text) > max_chars:
-        return False
-    total = 0
-    for m in _BOUNDED.finditer(grammar_text):
-        total += int(m.group(1) or m.group(0).strip("{} \t"))
-    return total <= max_repeats
+    return len(grammar_text) <= max_chars and counted_repeats(grammar_text) <= max_repeats
+
+
+def counted_repeats(grammar_text: str) -> int:
+    """The upper bounds of the counted repetitions in ``grammar_text`` (``x{m,n}``: ``n``;
+    ``x{m}``: ``m``; an unbounded ``x{m,}`` makes no chain), added up: the chains of stack
+    symbols they make.
+
+    Notes
+    -----
+    One pass over the text.
+
+    Examples
+    --------
+    >>> counted_repeats('root ::= [a-z]{0,255} "x"{3} [0-9]{2,}')
+    258
+    """
+    return sum(int(m.group(1) or m.group(0).strip("{} \t")) for m in _BOUNDED.finditer(grammar_text))
 
 
 _RULE = re.compile(r"^([A-Za-z_][A-Za-z0-9_\-.]*)\s*::=", re.MULTILINE)
@@ -220,6 +252,67 @@ def _free_text(grammar_text: str, root: str) -> tuple[int, int]:
     return len(negated), len(macros)
 
 
+#: XGrammar's compiles that run at once in one process (a race's compile past them waits)
+_MAX_FULL_COMPILES = 64
+
+
+class _KeptThreads:
+    """Threads kept between jobs, so that a job starts with a put on a queue instead of a new
+    thread: a thread's start waits for the thread to run, and a race started two of them
+    before XGrammar's compile could begin.
+
+    Daemon threads run jobs that the interpreter's exit may cut off (the compression's waits);
+    the others run on a :class:`~concurrent.futures.ThreadPoolExecutor`, which the exit waits
+    for (XGrammar's compile, in C++, must not be cut off).  A forked child has none of its
+    parent's threads: it starts with none kept.
+    """
+
+    def __init__(self, name: str, *, daemon: bool) -> None:
+        self.name = name
+        self.daemon = daemon
+        self._forget()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        """No thread, no job (made, and remade in a forked child)."""
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = 0
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on a kept thread (a new one when none is idle); ``job`` must not raise."""
+        if not self.daemon:
+            with self._lock:
+                if self._pool is None:
+                    # threads are made only when none is idle: the bound is for a flood of
+                    # new grammars at once (past it their compiles wait for a thread)
+                    self._pool = ThreadPoolExecutor(_MAX_FULL_COMPILES, thread_name_prefix=self.name)
+                pool = self._pool
+            pool.submit(job)
+            return
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1
+            jobs = self._jobs
+        jobs.put(job)
+        if start:
+            threading.Thread(target=self._serve, args=(jobs,), daemon=True, name=self.name).start()
+
+    def _serve(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            jobs.get()()
+            with self._lock:
+                self._idle += 1
+
+
+#: XGrammar's compiles in a race (not daemons: see :class:`_KeptThreads`)
+_FULL_COMPILES = _KeptThreads("progressive-full", daemon=False)
+#: The compressions' threads (their waits for a head start, for a background compressor)
+_COMPRESSIONS = _KeptThreads("progressive-classes", daemon=True)
+
+
 class ProgressiveGrammar:
     """A grammar served by XGrammar over the full vocabulary until its classes' engine is ready.
 
@@ -243,10 +336,12 @@ class ProgressiveGrammar:
     handed_over : bool
         Whether the compression went past the in-process compressor's budgets and was handed
         to the background compressor.
-    path : {"quick", "race"}
+    path : {"quick", "direct", "race"}
         ``"quick"``: compressed at once in the calling thread, the classes' engine ready when
         the grammar was returned (XGrammar not compiled); ``"race"``: XGrammar and the
-        compression started together.
+        compression started together; ``"direct"``: XGrammar's compile ran in the calling
+        thread (a schema predicted to compile soon, :func:`compile_json_schema`), the
+        compression started after it, as in a race.
     """
 
     def __init__(
@@ -261,6 +356,7 @@ class ProgressiveGrammar:
         full: bool,
         background: BackgroundCompressor | None = None,
         quick: bool = False,
+        direct: bool = False,
         head_start: float = 0.0,
         full_compile: Callable[[], CompiledGrammar] | None = None,
     ) -> None:
@@ -280,7 +376,13 @@ class ProgressiveGrammar:
         self._closed = False
         self._full: CompiledGrammar | None = None
         self._compressed: CompiledGrammar | None = None
-        self._changed = threading.Condition()
+        # two conditions on one lock: the fills wait on the first for either engine, the
+        # compression's head start on the second for the first fill, so that XGrammar's compile
+        # ending wakes only the fill waiting for it (a second thread woken then would take the
+        # interpreter from it first: it started waiting first)
+        lock = threading.RLock()
+        self._changed = threading.Condition(lock)
+        self._may_start = threading.Condition(lock)
         self._full_done = not full
         self._compressed_done = False
         # whether a mask was filled (or a token taken) with XGrammar's compile (the
@@ -299,20 +401,17 @@ class ProgressiveGrammar:
                 return
             compressor = background  # past the quick attempt, or predicted large: the worker's
         # XGrammar's compile first, so that it runs from the very start
-        if full:
-            # not a daemon: XGrammar's compile must not be cut off by the interpreter's exit
-            threading.Thread(
-                target=self._compile_full,
-                args=(root, max_threads, full_compile),
-                daemon=False,
-                name="progressive-full",
-            ).start()
-        threading.Thread(
-            target=self._compile_compressed,
-            args=(compressor, grammar_text, engine, root, head_start if full else 0.0),
-            daemon=True,
-            name="progressive-classes",
-        ).start()
+        if full and direct:
+            # predicted to compile soon: here, with no thread to start and none to wake
+            self.path = "direct"
+            self._compile_full(root, max_threads, full_compile)
+        elif full:
+            _FULL_COMPILES.submit(lambda: self._compile_full(root, max_threads, full_compile))
+        _COMPRESSIONS.submit(
+            lambda: self._compile_compressed(
+                compressor, grammar_text, engine, root, head_start if full else 0.0
+            )
+        )
 
     # -- the two compiles -------------------------------------------------------------------
 
@@ -332,6 +431,7 @@ class ProgressiveGrammar:
                 self.full_error = exc
                 self._full_done = True
                 self._changed.notify_all()
+                self._may_start.notify_all()
             return
         with self._changed:
             self._full = compiled
@@ -380,14 +480,13 @@ class ProgressiveGrammar:
             if head_start > 0:
                 # XGrammar's compile alone first: the two compete for the processor (and for
                 # the interpreter), and most grammars compile within the head start
+                # ... and its first mask before this thread's work in the interpreter (the
+                # text, the submission): a waiting thread takes the interpreter back only at the
+                # next switch interval (5 ms), so work here would delay the first fill by as much
                 with self._changed:
-                    self._changed.wait_for(lambda: self._full_done or self._closed, timeout=head_start)
+                    self._may_start.wait_for(self._compression_may_start, timeout=head_start)
                     if self._full is not None:
-                        # ... and its first mask before this thread's work in the interpreter
-                        # (the text, the submission): a waiting thread takes the interpreter
-                        # back only at the next switch interval (5 ms), so work here would
-                        # delay the first fill by as much
-                        self._changed.wait_for(lambda: self._served or self._closed, timeout=FIRST_FILL_GRACE)
+                        self._may_start.wait_for(self._compression_may_start, timeout=FIRST_FILL_GRACE)
             text = grammar_text if isinstance(grammar_text, str) else grammar_text()
             self.grammar_text = text
             tables: NativeTables | None = None
@@ -416,12 +515,17 @@ class ProgressiveGrammar:
             self._compressed_done = True
             self._changed.notify_all()
 
+    def _compression_may_start(self) -> bool:
+        """Whether a race's compression may start before its head start is over: XGrammar's
+        first mask was served, XGrammar's compile failed, or the grammar was closed."""
+        return self._served or self._closed or (self._full_done and self._full is None)
+
     def _first_fill_done(self) -> None:
         """A mask was filled (or a token taken) with XGrammar's compile: the compression may
         take the interpreter."""
         with self._changed:
             self._served = True
-            self._changed.notify_all()
+            self._may_start.notify_all()
 
     def _in_background(
         self, background: BackgroundCompressor, text: str, native: bool
@@ -443,6 +547,7 @@ class ProgressiveGrammar:
         with self._changed:
             self._closed = True
             job = self._job
+            self._may_start.notify_all()
         if job is not None:
             job.cancel()
 
@@ -760,7 +865,11 @@ def compile_json_schema(
     compressed at once as :func:`compile_progressive` does; in a race XGrammar compiles the
     converted grammar itself (as its ``compile_json_schema`` does) from the start, and the
     schema's text (:func:`~formalgram_cfgzip.json_schema.from_json_schema`'s) is written on
-    the compression's thread.  A schema whose text this package cannot write or compress is
+    the compression's thread.  A grammar within :data:`DIRECT_CHARS`,
+    :data:`DIRECT_NEGATED` and :data:`DIRECT_REPEATS` is raced with XGrammar's compile in
+    the calling thread (``path == "direct"``): this function returns once XGrammar's masks
+    are ready, in at most a few hundred milliseconds on MaskBench, and the first fill does
+    not wait for another thread.  A schema whose text this package cannot write or compress is
     served by XGrammar alone.
 
     Raises
@@ -786,6 +895,12 @@ def compile_json_schema(
         printed = str(converted)
         vocab = compressor.vocab
         quick = _quick_path(compressor, background, printed, QUICK_CHARS, QUICK_REPEATS, True, "root")
+        direct = (
+            not quick
+            and len(printed) <= DIRECT_CHARS
+            and printed.count("[^") <= DIRECT_NEGATED
+            and counted_repeats(printed) <= DIRECT_REPEATS
+        )
         text: str | Callable[[], str] = (
             xgrammar_core_gbnf(printed) if quick else lambda: xgrammar_core_gbnf(printed)
         )
@@ -799,6 +914,7 @@ def compile_json_schema(
             full=True,
             background=background,
             quick=quick,
+            direct=direct,
             head_start=head_start,
             full_compile=lambda: compile_full_json_schema(
                 vocab, schema, max_threads=max_threads, converted=converted
@@ -829,10 +945,12 @@ def _quick_path(
         return False
     if not full:
         return quick_enough(grammar_text, quick_chars, quick_repeats)
-    # every negated class and macro in the text bounds the contexts: a grammar too long for
-    # the bound's scale is raced without the walk (it delays XGrammar's start by up to 1 ms)
-    bound = grammar_text.count("[^") + grammar_text.count("Regex(")
-    if bound == 0 or len(grammar_text) > quick_chars * max(1, bound - QUICK_FREE_TEXT + 1):
+    # every negated class and macro in the text bounds the contexts: a grammar with no negated
+    # class, or too long for the bound's scale, is raced without the walk (the walk delays
+    # XGrammar's start by up to 1 ms)
+    negated_bound = grammar_text.count("[^")
+    bound = negated_bound + grammar_text.count("Regex(")
+    if negated_bound == 0 or len(grammar_text) > quick_chars * max(1, bound - QUICK_FREE_TEXT + 1):
         return False
     negated, macros = _free_text(grammar_text, root)
     contexts = negated + macros * QUICK_MACRO_WEIGHT

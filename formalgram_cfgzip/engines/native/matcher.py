@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -126,6 +127,14 @@ def _c_tables(module: Any, t: NativeTables) -> Any:
         raise EngineError(f"the native C kernel refuses the tables: {exc}") from None
 
 
+def _shared_path(matcher: weakref.ReferenceType[NativeMatcher], bitmask: Any, index: int = 0) -> None:
+    """The fused fills' way to a matcher's shared path (what they do not take themselves), the
+    matcher held weakly; only its own attributes call it, so it is alive."""
+    alive = matcher()
+    assert alive is not None
+    alive._fill_shared(bitmask, index)
+
+
 class NativeMatcher(EngineMatcher):
     """Matcher over real token ids backed by a native kernel state (one sequence).
 
@@ -159,8 +168,13 @@ class NativeMatcher(EngineMatcher):
         fill_token = getattr(self._state, "fill_token", None)
         update_token = getattr(self._state, "update_token", None)
         if kernel is not None and fill_token is not None and update_token is not None:
-            self.__dict__["fill_next_token_bitmask"] = partial(fill_token, kernel, self._fill_shared)
-            self.__dict__["update_next_token_bitmask"] = partial(update_token, kernel, self._fill_shared)
+            # the shared path held weakly: a bound method kept in this matcher's own dict would
+            # make a reference cycle, and every matcher, with its compiled grammar and their C
+            # buffers, would wait for the cyclic collector (then freed in whichever request's
+            # time that collection falls: a new schema's first mask, on MaskBench)
+            shared = partial(_shared_path, weakref.ref(self))
+            self.__dict__["fill_next_token_bitmask"] = partial(fill_token, kernel, shared)
+            self.__dict__["update_next_token_bitmask"] = partial(update_token, kernel, shared)
 
     def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
         """Write the full-vocabulary mask (XGrammar layout) into row ``index`` of ``bitmask``.
