@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["ROOT", "describe", "is_checkout", "place_checkout"]
+__all__ = ["ROOT", "describe", "is_checkout", "place_checkout", "pythonpath_names_checkout"]
 
 #: The checkout's root (the folder holding ``bench/``).
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,6 +43,11 @@ def is_checkout(entry: str) -> bool:
         return False
 
 
+def pythonpath_names_checkout() -> bool:
+    """Whether ``PYTHONPATH`` names the checkout (the source tree asked for on purpose)."""
+    return any(is_checkout(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
+
+
 def place_checkout() -> bool:
     """Move the checkout root to the end of ``sys.path`` unless ``PYTHONPATH`` names it.
 
@@ -51,8 +56,7 @@ def place_checkout() -> bool:
     bool
         Whether it was moved (``False``: ``PYTHONPATH`` asks for the source tree).
     """
-    requested = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if any(is_checkout(p) for p in requested):
+    if pythonpath_names_checkout():
         return False
     sys.path[:] = [p for p in sys.path if not is_checkout(p)]
     sys.path.append(str(ROOT))

@@ -46,19 +46,19 @@ if str(_ROOT) not in sys.path:  # for bench._checkout, the one definition of the
     sys.path.append(str(_ROOT))
 _checkout = importlib.import_module("bench._checkout")  # importing bench places the checkout
 is_checkout, place_checkout = _checkout.is_checkout, _checkout.place_checkout
+pythonpath_names_checkout = _checkout.pythonpath_names_checkout
 
 
 def _place_checkout() -> None:
     """Move the checkout root to the end of ``sys.path`` unless ``PYTHONPATH`` asks for it
     (:func:`bench._checkout.place_checkout`, which importing :mod:`bench` runs too)."""
     loaded = sys.modules.get("formalgram")
-    if loaded is not None and is_checkout(str(Path(str(loaded.__file__)).parents[1])):
-        requested = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        if not any(is_checkout(p) for p in requested):
-            raise pytest.UsageError(
-                "formalgram was imported from the checkout before tests/conftest.py could put the "
-                "installed build first; run `pytest` or `python -P -m pytest`"
-            )
+    from_checkout = loaded is not None and is_checkout(str(Path(str(loaded.__file__)).parents[1]))
+    if from_checkout and not pythonpath_names_checkout():
+        raise pytest.UsageError(
+            "formalgram was imported from the checkout before tests/conftest.py could put the "
+            "installed build first; run `pytest` or `python -P -m pytest`"
+        )
     place_checkout()
 
 
@@ -67,10 +67,9 @@ def _children_import_it() -> None:
     import formalgram
 
     home = Path(str(formalgram.__file__)).resolve().parents[1]
-    if home == _ROOT:
+    if home == _ROOT and not pythonpath_names_checkout():
         requested = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        if not any(is_checkout(p) for p in requested):
-            os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), *requested])
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), *requested])
 
 
 _place_checkout()
