@@ -319,6 +319,65 @@ def test_row_cache_is_an_lru_under_churn(capacity: int, distinct: int) -> None:
     assert np.array_equal(out[0], wants[0])
 
 
+def blocky_row(
+    rng: np.random.Generator, classes: int, base: npt.NDArray[np.int32] | None
+) -> npt.NDArray[np.int32]:
+    """A class row as a grammar of thousands of classes makes them: runs of empty, full or
+    (from ``base``) unchanged 32-class words, with a few classes flipped here and there."""
+    words = (classes + 31) // 32
+    row = np.zeros(words, dtype=np.int32) if base is None else base.copy()
+    for _ in range(int(rng.integers(0, 4))):  # runs of words set, cleared or left
+        a = int(rng.integers(0, words))
+        b = min(words, a + int(rng.integers(1, 40)))
+        row[a:b] = rng.choice((0, -1)) if rng.random() < 0.7 else rng.integers(-(2**31), 2**31, b - a)
+    for c in rng.integers(0, classes, int(rng.integers(0, 80))):  # scattered classes flipped
+        row[c >> 5] ^= np.int32(1 << (int(c) & 31)) if (c & 31) != 31 else np.int32(-(2**31))
+    if rng.random() < 0.3:  # the top bit: past num_classes (ignored) unless classes % 32 == 0
+        row[-1] |= np.int32(-(2**31))
+    return row
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    classes=st.integers(250, 5_000),
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.sampled_from((-1, 0, 3, 20)),
+    capacity=st.sampled_from((1, 3, 50)),
+    delta=st.sampled_from((0, 1, 2)),
+)
+def test_sparse_and_dense_rows_of_many_classes(
+    classes: int, seed: int, rows: int, capacity: int, delta: int
+) -> None:
+    """Rows of grammars of thousands of classes: blocks of class words skipped (all empty,
+    all full, or equal to a cached row's), dense rows combined in several passes from a start
+    row, small classes listed in batches, delta candidates dropped part-way through their
+    scan.  Through the row cache (hits, evictions, deltas), by every plan forced, and patched
+    over a base row: every row equals the oracle."""
+    rng = np.random.default_rng(seed)
+    width = int(rng.integers(classes, 4 * classes))
+    tc = skewed(rng, width, classes, float(rng.random() * 2), 0.02)
+    tc[:classes] = np.arange(classes)  # every class holds a token
+    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 30, rows, capacity, delta)
+    nw = (width + 31) // 32
+    out = np.zeros((1, nw), dtype=np.int32)
+    seq: list[npt.NDArray[np.int32]] = []
+    prev = None
+    for _ in range(30):
+        prev = blocky_row(rng, classes, None if prev is None or rng.random() < 0.15 else prev)
+        seq.append(prev)
+        if rng.random() < 0.3:  # revisits: hits
+            seq.append(seq[int(rng.integers(0, len(seq)))])
+    for row in seq:
+        kernel.expand_rows(row, out)
+        assert np.array_equal(out[0], oracle_row(tc, row, classes))
+    for row, base_row in zip(seq[1:6], seq[:5], strict=True):
+        want = oracle_row(tc, row, classes)
+        for plan in (-1, *PLANS):
+            got = np.full(nw, -3, dtype=np.int32)
+            kernel.expand(row, got, oracle_row(tc, base_row, classes).copy(), base_row, plan)
+            assert np.array_equal(got, want), plan
+
+
 def test_row_cache_ignores_bits_past_num_classes() -> None:
     rng = np.random.default_rng(12)
     tc = skewed(rng, 300, 40, 1.0, 0.0)

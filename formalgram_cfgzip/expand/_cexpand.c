@@ -33,7 +33,15 @@
  * and estimates the small tokens (the mean size of the small classes of each class word
  * times their count).  Through the row cache (expand_rows) a miss is also compared with
  * patching each of the DELTA_CANDIDATES most recently used cached rows, the nearest first:
- * consecutive masks of a decoding loop differ in a few classes.  With `adapt`, the rows
+ * consecutive masks of a decoding loop differ in a few classes; a candidate's count stops
+ * once patching it would cost more than the best plan found.
+ *
+ * Grammars of tens of thousands of classes (JSON schemas with many names and patterns) make
+ * class rows of thousands of words that allow a few classes, or disallow a few: every pass
+ * over a class row (the count, the hash of the cache's key, the rows and small classes
+ * applied) skips blocks of BLOCK_WORDS words that hold nothing of its set, the count takes a
+ * block of every class from precomputed totals, and the small classes' token lists, which
+ * lie at random in arrays of the vocabulary's size, are read in batches whose loads overlap.  With `adapt`, the rows
  * whose plan was chosen are timed and each plan's estimates scaled by its running
  * measured / modelled ratio (see learn()).
  *
@@ -111,11 +119,12 @@ now_ns(void)
 #define NS_DELTA_SCAN_WORD 0.4 /* a delta candidate: its class row against this one, per word */
 #define DELTA_CANDIDATES 4     /* most recently used cached rows a miss may be patched from */
 #define ROWS_PER_PASS 8        /* precomputed rows combined in one pass over the output */
+#define BLOCK_WORDS 8          /* class words a scan skips at once (see block_empty) */
 
 enum { PLAN_GATHER = 0, PLAN_SPLIT = 1, PLAN_SET = 2, PLAN_CLEAR = 3, PLAN_DELTA = 4, PLAN_FEWER = 5 };
 #define PLAN_CACHE_HIT 8
 #define PLAN_UNCHANGED 9 /* expand_row_over: the output row already held this class row's tokens */
-enum { OP_OR = 0, OP_ANDNOT = 1, OP_XOR = 2 };
+enum { OP_OR = 0, OP_ANDNOT = 1, OP_XOR = 2, OP_SET = 3 };
 
 typedef struct {
     PyObject_HEAD
@@ -141,6 +150,10 @@ typedef struct {
     /* small classes: their tokens listed (csr), gathered (tail_*), or cleared from their union */
     uint32_t *small_classes; /* cw words: bit c set for a non-empty class without a row */
     float *small_mean;      /* cw floats: mean size of the small classes of each class word */
+    /* per block of BLOCK_WORDS class words: its large classes, small classes and their tokens
+     * (as row_stats estimates them), so that a block of all classes counts in one step */
+    int32_t *block_big, *block_small;
+    double *block_tokens;
     uint32_t *small_union;  /* nw words: the tokens of every small class */
     Py_ssize_t n_small_classes, n_small_tokens;
     uint32_t *tail_start;   /* nw + 1 offsets into tail_bit / tail_cls */
@@ -186,6 +199,9 @@ Kernel_dealloc(Kernel *self)
     PyMem_Free(self->big_union);
     PyMem_Free(self->small_classes);
     PyMem_Free(self->small_mean);
+    PyMem_Free(self->block_big);
+    PyMem_Free(self->block_small);
+    PyMem_Free(self->block_tokens);
     PyMem_Free(self->small_union);
     PyMem_Free(self->tail_start);
     PyMem_Free(self->tail_bit);
@@ -377,6 +393,20 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         self->n_small_tokens += (Py_ssize_t)tok;
         self->small_mean[w] = n ? (float)(tok / n) : 0.0f;
     }
+    Py_ssize_t nblocks = cw / BLOCK_WORDS;
+    self->block_big = PyMem_Calloc((size_t)nblocks + 1, sizeof(int32_t));
+    self->block_small = PyMem_Calloc((size_t)nblocks + 1, sizeof(int32_t));
+    self->block_tokens = PyMem_Calloc((size_t)nblocks + 1, sizeof(double));
+    if (!self->block_big || !self->block_small || !self->block_tokens) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t w = 0; w < nblocks * BLOCK_WORDS; w++) {
+        int ns = popcount32(self->small_classes[w]);
+        self->block_big[w / BLOCK_WORDS] += popcount32(self->big_classes[w]);
+        self->block_small[w / BLOCK_WORDS] += ns;
+        self->block_tokens[w / BLOCK_WORDS] += (double)ns * (double)self->small_mean[w];
+    }
     /* the small tokens word by word (plan 1) and both unions */
     self->tail_start = PyMem_Malloc(((size_t)nw + 1) * sizeof(uint32_t));
     self->tail_bit = PyMem_Malloc((size_t)self->n_small_tokens + 1);
@@ -453,9 +483,11 @@ done:
 
 /* -- the rows' passes ----------------------------------------------------------------- */
 
-/* out[i] = out[i] OP (r[0][i] | ... | r[n-1][i]) for every word i < nw; 1 <= n <= 8.  The
- * combination of disjoint rows by OR is also their XOR.  Compiled twice on x86: with AVX2
- * (32 bytes per vector) when the CPU has it, and for the baseline (16 bytes). */
+/* out[i] = L[i] OP (r[0][i] | ... | r[n-1][i]) for every word i < nw; 1 <= n <= 8, where the
+ * left operand L is `src` (a row other than `out`) or, with src NULL, `out` itself; OP_SET
+ * writes the rows' union alone.  The combination of disjoint rows by OR is also their XOR.
+ * Compiled twice on x86: with AVX2 (32 bytes per vector) when the CPU has it, and for the
+ * baseline (16 bytes). */
 #define ROWS_LOOP(OP, EXPR)                                                                \
     do {                                                                                   \
         for (Py_ssize_t i = 0; i < nw; i++) {                                              \
@@ -465,7 +497,15 @@ done:
     } while (0)
 #define ROWS_OPS(EXPR)                                                                     \
     do {                                                                                   \
-        if (op == OP_OR)                                                                   \
+        if (op == OP_SET)                                                                  \
+            ROWS_LOOP(v, EXPR);                                                            \
+        else if (src != NULL && op == OP_OR)                                               \
+            ROWS_LOOP(src[i] | v, EXPR);                                                   \
+        else if (src != NULL && op == OP_ANDNOT)                                           \
+            ROWS_LOOP(src[i] & ~v, EXPR);                                                  \
+        else if (src != NULL)                                                              \
+            ROWS_LOOP(src[i] ^ v, EXPR);                                                   \
+        else if (op == OP_OR)                                                              \
             ROWS_LOOP(out[i] | v, EXPR);                                                   \
         else if (op == OP_ANDNOT)                                                          \
             ROWS_LOOP(out[i] & ~v, EXPR);                                                  \
@@ -507,12 +547,14 @@ done:
     }
 
 static void
-rows_pass_generic(uint32_t *RESTRICT out, const uint32_t *const *r, int n, Py_ssize_t nw, int op)
+rows_pass_generic(uint32_t *RESTRICT out, const uint32_t *RESTRICT src, const uint32_t *const *r, int n,
+                  Py_ssize_t nw, int op)
     ROWS_BODY
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 __attribute__((target("avx2"))) static void
-rows_pass_avx2(uint32_t *RESTRICT out, const uint32_t *const *r, int n, Py_ssize_t nw, int op)
+rows_pass_avx2(uint32_t *RESTRICT out, const uint32_t *RESTRICT src, const uint32_t *const *r, int n,
+               Py_ssize_t nw, int op)
     ROWS_BODY
 
 __attribute__((target("popcnt"))) static inline int
@@ -534,12 +576,12 @@ cpu_features(void)
 }
 
 static void
-rows_pass(uint32_t *out, const uint32_t *const *r, int n, Py_ssize_t nw, int op)
+rows_pass(uint32_t *out, const uint32_t *src, const uint32_t *const *r, int n, Py_ssize_t nw, int op)
 {
     if (g_has_avx2)
-        rows_pass_avx2(out, r, n, nw, op);
+        rows_pass_avx2(out, src, r, n, nw, op);
     else
-        rows_pass_generic(out, r, n, nw, op);
+        rows_pass_generic(out, src, r, n, nw, op);
 }
 #else
 static int g_has_avx2 = 0;
@@ -561,31 +603,120 @@ set_word(const uint32_t *row, const uint32_t *other, int mode, const uint32_t *p
     return x & part[w];
 }
 
-/* Apply to `out` with `op` the rows of the large classes of the set of `mode`, eight per pass;
- * returns the number of rows. */
+/* Class rows are scanned BLOCK_WORDS words at a time, and a block none of whose words can
+ * hold a class of the set is skipped: a test on four 64-bit loads of the class rows alone
+ * (mode 0: all words zero, 1: all ones, 2: equal to `other`'s).  A class row of a grammar of
+ * tens of thousands of classes allows a few classes (or disallows a few), and consecutive
+ * rows differ in a few, so most of its blocks are skipped. */
+static inline int
+block_empty(const uint32_t *row, const uint32_t *other, int mode, Py_ssize_t w)
+{
+    uint64_t a[4];
+    memcpy(a, row + w, sizeof a);
+    if (mode == 0)
+        return (a[0] | a[1] | a[2] | a[3]) == 0;
+    if (mode == 1)
+        return (a[0] & a[1] & a[2] & a[3]) == ~(uint64_t)0;
+    uint64_t b[4];
+    memcpy(b, other + w, sizeof b);
+    return ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3])) == 0;
+}
+
+/* The first word >= w of a class row of cw words that is not in a skipped block (cw if none);
+ * a scan goes `for (w = next_word(.., 0, cw); w < cw; w = next_word(.., w + 1, cw))`. */
+static inline Py_ssize_t
+next_word(const uint32_t *row, const uint32_t *other, int mode, Py_ssize_t w, Py_ssize_t cw)
+{
+    if (w % BLOCK_WORDS)
+        return w;
+    while (w + BLOCK_WORDS <= cw && block_empty(row, other, mode, w))
+        w += BLOCK_WORDS;
+    return w;
+}
+
+/* One pass of apply_rows over the n rows in k->pass: the first (`used` 0) reads `start`. */
+static inline void
+first_or_next_pass(Kernel *k, uint32_t *out, const uint32_t *start, Py_ssize_t used, int n, int op)
+{
+    if (used == 0 && start != out)
+        rows_pass(out, start, k->pass, n, k->nw, start == NULL ? OP_SET : op);
+    else
+        rows_pass(out, NULL, k->pass, n, k->nw, op);
+}
+
+/* out = start OP (the rows of the large classes of the set of `mode`), eight rows per pass, where
+ * `start` is `out` itself (in place), another row, or NULL for a row of zeros (then `op` is
+ * OP_OR); the first pass reads `start` and writes `out`, so that no pass only initialises it.
+ * Returns the number of rows. */
 static Py_ssize_t
-apply_rows(Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int op, uint32_t *out)
+apply_rows(Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int op, uint32_t *out,
+           const uint32_t *start)
 {
     int n = 0;
     Py_ssize_t used = 0;
-    for (Py_ssize_t w = 0; w < k->cw; w++) {
+    Py_ssize_t cw = k->n_rows ? k->cw : 0; /* no large class: nothing to scan */
+    for (Py_ssize_t w = next_word(row, other, mode, 0, cw); w < cw; w = next_word(row, other, mode, w + 1, cw)) {
         uint32_t x = set_word(row, other, mode, k->big_classes, w);
         while (x) {
             uint32_t c = (uint32_t)(32 * w) + (uint32_t)ctz32(x);
             x &= x - 1;
             k->pass[n++] = k->rows + (size_t)k->row_of[c] * (size_t)k->nwp;
             if (n == ROWS_PER_PASS) {
-                rows_pass(out, k->pass, n, k->nw, op);
+                first_or_next_pass(k, out, start, used, n, op);
                 used += n;
                 n = 0;
             }
         }
     }
     if (n) {
-        rows_pass(out, k->pass, n, k->nw, op);
+        first_or_next_pass(k, out, start, used, n, op);
         used += n;
     }
+    if (used == 0 && start != out) {
+        if (start == NULL)
+            memset(out, 0, (size_t)k->nw * 4);
+        else
+            memcpy(out, start, (size_t)k->nw * 4);
+    }
     return used;
+}
+
+#if defined(__GNUC__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)0)
+#endif
+
+/* Small classes are listed in batches of SMALL_BATCH, and each batch's token lists are read in
+ * three passes (their offsets fetched, then their tokens, then the tokens applied): a class's
+ * offsets and tokens lie at random in arrays of the vocabulary's size, out of the CPU's caches
+ * in a decoding loop, and the passes let those reads overlap instead of waiting one by one. */
+#define SMALL_BATCH 32
+
+static void
+apply_batch(const Kernel *k, const uint32_t *ids, int n, int op, uint32_t *out)
+{
+    const uint32_t *start = k->csr_start, *toks = k->csr_tok;
+    uint32_t s[SMALL_BATCH], e[SMALL_BATCH];
+    for (int j = 0; j < n; j++)
+        PREFETCH(start + ids[j]);
+    for (int j = 0; j < n; j++) {
+        s[j] = start[ids[j]];
+        e[j] = start[ids[j] + 1];
+        PREFETCH(toks + s[j]);
+    }
+    for (int j = 0; j < n; j++) {
+        const uint32_t *tok = toks + s[j], *end = toks + e[j];
+        if (op == OP_OR)
+            for (; tok < end; tok++)
+                out[*tok >> 5] |= (uint32_t)1 << (*tok & 31);
+        else if (op == OP_ANDNOT)
+            for (; tok < end; tok++)
+                out[*tok >> 5] &= ~((uint32_t)1 << (*tok & 31));
+        else
+            for (; tok < end; tok++)
+                out[*tok >> 5] ^= (uint32_t)1 << (*tok & 31);
+    }
 }
 
 /* Set (op OP_OR), clear (OP_ANDNOT) or flip (OP_XOR) in `out` the tokens of the small classes
@@ -593,24 +724,22 @@ apply_rows(Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int 
 static void
 apply_small(const Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int op, uint32_t *out)
 {
-    const uint32_t *start = k->csr_start, *toks = k->csr_tok;
-    for (Py_ssize_t w = 0; w < k->cw; w++) {
+    uint32_t ids[SMALL_BATCH];
+    int n = 0;
+    for (Py_ssize_t w = next_word(row, other, mode, 0, k->cw); w < k->cw;
+         w = next_word(row, other, mode, w + 1, k->cw)) {
         uint32_t x = set_word(row, other, mode, k->small_classes, w);
         while (x) {
-            uint32_t c = (uint32_t)(32 * w) + (uint32_t)ctz32(x);
+            ids[n++] = (uint32_t)(32 * w) + (uint32_t)ctz32(x);
             x &= x - 1;
-            const uint32_t *tok = toks + start[c], *end = toks + start[c + 1];
-            if (op == OP_OR)
-                for (; tok < end; tok++)
-                    out[*tok >> 5] |= (uint32_t)1 << (*tok & 31);
-            else if (op == OP_ANDNOT)
-                for (; tok < end; tok++)
-                    out[*tok >> 5] &= ~((uint32_t)1 << (*tok & 31));
-            else
-                for (; tok < end; tok++)
-                    out[*tok >> 5] ^= (uint32_t)1 << (*tok & 31);
+            if (n == SMALL_BATCH) {
+                apply_batch(k, ids, n, op, out);
+                n = 0;
+            }
         }
     }
+    if (n)
+        apply_batch(k, ids, n, op, out);
 }
 
 /* allowed[c] = bit c of the class row, for every c < C; allowed[C..] = 0 */
@@ -682,18 +811,9 @@ gather_small(Kernel *k, uint32_t *out)
 static void
 plan_compose(Kernel *k, int plan, int big, const uint32_t *row, uint32_t *out)
 {
-    size_t bytes = (size_t)k->nw * 4;
     int small_clear = plan == PLAN_CLEAR;
-    if (big && small_clear)
-        memcpy(out, k->valid, bytes);
-    else if (big)
-        memcpy(out, k->big_union, bytes);
-    else if (small_clear)
-        memcpy(out, k->small_union, bytes);
-    else
-        memset(out, 0, bytes);
-    if (k->n_rows)
-        apply_rows(k, row, NULL, big, big ? OP_ANDNOT : OP_OR, out);
+    const uint32_t *start = big && small_clear ? k->valid : big ? k->big_union : small_clear ? k->small_union : NULL;
+    apply_rows(k, row, NULL, big, big ? OP_ANDNOT : OP_OR, out, start);
     if (plan == PLAN_SPLIT) {
         unpack_row(k, row);
         gather_small(k, out);
@@ -708,10 +828,11 @@ plan_compose(Kernel *k, int plan, int big, const uint32_t *row, uint32_t *out)
 static void
 plan_delta(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint32_t *base_out, uint32_t *out)
 {
-    if (out != base_out)
+    if (out != base_out && base_out < out + k->nw && out < base_out + k->nw) { /* overlapping */
         memmove(out, base_out, (size_t)k->nw * 4);
-    if (k->n_rows)
-        apply_rows(k, row, base_cls, 2, OP_XOR, out);
+        base_out = out;
+    }
+    apply_rows(k, row, base_cls, 2, OP_XOR, out, base_out);
     apply_small(k, row, base_cls, 2, OP_XOR, out);
 }
 
@@ -726,41 +847,84 @@ typedef struct {
     double small_tokens;
 } Stats;
 
+/* The stats of the classes of `row` (other NULL) or of those differing from `other`, block by
+ * block (empty blocks skipped, full ones counted from their totals, four partial sums of the
+ * token estimate).  With a finite `limit` the scan stops as soon as patching the differing
+ * classes counted so far would cost more by the model (delta_cost without the row's start):
+ * st.big is then -1. */
 #define STATS_BODY(POPCOUNT)                                                             \
     {                                                                                    \
         Stats st = {0, 0, 0.0};                                                          \
-        for (Py_ssize_t w = 0; w < k->cw; w++) {                                         \
-            uint32_t x = other ? row[w] ^ other[w] : row[w];                             \
-            if (!x)                                                                      \
+        double acc[4] = {0.0, 0.0, 0.0, 0.0};                                            \
+        double per_big = NS_ROW_WORD * (double)k->nw;                                    \
+        Py_ssize_t cw = k->cw, w = 0;                                                    \
+        for (; w + BLOCK_WORDS <= cw; w += BLOCK_WORDS) {                                \
+            uint64_t a[4], b[4] = {0, 0, 0, 0};                                          \
+            memcpy(a, row + w, sizeof a);                                                \
+            if (other)                                                                   \
+                memcpy(b, other + w, sizeof b);                                          \
+            uint64_t x0 = a[0] ^ b[0], x1 = a[1] ^ b[1], x2 = a[2] ^ b[2], x3 = a[3] ^ b[3]; \
+            if ((x0 | x1 | x2 | x3) == 0)                                                \
                 continue;                                                                \
+            if ((x0 & x1 & x2 & x3) == ~(uint64_t)0) { /* every class of the block */    \
+                st.big += k->block_big[w / BLOCK_WORDS];                                 \
+                st.small += k->block_small[w / BLOCK_WORDS];                             \
+                acc[0] += k->block_tokens[w / BLOCK_WORDS];                              \
+            } else {                                                                     \
+                for (int j = 0; j < BLOCK_WORDS; j++) {                                  \
+                    uint32_t x = other ? row[w + j] ^ other[w + j] : row[w + j];         \
+                    int ns = POPCOUNT(x & k->small_classes[w + j]);                      \
+                    st.big += POPCOUNT(x & k->big_classes[w + j]);                       \
+                    st.small += ns;                                                      \
+                    acc[j & 3] += (double)ns * (double)k->small_mean[w + j];             \
+                }                                                                        \
+            }                                                                            \
+            if (per_big * (double)st.big +                                               \
+                    list_cost((double)st.small, acc[0] + acc[1] + acc[2] + acc[3]) >     \
+                limit) {                                                                 \
+                st.big = -1;                                                             \
+                return st;                                                               \
+            }                                                                            \
+        }                                                                                \
+        for (; w < cw; w++) {                                                            \
+            uint32_t x = other ? row[w] ^ other[w] : row[w];                             \
             int ns = POPCOUNT(x & k->small_classes[w]);                                  \
             st.big += POPCOUNT(x & k->big_classes[w]);                                   \
             st.small += ns;                                                              \
-            st.small_tokens += (double)ns * (double)k->small_mean[w];                    \
+            acc[0] += (double)ns * (double)k->small_mean[w];                             \
         }                                                                                \
+        st.small_tokens = acc[0] + acc[1] + acc[2] + acc[3];                             \
+        if (per_big * (double)st.big + list_cost((double)st.small, st.small_tokens) > limit) \
+            st.big = -1;                                                                 \
         return st;                                                                       \
     }
 
-/* the allowed classes of `row` (other NULL), or those differing from `other` */
 static Stats
-row_stats_generic(const Kernel *k, const uint32_t *row, const uint32_t *other)
+row_stats_generic(const Kernel *k, const uint32_t *row, const uint32_t *other, double limit)
     STATS_BODY(popcount32)
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 /* Without -mpopcnt, __builtin_popcount is a library call; this copy uses the instruction
  * and is taken only when the CPU has it. */
 __attribute__((target("popcnt"))) static Stats
-row_stats_popcnt(const Kernel *k, const uint32_t *row, const uint32_t *other)
+row_stats_popcnt(const Kernel *k, const uint32_t *row, const uint32_t *other, double limit)
     STATS_BODY(popcount_hw)
 
 static Stats
-row_stats(const Kernel *k, const uint32_t *row, const uint32_t *other)
+bounded_stats(const Kernel *k, const uint32_t *row, const uint32_t *other, double limit)
 {
-    return g_has_popcnt ? row_stats_popcnt(k, row, other) : row_stats_generic(k, row, other);
+    return g_has_popcnt ? row_stats_popcnt(k, row, other, limit) : row_stats_generic(k, row, other, limit);
 }
 #else
-#define row_stats row_stats_generic
+#define bounded_stats row_stats_generic
 #endif
+
+/* the allowed classes of `row` (other NULL), or those differing from `other` */
+static inline Stats
+row_stats(const Kernel *k, const uint32_t *row, const uint32_t *other)
+{
+    return bounded_stats(k, row, other, HUGE_VAL);
+}
 
 /* Modelled cost of plan 2 or 3 (without NS_FIXED) for a row of `st`, and its large-class mode. */
 static double
@@ -819,16 +983,42 @@ run_plan(Kernel *k, int plan, int big, const uint32_t *row, const uint32_t *base
     }
 }
 
+/* The modelled costs (without NS_FIXED) of plans 0-3 for a row of stats `st`, their large-class
+ * modes in bigs[]. */
+static void
+plan_costs(const Kernel *k, const Stats *st, double *model, int *bigs)
+{
+    model[PLAN_GATHER] = k->cost_gather - NS_FIXED;
+    for (int p = PLAN_SPLIT; p <= PLAN_CLEAR; p++)
+        model[p] = compose_cost(k, p, st, &bigs[p]);
+}
+
+/* The most a delta may cost by the model (delta_cost) and still be chosen over plans 0-3 of
+ * modelled costs `model` (without `pre`, the part every plan pays), whether the choice is
+ * corrected (see learn) or not. */
+static double
+delta_limit(const Kernel *k, const double *model, double pre)
+{
+    double raw = HUGE_VAL, corrected = HUGE_VAL;
+    for (int p = 0; p < PLAN_DELTA; p++) {
+        raw = model[p] < raw ? model[p] : raw;
+        double c = (model[p] + pre) * k->corr[p];
+        corrected = c < corrected ? c : corrected;
+    }
+    corrected = corrected / k->corr[PLAN_DELTA] - pre;
+    return raw > corrected ? raw : corrected;
+}
+
 /* One row by plan `force` (-1: chosen by cost; 5: set or clear, whichever lists fewer small
  * classes), its large classes by mode `big` (-1: fewer rows).  With base_cls / base_out (may be
  * NULL) plan 4 is possible; `diff` (may be NULL) is then row_stats(row, base_cls) if the caller
- * has it.  Returns the plan used. */
+ * has it, and `allowed` (may be NULL) row_stats(row, NULL).  Returns the plan used. */
 static int
 compute_row(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint32_t *base_out,
-            const Stats *diff, uint32_t *out, int force, int big)
+            const Stats *diff, const Stats *allowed, uint32_t *out, int force, int big)
 {
     if (force == PLAN_FEWER) {
-        Stats st = row_stats(k, row, NULL);
+        Stats st = allowed ? *allowed : row_stats(k, row, NULL);
         force = 2 * st.small <= k->n_small_classes ? PLAN_SET : PLAN_CLEAR;
     }
     if (force >= 0) {
@@ -837,11 +1027,12 @@ compute_row(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint
     }
     int explore = !k->adapt || (k->n_auto++ & 31) == 0;
     double t0 = k->adapt ? now_ns() : 0.0;
-    Stats st = row_stats(k, row, NULL), d;
+    Stats st = allowed ? *allowed : row_stats(k, row, NULL), d;
     double model[5];
     int bigs[5] = {0, 0, 0, 0, 0};
     double pre = NS_FIXED + NS_SCAN_WORD * (double)k->cw; /* spent whatever the plan */
     int n_plans = 4;
+    plan_costs(k, &st, model, bigs);
     if (base_cls != NULL) {
         if (diff == NULL) {
             d = row_stats(k, row, base_cls);
@@ -853,9 +1044,6 @@ compute_row(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint
             model[PLAN_DELTA] -= NS_INIT_WORD * (double)k->nw;
         n_plans = 5;
     }
-    model[PLAN_GATHER] = k->cost_gather - NS_FIXED;
-    for (int p = PLAN_SPLIT; p <= PLAN_CLEAR; p++)
-        model[p] = compose_cost(k, p, &st, &bigs[p]);
     int best = 0;
     double best_cost = HUGE_VAL;
     for (int p = 0; p < n_plans; p++) {
@@ -884,20 +1072,24 @@ last_word_mask(const Kernel *k)
     return (k->num_classes & 31) ? ((uint32_t)1 << (k->num_classes & 31)) - 1 : ~(uint32_t)0;
 }
 
-/* c_key = row with the bits past num_classes cleared; returns its hash */
+/* c_key = row with the bits past num_classes cleared; returns its hash.  The hash is a sum of
+ * one independent mix per 64-bit word (no chain through the words: their mixes overlap in the
+ * CPU), the blocks of zero words left out; equal keys have equal hashes, and a hit is confirmed
+ * by comparing the keys. */
 static uint64_t
 load_key(Kernel *k, const uint32_t *row)
 {
-    uint64_t h = 0x243f6a8885a308d3ULL;
-    Py_ssize_t last = k->cw - 1;
-    uint32_t tail = last_word_mask(k);
-    for (Py_ssize_t w = 0; w < k->cw; w++) {
-        uint32_t x = row[w];
-        if (w == last)
-            x &= tail;
-        k->c_key[w] = x;
-        h = (h ^ x) * 0x9e3779b97f4a7c15ULL;
-        h ^= h >> 29;
+    Py_ssize_t cw = k->cw;
+    memcpy(k->c_key, row, (size_t)cw * 4);
+    k->c_key[cw - 1] &= last_word_mask(k);
+    k->c_key[cw] = 0; /* the pad word: a 64-bit load of the last word */
+    uint64_t h = 0x243f6a8885a308d3ULL ^ (uint64_t)cw;
+    for (Py_ssize_t w = next_word(k->c_key, NULL, 0, 0, cw); w < cw; w = next_word(k->c_key, NULL, 0, w + 2, cw)) {
+        uint64_t x;
+        memcpy(&x, k->c_key + w, 8);
+        x ^= (uint64_t)(w + 1) * 0x9e3779b97f4a7c15ULL;
+        x = (x ^ (x >> 32)) * 0xd6e8feb86659fd93ULL;
+        h += x ^ (x >> 32);
     }
     return h;
 }
@@ -977,17 +1169,21 @@ table_remove(Kernel *k, int32_t s)
 }
 
 /* The cached row nearest to c_key among the DELTA_CANDIDATES most recently used ones (the
- * cheapest to patch by the cost model), with its differing classes' stats; -1 if none. */
+ * cheapest to patch by the cost model), with its differing classes' stats; -1 if none costs at
+ * most `limit` to patch (a candidate's scan stops once it costs more than that or than the best
+ * so far). */
 static int32_t
-nearest_cached(Kernel *k, Stats *best_diff)
+nearest_cached(Kernel *k, Stats *best_diff, double limit)
 {
     int32_t best = -1;
-    double best_cost = HUGE_VAL;
+    double best_cost = limit - NS_INIT_WORD * (double)k->nw;
     int32_t s = k->c_head;
     for (int i = 0; i < DELTA_CANDIDATES && s >= 0; i++, s = k->c_next[s]) {
-        Stats d = row_stats(k, k->c_key, k->c_keys + (size_t)s * (size_t)k->cw);
-        double c = delta_cost(k, &d);
-        if (c < best_cost) {
+        Stats d = bounded_stats(k, k->c_key, k->c_keys + (size_t)s * (size_t)k->cw, best_cost);
+        if (d.big < 0)
+            continue;
+        double c = delta_cost(k, &d) - NS_INIT_WORD * (double)k->nw;
+        if (best < 0 ? c <= best_cost : c < best_cost) {
             best_cost = c;
             best = s;
             *best_diff = d;
@@ -1006,7 +1202,7 @@ cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out, 
     if (slot_out)
         *slot_out = -1;
     if (k->cap == 0) /* no cache: nothing is counted */
-        return compute_row(k, row, NULL, NULL, NULL, out, -1, -1);
+        return compute_row(k, row, NULL, NULL, NULL, NULL, out, -1, -1);
     uint64_t h = load_key(k, row);
     int32_t s;
     Py_ssize_t pos = find_pos(k, h, &s);
@@ -1024,16 +1220,24 @@ cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out, 
     k->misses++;
     int plan;
     Stats diff;
-    int32_t base = k->delta_mode > 0 && base_row == NULL ? nearest_cached(k, &diff) : -1;
+    Stats st = row_stats(k, k->c_key, NULL);
+    int32_t base = -1;
+    if (k->delta_mode > 0 && base_row == NULL) {
+        double model[5];
+        int bigs[5];
+        plan_costs(k, &st, model, bigs);
+        double pre = NS_FIXED + (NS_SCAN_WORD + NS_DELTA_SCAN_WORD) * (double)cw;
+        base = nearest_cached(k, &diff, k->delta_mode == 2 ? HUGE_VAL : delta_limit(k, model, pre));
+    }
     if (base_row != NULL) { /* `out` holds the tokens of base_row: a delta there needs no copy */
         diff = row_stats(k, k->c_key, base_row);
-        plan = compute_row(k, k->c_key, base_row, out, &diff, out, -1, -1);
+        plan = compute_row(k, k->c_key, base_row, out, &diff, &st, out, -1, -1);
     } else if (base >= 0)
         plan = compute_row(k, k->c_key, k->c_keys + (size_t)base * (size_t)cw,
-                           k->c_rows + (size_t)base * (size_t)nw, &diff, out,
+                           k->c_rows + (size_t)base * (size_t)nw, &diff, &st, out,
                            k->delta_mode == 2 ? PLAN_DELTA : -1, -1);
     else
-        plan = compute_row(k, k->c_key, NULL, NULL, NULL, out, -1, -1);
+        plan = compute_row(k, k->c_key, NULL, NULL, NULL, &st, out, -1, -1);
     if (plan == PLAN_DELTA)
         k->deltas++;
     if (k->n_cached < k->cap) {
@@ -1205,7 +1409,7 @@ Kernel_expand(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
                        get_buffer(args[3], &bcv, 0, k->cw, "base class row") < 0)))
         goto done;
     plan = compute_row(k, (const uint32_t *)rowv.buf, have_base ? (const uint32_t *)bcv.buf : NULL,
-                       have_base ? (const uint32_t *)bov.buf : NULL, NULL, (uint32_t *)outv.buf, (int)force,
+                       have_base ? (const uint32_t *)bov.buf : NULL, NULL, NULL, (uint32_t *)outv.buf, (int)force,
                        (int)big);
 done:
     PyBuffer_Release(&rowv);
@@ -1420,9 +1624,9 @@ api_expand_row_over(PyObject *obj, const uint32_t *class_row, uint32_t *out, con
         k->unchanged++;
         return PLAN_UNCHANGED;
     }
-    Stats d = row_stats(k, k->c_key, base_row);
-    double patch = NS_ROW_WORD * (double)k->nw * (double)d.big + list_cost((double)d.small, d.small_tokens);
-    if (patch < NS_INIT_WORD * (double)k->nw) {
+    double copy = NS_INIT_WORD * (double)k->nw;
+    Stats d = bounded_stats(k, k->c_key, base_row, copy); /* stops once patching costs more */
+    if (d.big >= 0 && NS_ROW_WORD * (double)k->nw * (double)d.big + list_cost((double)d.small, d.small_tokens) < copy) {
         plan_delta(k, k->c_key, base_row, out, out);
         k->in_place++;
         return PLAN_DELTA;
