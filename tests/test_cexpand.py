@@ -9,6 +9,10 @@ Built by the compiled install (what CI tests); skipped in the pure-Python build,
 
 from __future__ import annotations
 
+import os
+import platform
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -376,6 +380,55 @@ def test_sparse_and_dense_rows_of_many_classes(
             got = np.full(nw, -3, dtype=np.int32)
             kernel.expand(row, got, oracle_row(tc, base_row, classes).copy(), base_row, plan)
             assert np.array_equal(got, want), plan
+
+
+POOL_CHILD = """
+import importlib.machinery, importlib.util, resource, sys
+import numpy as np
+path = sys.argv[1]
+loader = importlib.machinery.ExtensionFileLoader("_cexpand", path)
+spec = importlib.util.spec_from_file_location("_cexpand", path, loader=loader)
+mod = importlib.util.module_from_spec(spec)
+loader.exec_module(mod)
+rng = np.random.default_rng(5)
+width, classes, cap = 64_000, 3_000, 64
+nw, cw = (width + 31) // 32, (classes + 31) // 32
+tc = rng.integers(0, classes, width).astype(np.int32)
+rows = [np.packbits(rng.random(cw * 32) < 0.01, bitorder="little").view(np.int32).copy() for _ in range(cap)]
+out = np.zeros((1, nw), dtype=np.int32)
+def faults_of_a_walk():
+    kernel = mod.Kernel(tc, classes, 0, 0, cap, 0)  # every row a miss into a new slot
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for row in rows:
+        kernel.expand_rows(row, out)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+fresh = faults_of_a_walk()
+pooled = faults_of_a_walk()
+freed = mod.release_cache_pool()
+released = faults_of_a_walk()
+print(fresh, pooled, freed, released, cap * (nw + cw) * 4 // 4096)
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+    reason="counts page faults of glibc's mmap-backed blocks (Linux, glibc)",
+)
+def test_a_dropped_kernels_row_cache_is_reused_with_its_pages_mapped() -> None:
+    """A new kernel takes the row-cache block a dropped one left (at most four kept), so a walk's
+    cache misses write mapped pages instead of faulting each one in; after release_cache_pool()
+    the next block is new again.  Oracle: the operating system's page-fault count, in a child
+    whose allocator maps every block of 128 KiB or more afresh (MALLOC_MMAP_THRESHOLD_)."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
+    res = subprocess.run(
+        [sys.executable, "-c", POOL_CHILD, str(cexpand.__file__)],
+        capture_output=True, text=True, env=env, timeout=300, check=True,
+    )  # fmt: skip
+    fresh, pooled, freed, released, pages = (int(x) for x in res.stdout.split())
+    assert fresh >= pages // 2, res.stdout  # a new block: its pages faulted in by the misses
+    assert pooled <= pages // 10, res.stdout  # the dropped kernel's block, already mapped
+    assert freed >= pages * 4096
+    assert released >= pages // 2, res.stdout  # released: a new block again
 
 
 def test_row_cache_ignores_bits_past_num_classes() -> None:

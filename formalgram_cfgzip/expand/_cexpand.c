@@ -171,6 +171,8 @@ typedef struct {
     int adapt;
     double corr[8];
     uint64_t n_auto;        /* rows whose plan was chosen */
+    void *c_block;          /* one allocation holding c_rows and c_keys (see the block pool) */
+    size_t c_block_bytes;
     uint32_t *c_keys;       /* cap * cw */
     uint32_t *c_rows;       /* cap * nw */
     uint64_t *c_hash;       /* cap */
@@ -184,6 +186,72 @@ typedef struct {
     long long hits, misses, evictions, deltas;
     long long unchanged, in_place; /* rows left as they were / patched where they lay (expand_row_over) */
 } Kernel;
+
+/* -- the pool of row-cache blocks ------------------------------------------------------ */
+
+/* A kernel's row cache is one block of memory (about cache_bytes: 8 MiB by default).  The
+ * operating system maps a fresh block's pages when they are first written, a fault per page, and
+ * a decoding loop writes a new cache slot at every row-cache miss: on a new grammar's walk that was
+ * 4-6 faults per miss (a token row of 16 KiB and its key), a few microseconds each, so that most
+ * misses cost 2-4x their work.  Freed kernels' blocks are therefore kept, up to POOL_BLOCKS of
+ * them, and the next kernel whose cache fits one (not more than twice its size) takes it with its
+ * pages already mapped: a server compiling a grammar per request, or a benchmark walking one
+ * schema after another, writes mapped memory.  The blocks hold nothing a kernel reads before
+ * writing (a slot is read only after it is filled).  Taken and given under the GIL (in the
+ * constructor and the destructor). */
+#define POOL_BLOCKS 4
+static struct {
+    void *block;
+    size_t bytes;
+} g_pool[POOL_BLOCKS];
+static int g_pool_n = 0;
+
+/* a block of at least `bytes` (the smallest pooled one that fits, else a new one); NULL on failure */
+static void *
+pool_take(size_t bytes, size_t *got)
+{
+    int best = -1;
+    for (int i = 0; i < g_pool_n; i++)
+        if (g_pool[i].bytes >= bytes && g_pool[i].bytes / 2 <= bytes &&
+            (best < 0 || g_pool[i].bytes < g_pool[best].bytes))
+            best = i;
+    if (best >= 0) {
+        void *block = g_pool[best].block;
+        *got = g_pool[best].bytes;
+        g_pool[best] = g_pool[--g_pool_n];
+        return block;
+    }
+    *got = bytes;
+    return malloc(bytes > 0 ? bytes : 1);
+}
+
+/* a block back: kept while the pool has room, else freed */
+static void
+pool_give(void *block, size_t bytes)
+{
+    if (block == NULL)
+        return;
+    if (g_pool_n < POOL_BLOCKS) {
+        g_pool[g_pool_n].block = block;
+        g_pool[g_pool_n].bytes = bytes;
+        g_pool_n++;
+    } else {
+        free(block);
+    }
+}
+
+/* release_cache_pool() -> bytes freed: the pooled blocks given back to the allocator */
+static PyObject *
+release_cache_pool(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored))
+{
+    size_t freed = 0;
+    while (g_pool_n > 0) {
+        g_pool_n--;
+        freed += g_pool[g_pool_n].bytes;
+        free(g_pool[g_pool_n].block);
+    }
+    return PyLong_FromSize_t(freed);
+}
 
 static void
 Kernel_dealloc(Kernel *self)
@@ -206,8 +274,7 @@ Kernel_dealloc(Kernel *self)
     PyMem_Free(self->tail_start);
     PyMem_Free(self->tail_bit);
     PyMem_Free(self->tail_cls);
-    PyMem_Free(self->c_keys);
-    PyMem_Free(self->c_rows);
+    pool_give(self->c_block, self->c_block_bytes);
     PyMem_Free(self->c_hash);
     PyMem_Free(self->c_gen);
     PyMem_Free(self->c_prev);
@@ -454,8 +521,10 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         Py_ssize_t tsize = 4;
         while (tsize < 2 * cache_rows)
             tsize *= 2;
-        self->c_keys = PyMem_Malloc((size_t)cache_rows * (size_t)cw * sizeof(uint32_t));
-        self->c_rows = PyMem_Malloc((size_t)cache_rows * (size_t)nw * sizeof(uint32_t));
+        size_t row_words = (size_t)cache_rows * (size_t)nw;
+        self->c_block = pool_take(4 * (row_words + (size_t)cache_rows * (size_t)cw), &self->c_block_bytes);
+        self->c_rows = self->c_block;
+        self->c_keys = self->c_rows ? self->c_rows + row_words : NULL;
         self->c_hash = PyMem_Malloc((size_t)cache_rows * sizeof(uint64_t));
         self->c_gen = PyMem_Calloc((size_t)cache_rows, sizeof(uint32_t));
         self->c_prev = PyMem_Malloc((size_t)cache_rows * sizeof(int32_t));
@@ -1194,16 +1263,18 @@ nearest_cached(Kernel *k, Stats *best_diff, double limit)
 
 /* One row through the cache; returns the plan (PLAN_CACHE_HIT for a hit).  *slot_out (may be
  * NULL) is the cache slot now holding the row, -1 without a cache.  With base_row (may be NULL),
- * `out` holds the tokens of that class row, and a miss may be patched from it where it lies. */
+ * `out` holds the tokens of that class row, and a miss may be patched from it where it lies.
+ * `loaded` (may be NULL) is load_key(k, row) when the caller has just run it. */
 static int
-cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out, const uint32_t *base_row)
+cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out, const uint32_t *base_row,
+              const uint64_t *loaded)
 {
     Py_ssize_t nw = k->nw, cw = k->cw;
     if (slot_out)
         *slot_out = -1;
     if (k->cap == 0) /* no cache: nothing is counted */
         return compute_row(k, row, NULL, NULL, NULL, NULL, out, -1, -1);
-    uint64_t h = load_key(k, row);
+    uint64_t h = loaded ? *loaded : load_key(k, row);
     int32_t s;
     Py_ssize_t pos = find_pos(k, h, &s);
     if (s >= 0) {
@@ -1221,17 +1292,17 @@ cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out, 
     int plan;
     Stats diff;
     Stats st = row_stats(k, k->c_key, NULL);
+    double model[5];
+    int bigs[5];
+    plan_costs(k, &st, model, bigs);
+    double limit = delta_limit(k, model, NS_FIXED + (NS_SCAN_WORD + NS_DELTA_SCAN_WORD) * (double)cw);
     int32_t base = -1;
-    if (k->delta_mode > 0 && base_row == NULL) {
-        double model[5];
-        int bigs[5];
-        plan_costs(k, &st, model, bigs);
-        double pre = NS_FIXED + (NS_SCAN_WORD + NS_DELTA_SCAN_WORD) * (double)cw;
-        base = nearest_cached(k, &diff, k->delta_mode == 2 ? HUGE_VAL : delta_limit(k, model, pre));
-    }
+    if (k->delta_mode > 0 && base_row == NULL)
+        base = nearest_cached(k, &diff, k->delta_mode == 2 ? HUGE_VAL : limit);
     if (base_row != NULL) { /* `out` holds the tokens of base_row: a delta there needs no copy */
-        diff = row_stats(k, k->c_key, base_row);
-        plan = compute_row(k, k->c_key, base_row, out, &diff, &st, out, -1, -1);
+        diff = bounded_stats(k, k->c_key, base_row, limit); /* the patch's cost: delta_cost less the copy */
+        plan = diff.big >= 0 ? compute_row(k, k->c_key, base_row, out, &diff, &st, out, -1, -1)
+                             : compute_row(k, k->c_key, NULL, NULL, NULL, &st, out, -1, -1);
     } else if (base >= 0)
         plan = compute_row(k, k->c_key, k->c_keys + (size_t)base * (size_t)cw,
                            k->c_rows + (size_t)base * (size_t)nw, &diff, &st, out,
@@ -1264,7 +1335,7 @@ cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out, 
 static int
 cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
 {
-    return cached_row_at(k, row, out, NULL, NULL);
+    return cached_row_at(k, row, out, NULL, NULL, NULL);
 }
 
 /* Kernel.expand_rows(class_bitmask, out, indices=None) -> last row's plan (8: cache hit);
@@ -1498,6 +1569,10 @@ static PyMethodDef module_methods[] = {
      "Write `pattern` (an unsigned int: the bit pattern of -inf in a float type of\n"
      "`itemsize` = 2, 4 or 8 bytes) into every item of the writable buffer `values` whose\n"
      "bit in the int32 bitmask `bits` is 0, and into every item past the bits."},
+    {"release_cache_pool", (PyCFunction)release_cache_pool, METH_NOARGS,
+     "release_cache_pool() -> int\n\n"
+     "Free the row-cache blocks that dropped kernels left for the next ones (at most four,\n"
+     "about 8 MiB each with MaskExpander's default cache); returns the bytes freed."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1575,7 +1650,7 @@ api_sizes(PyObject *obj, Py_ssize_t *class_words, Py_ssize_t *token_words)
  * dropped since: the caller vouches that the class row is the one the hint was made for. */
 static int
 hinted_row(Kernel *k, const uint32_t *class_row, uint32_t *out, CExpandHint *hint, int same_row,
-           const uint32_t *base_row)
+           const uint32_t *base_row, const uint64_t *loaded)
 {
     if (hint != NULL && same_row && hint->kernel == k->uid && hint->slot < (uint64_t)k->n_cached &&
         hint->gen == k->c_gen[hint->slot]) {
@@ -1589,7 +1664,7 @@ hinted_row(Kernel *k, const uint32_t *class_row, uint32_t *out, CExpandHint *hin
         return PLAN_CACHE_HIT;
     }
     int32_t slot;
-    int plan = cached_row_at(k, class_row, out, &slot, base_row);
+    int plan = cached_row_at(k, class_row, out, &slot, base_row, loaded);
     if (hint != NULL) {
         hint->kernel = slot >= 0 ? k->uid : 0;
         hint->slot = slot >= 0 ? (uint64_t)slot : 0;
@@ -1601,7 +1676,7 @@ hinted_row(Kernel *k, const uint32_t *class_row, uint32_t *out, CExpandHint *hin
 static int
 api_expand_row(PyObject *obj, const uint32_t *class_row, uint32_t *out, CExpandHint *hint, int same_row)
 {
-    return hinted_row((Kernel *)obj, class_row, out, hint, same_row, NULL);
+    return hinted_row((Kernel *)obj, class_row, out, hint, same_row, NULL, NULL);
 }
 
 /* The output row already holds the tokens of `base_row`: nothing is written when the class rows
@@ -1614,13 +1689,9 @@ api_expand_row_over(PyObject *obj, const uint32_t *class_row, uint32_t *out, con
                     CExpandHint *hint, int same_row)
 {
     Kernel *k = (Kernel *)obj;
-    load_key(k, class_row); /* c_key: the class row without the bits past num_classes */
+    uint64_t h = load_key(k, class_row); /* c_key: the class row without the bits past num_classes */
     Py_ssize_t last = k->cw - 1;
-    uint32_t tail = last_word_mask(k);
-    int equal = 1;
-    for (Py_ssize_t w = 0; w < k->cw && equal; w++)
-        equal = k->c_key[w] == (w == last ? base_row[w] & tail : base_row[w]);
-    if (equal) {
+    if (memcmp(k->c_key, base_row, (size_t)last * 4) == 0 && k->c_key[last] == (base_row[last] & last_word_mask(k))) {
         k->unchanged++;
         return PLAN_UNCHANGED;
     }
@@ -1631,7 +1702,7 @@ api_expand_row_over(PyObject *obj, const uint32_t *class_row, uint32_t *out, con
         k->in_place++;
         return PLAN_DELTA;
     }
-    return hinted_row(k, class_row, out, hint, same_row, base_row);
+    return hinted_row(k, class_row, out, hint, same_row, base_row, &h);
 }
 
 static CExpandAPI c_api = {CEXPAND_API_VERSION, api_sizes, api_expand_row, api_expand_row_over};
