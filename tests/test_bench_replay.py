@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
-import quicktok
 
 from formalgram_cfgzip.expand._c_kernel import load_c_module
 
 pytestmark = pytest.mark.skipif(load_c_module() is None, reason="the C expansion kernel is not built")
+quicktok = pytest.importorskip("quicktok", reason="quicktok (the llama3 vocabulary) not installed")
 
 SCHEMA = {
     "type": "object",
