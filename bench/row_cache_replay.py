@@ -10,7 +10,7 @@ hits, misses, deltas, evictions, as a decoding loop meets them), built as the en
 expander builds it, and with ``--baseline`` through another build of the kernel (a ``.so`` of
 an earlier commit) on the same rows, the builds alternating pass by pass.  Every row of both
 builds is checked against the first pass of the current one, and that pass against an
-independent numpy expansion.
+expansion by the numpy kernel (the pure-Python build's).
 
 Each pass clears the cache of a kernel kept across passes (its memory already touched, as the
 engine's expander, allocated from a warm heap, finds it).  Per schema and build: the median
@@ -73,15 +73,6 @@ def walk_rows(case: Case, compressor: Any, encoder: Any) -> tuple[npt.NDArray[np
     return np.asarray(ex.token_class, dtype=np.int64), ex.num_classes, np.array(rows)
 
 
-def oracle_rows(tc: npt.NDArray[np.int64], rows: Array, classes: int) -> Array:
-    """Token rows from class rows by numpy booleans (independent of the kernels)."""
-    bits = np.unpackbits(rows.view(np.uint8), axis=1, bitorder="little")[:, :classes].astype(bool)
-    ok = tc >= 0
-    allowed = np.zeros((rows.shape[0], ((tc.shape[0] + 31) // 32) * 32), dtype=bool)
-    allowed[:, : tc.shape[0]][:, ok] = bits[:, tc[ok]]
-    return np.packbits(allowed, axis=1, bitorder="little").view(np.int32)
-
-
 def replay(
     builds: dict[str, Any], tc: npt.NDArray[np.int64], classes: int, rows: Array, passes: int
 ) -> tuple[dict[str, npt.NDArray[np.float64]], dict[str, int]]:
@@ -96,7 +87,9 @@ def replay(
         for name, module in builds.items()
     }
     times = {name: np.zeros((passes, len(rows))) for name in builds}
-    want = oracle_rows(tc, rows, classes)
+    from formalgram_cfgzip.expand import MaskExpander
+
+    want = MaskExpander(tc, classes, cache_bytes=0, kernel="numpy").expand(rows)  # the other kernel
     out = np.zeros((1, nw), dtype=np.int32)
     views = [rows[i : i + 1] for i in range(len(rows))]
     counters: dict[str, int] = {}
