@@ -8,9 +8,9 @@ its first valid instance with the native engine and records the class row of eve
 order.  It then replays the rows through the C kernel's row cache (``Kernel.expand_rows``:
 hits, misses, deltas, evictions, as a decoding loop meets them), built as the engine's
 expander builds it, and with ``--baseline`` through another build of the kernel (a ``.so`` of
-an earlier commit) on the same rows, the builds alternating pass by pass.  Every row of both
-builds is checked against the first pass of the current one, and that pass against an
-expansion by the numpy kernel (the pure-Python build's).
+an earlier commit) on the same rows, the builds alternating pass by pass.  Every row of the
+first two passes of each build is checked against the numpy kernel's expansion (the
+pure-Python build's).
 
 Each pass clears the cache of a kernel kept across passes (its memory already touched, as the
 engine's expander, allocated from a warm heap, finds it).  Per schema and build: the median

@@ -1,7 +1,7 @@
 """Smoke test of ``bench/row_cache_replay.py`` on a MaskBench-shaped folder written here.
 
-No timing asserts: the replay runs, checks every row of every pass it checks against its own
-numpy expansion (an AssertionError otherwise), reports the schemas it walked, and names the
+No timing asserts: the replay runs, checks the rows of its first passes against the numpy
+kernel's expansion (an AssertionError otherwise), reports the schemas it walked, and names the
 ones it left out (an instance the schema refuses).  The baseline path loads a second copy of
 the installed kernel, so both builds' rows are checked.
 """
