@@ -13,6 +13,7 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -383,9 +384,11 @@ def test_sparse_and_dense_rows_of_many_classes(
 
 
 POOL_CHILD = """
-import importlib.machinery, importlib.util, resource, sys
+import ctypes, importlib.machinery, importlib.util, resource, sys
 import numpy as np
-path = sys.argv[1]
+path, huge = sys.argv[1], sys.argv[2] == "huge"
+if not huge:  # PR_SET_THP_DISABLE: this process's blocks in 4 KiB pages whatever their advice
+    assert ctypes.CDLL(None, use_errno=True).prctl(41, 1, 0, 0, 0) == 0
 loader = importlib.machinery.ExtensionFileLoader("_cexpand", path)
 spec = importlib.util.spec_from_file_location("_cexpand", path, loader=loader)
 mod = importlib.util.module_from_spec(spec)
@@ -406,29 +409,75 @@ fresh = faults_of_a_walk()
 pooled = faults_of_a_walk()
 freed = mod.release_cache_pool()
 released = faults_of_a_walk()
-print(fresh, pooled, freed, released, cap * (nw + cw) * 4 // 4096)
+print(fresh, pooled, freed, released, cap * (nw + cw) * 4 // 4096, mod.cache_pool_info()["huge_page_advised"])
 """
 
 
-@pytest.mark.skipif(
+def _pool_child(mode: str) -> tuple[int, ...]:
+    """The page faults of three walks of misses in a child (see POOL_CHILD), in ``mode``
+    ``"small"`` (transparent huge pages disabled for the child) or ``"huge"``."""
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}  # every block of 128 KiB+ mapped afresh
+    res = subprocess.run(
+        [sys.executable, "-c", POOL_CHILD, str(cexpand.__file__), mode],
+        capture_output=True, text=True, env=env, timeout=300, check=True,
+    )  # fmt: skip
+    return tuple(int(x) for x in res.stdout.split())
+
+
+def _thp_mode() -> str:
+    """The system's transparent huge page mode (``always``, ``madvise``, ``never``; ``""``
+    where it has none)."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return ""
+    return text[text.find("[") + 1 : text.find("]")]
+
+
+def _thp_fallbacks() -> int:
+    """Huge page faults the kernel could not serve with a huge page (system-wide, so far)."""
+    for line in Path("/proc/vmstat").read_text().splitlines():
+        if line.startswith("thp_fault_fallback "):
+            return int(line.split()[1])
+    return 0
+
+
+LINUX_GLIBC = pytest.mark.skipif(
     not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
     reason="counts page faults of glibc's mmap-backed blocks (Linux, glibc)",
 )
+
+
+@LINUX_GLIBC
 def test_a_dropped_kernels_row_cache_is_reused_with_its_pages_mapped() -> None:
     """A new kernel takes the row-cache block a dropped one left (at most four kept), so a walk's
     cache misses write mapped pages instead of faulting each one in; after release_cache_pool()
     the next block is new again.  Oracle: the operating system's page-fault count, in a child
-    whose allocator maps every block of 128 KiB or more afresh (MALLOC_MMAP_THRESHOLD_)."""
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
-    res = subprocess.run(
-        [sys.executable, "-c", POOL_CHILD, str(cexpand.__file__)],
-        capture_output=True, text=True, env=env, timeout=300, check=True,
-    )  # fmt: skip
-    fresh, pooled, freed, released, pages = (int(x) for x in res.stdout.split())
-    assert fresh >= pages // 2, res.stdout  # a new block: its pages faulted in by the misses
-    assert pooled <= pages // 10, res.stdout  # the dropped kernel's block, already mapped
+    whose allocator maps every block of 128 KiB or more afresh (MALLOC_MMAP_THRESHOLD_) and
+    whose pages are 4 KiB (huge pages disabled for it)."""
+    fresh, pooled, freed, released, pages, _ = _pool_child("small")
+    assert fresh >= pages // 2, (fresh, pages)  # a new block: its pages faulted in by the misses
+    assert pooled <= pages // 10, (pooled, pages)  # the dropped kernel's block, already mapped
     assert freed >= pages * 4096
-    assert released >= pages // 2, res.stdout  # released: a new block again
+    assert released >= pages // 2, (released, pages)  # released: a new block again
+
+
+@LINUX_GLIBC
+@pytest.mark.skipif(
+    _thp_mode() not in ("always", "madvise"), reason="the system offers no transparent huge pages"
+)
+def test_a_new_row_cache_block_is_mapped_in_huge_pages() -> None:
+    """A new block is advised for huge pages, so the misses of a walk on it fault a few times
+    per 2 MiB, not once per 4 KiB page.  Oracle: the page-fault count of the same walks as
+    above with huge pages allowed, unless the kernel reports it could not find huge pages
+    (``thp_fault_fallback``) meanwhile."""
+    before = _thp_fallbacks()
+    fresh, pooled, _, released, pages, advised = _pool_child("huge")
+    assert advised >= 2  # the first block and the one after the release
+    assert pooled <= pages // 10, (pooled, pages)
+    if _thp_fallbacks() == before:
+        assert fresh <= pages // 8, (fresh, pages)
+        assert released <= pages // 8, (released, pages)
 
 
 def test_row_cache_ignores_bits_past_num_classes() -> None:

@@ -42,3 +42,6 @@ def apply_bitmask(bits: ReadableBuffer, values: WriteableBuffer, itemsize: int, 
 
 def release_cache_pool() -> int:
     """Free the row-cache blocks dropped kernels left for the next ones; the bytes freed."""
+
+def cache_pool_info() -> dict[str, int]:
+    """The row-cache blocks: kept, kept_bytes, made, huge_page_advised."""
