@@ -30,7 +30,8 @@ decoding many requests of one grammar):
 * ``native``      ``fill_next_token_bitmask`` of the native engine (class fill + expansion);
 * ``update``      ``update_next_token_bitmask`` of the native engine on a row that the same
   matcher keeps for its walk (a decoding loop with one row per sequence): only what
-  changed since the last step is written;
+  changed since the last step is written; a compiled grammar of its own, so that a row the
+  fill just made is not a hit for the update (or the other way round) in the same step;
 * ``class-fill``  / ``expansion``  the same split in two (another compiled grammar and
   expander, so that neither shares the other's row cache): ``fill_next_class_bitmask``,
   then :meth:`~formalgram_cfgzip.expand.MaskExpander.expand_at`;
@@ -140,6 +141,7 @@ class Loaded:
     classes: TokenClasses
     native: NativeCompiled
     split: NativeCompiled  # a second compiled grammar: its own expander and row cache
+    update: NativeCompiled  # a third one, for the update variant (nothing shared with ``native``)
     compile_s: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     glr: Any = None  # the GLRMask Constraint, or None
@@ -236,7 +238,8 @@ def load_case(case: PeerCase, gbnf: str, glr_source: str, vocab: Vocabulary, cac
     t2 = time.perf_counter()
     assert isinstance(native, NativeCompiled)
     split = NativeCompiled(classes, native.tables)
-    loaded = Loaded(case, gbnf, glr_source, classes, native, split)
+    update = NativeCompiled(classes, native.tables)
+    loaded = Loaded(case, gbnf, glr_source, classes, native, split, update)
     loaded.compile_s.update(compress=t1 - t0, tables=t2 - t1)
     return loaded
 
@@ -323,7 +326,7 @@ def check_pass(loaded: Loaded, full: Any, walks: list[list[int]]) -> tuple[list[
     for walk in walks:
         mx = full.matcher()
         raw = getattr(mx, "_m", mx)
-        mn, mu = native.matcher(), native.matcher()
+        mn, mu = native.matcher(), loaded.update.matcher()
         state = loaded.glr.start() if loaded.glr is not None else None
         for tok in walk:
             t = perf()
@@ -344,7 +347,8 @@ def check_pass(loaded: Loaded, full: Any, walks: list[list[int]]) -> tuple[list[
             if not (mx.accept_token(tok) and mn.accept_token(tok) and mu.accept_token(tok)):
                 counts["refused"] += 1
                 break
-    native.expander.clear_cache()  # type: ignore[union-attr]
+    for c in (native, loaded.update):
+        c.expander.clear_cache()  # type: ignore[union-attr]
     return times, counts
 
 
@@ -354,9 +358,9 @@ def timed_pass(
     """One replay of every walk by every variant, the variants' order rotated per step; with
     ``cold`` the native row caches are emptied first (the caller gives GLRMask a freshly loaded
     constraint ``glr``), else both keep what earlier passes left."""
-    native, split = loaded.native, loaded.split
+    native, split, update = loaded.native, loaded.split, loaded.update
     if cold:
-        for c in (native, split):
+        for c in (native, split, update):
             c.expander.clear_cache()  # type: ignore[union-attr]
     ex = split.expander
     assert ex is not None
@@ -372,8 +376,8 @@ def timed_pass(
     perf = time.perf_counter
     rng = np.random.default_rng(seed)
     for walk in walks:
-        mn, ms, mu = native.matcher(), split.matcher(), native.matcher()
-        bm_u = native.allocate_token_bitmask(1)  # the walk's own row
+        mn, ms, mu = native.matcher(), split.matcher(), update.matcher()
+        bm_u = update.allocate_token_bitmask(1)  # the walk's own row
         state = glr.start() if glr is not None else None
         for tok in walk:
             for j in rng.permutation(len(variants)):
