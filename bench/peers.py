@@ -141,7 +141,7 @@ class Loaded:
     classes: TokenClasses
     native: NativeCompiled
     split: NativeCompiled  # a second compiled grammar: its own expander and row cache
-    update: NativeCompiled  # a third one, for the update variant (nothing shared with ``native``)
+    update: NativeCompiled  # a third one, for the update variant: its own expander and row cache
     compile_s: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     glr: Any = None  # the GLRMask Constraint, or None

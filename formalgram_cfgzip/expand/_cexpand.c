@@ -567,7 +567,8 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         while (tsize < 2 * cache_rows)
             tsize *= 2;
         size_t row_words = (size_t)cache_rows * (size_t)nw;
-        /* the keys first: a walk of a few misses writes one huge page (a slot's key and row) */
+        /* the keys first: where they take a small part of 2 MiB (class rows of up to a few hundred
+         * words), a walk of a few misses writes one huge page, its slots' keys and rows */
         size_t key_words = (size_t)cache_rows * (size_t)cw;
         self->c_block = pool_take(4 * (row_words + key_words), &self->c_block_bytes);
         self->c_keys = self->c_block;
