@@ -574,3 +574,95 @@ def test_expander_index_errors_are_typed() -> None:
     with pytest.raises(BatchIndexError, match="out of range"):
         ex.expand_at(cm[:1], out, -1)
     assert (out == -3).all()
+
+
+def set_rows_of(sets: list[npt.NDArray[np.int64]], classes: int) -> npt.NDArray[np.int32]:
+    """Class bitmask rows of class-id lists (numpy booleans, independent of the kernel)."""
+    words = (classes + 31) // 32
+    bits = np.zeros((len(sets), words * 32), dtype=bool)
+    for i, s in enumerate(sets):
+        bits[i, s] = True
+    return np.packbits(bits, axis=1, bitorder="little").view(np.int32).copy()
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    width=st.integers(500, 9_000),
+    classes=st.integers(2, 300),
+    seed=st.integers(0, 2**32 - 1),
+    n_sets=st.integers(1, 12),
+    max_sets=st.integers(0, 12),
+    cache=st.sampled_from([0, 1, 4]),
+)
+def test_rows_patched_from_kept_sets_equal_the_oracle(
+    width: int, classes: int, seed: int, n_sets: int, max_sets: int, cache: int
+) -> None:
+    """Rows near the kept sets (a set with classes added and removed, two sets' union) go
+    through the row cache, whose misses may be patched from a kept set's row: every row
+    equals the oracle, also after the cache is cleared (the kept sets stay)."""
+    rng = np.random.default_rng(seed)
+    tc = skewed(rng, width, classes, 1.2, 0.05)
+    sets = [rng.choice(classes, int(rng.integers(1, classes + 1)), replace=False) for _ in range(n_sets)]
+    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 16, -1, cache, 1, bool(seed & 1))
+    rows = set_rows_of(sets, classes)
+    if classes % 32:
+        rows[:, -1] |= np.int32(-(2**31))  # bits past num_classes are not part of a set
+    kept = kernel.keep_sets(rows, max_sets, 0.0)
+    assert 0 <= kept <= min(max_sets, n_sets) and kernel.info()["sets"] == kept
+    out = np.zeros((1, (width + 31) // 32), dtype=np.int32)
+    for step in range(60):
+        if step == 30:
+            kernel.clear_cache()
+        a = sets[int(rng.integers(0, n_sets))]
+        bits = np.zeros(classes, dtype=bool)
+        bits[a] = True
+        if rng.random() < 0.3:
+            bits[sets[int(rng.integers(0, n_sets))]] = True
+        flip = rng.integers(0, classes, int(rng.integers(0, 4)))
+        bits[flip] = ~bits[flip]
+        row = set_rows_of([np.flatnonzero(bits)], classes)
+        kernel.expand_rows(row, out)
+        assert np.array_equal(out[0], oracle_row(tc, row[0], classes)), step
+    assert kernel.info()["sets"] == kept
+
+
+def test_a_miss_near_a_kept_set_is_patched_from_it() -> None:
+    """With no cached row to patch, a row of a large kept set plus one class is its copy
+    with that class set (plan 4, counted in set_deltas), and the sets outlive clear_cache;
+    a budget of none, or a cost floor above every set, keeps none."""
+    rng = np.random.default_rng(11)
+    width, classes = 40_000, 400
+    tc = skewed(rng, width, classes, 0.6, 0.0)
+    big = np.arange(50, 390)
+    rows = set_rows_of([big, np.arange(3), big], classes)  # the second copy of `big` is dropped
+    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 18, -1, 8, 1, False)
+    assert kernel.keep_sets(rows, 0, 0.0) == 0
+    assert kernel.keep_sets(rows, 5, 1e12) == 0
+    assert kernel.keep_sets(rows, 5, 0.0) == 2 and kernel.info()["set_bytes"] == 2 * 4 * (
+        (width // 32 + 15) // 16 * 16
+    )
+    row = set_rows_of([np.append(big, 7)], classes)
+    out = np.zeros((1, width // 32), dtype=np.int32)
+    for _ in range(2):
+        assert kernel.expand_rows(row, out) == 4
+        assert kernel.cache_info()["set_deltas"] == 1
+        assert np.array_equal(out[0], oracle_row(tc, row[0], classes))
+        kernel.clear_cache()
+    assert kernel.keep_sets(rows[1:2], 5, 0.0) == 1  # replaced: the large set is gone
+    assert kernel.expand_rows(row, out) != 4 and kernel.cache_info()["set_deltas"] == 0
+    assert np.array_equal(out[0], oracle_row(tc, row[0], classes))
+
+
+def test_keep_sets_errors() -> None:
+    tc = np.array([0, 1, 1, -1, 2], dtype=np.int32)
+    kernel = cexpand.Kernel(tc, 3, 1 << 10)
+    with pytest.raises(ValueError, match="whole rows"):
+        kernel.keep_sets(np.zeros(3, dtype=np.int8), 1, 0.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        kernel.keep_sets(np.zeros(1, dtype=np.int32), -1, 0.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        kernel.keep_sets(np.zeros(1, dtype=np.int32), 1, float("nan"))
+    with pytest.raises(TypeError):
+        kernel.keep_sets(np.zeros(1, dtype=np.int32), 1)
+    assert kernel.keep_sets(np.zeros((0, 1), dtype=np.int32), 4, 0.0) == 0
+    assert kernel.keep_sets(np.zeros((2, 1), dtype=np.int32), 4, 0.0) == 0  # empty sets: none

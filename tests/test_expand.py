@@ -282,6 +282,31 @@ def test_delta_patch_of_cached_rows(flip_size: int, kernel: Any) -> None:
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
+def test_kept_sets_through_the_expander(kernel: Any) -> None:
+    """``keep_sets``: the C kernel keeps the large sets within the budget (none with a budget
+    below one row) and patches misses from them, the numpy kernel keeps none; rows near the
+    sets equal the oracle either way, and bad arguments get the typed error."""
+    rng = np.random.default_rng(8)
+    width, classes = 20_000, 300
+    tc = random_case(rng, width, classes, 0.8, 0.05)
+    ex = MaskExpander(tc, classes, kernel=kernel)
+    sets = random_class_mask(rng, 6, classes, 0.7)
+    assert ex.keep_sets(sets, memory_budget=4 * width // 32 - 1, min_cost_ns=0.0) == 0
+    kept = ex.keep_sets(sets, min_cost_ns=0.0)
+    assert kept == ex.num_kept_sets == (6 if kernel == "c" else 0)
+    for i in range(6):
+        cm = sets[i : i + 1].copy()
+        cm[0, 0] ^= np.int32(0b101)
+        assert np.array_equal(ex.expand(cm), oracle(tc, cm, classes)), i
+    assert ex.cache_stats.get("set_deltas", 0) == (6 if kernel == "c" else 0)
+    for bad in ({"memory_budget": -1}, {"min_cost_ns": -1.0}, {"min_cost_ns": float("nan")}):
+        with pytest.raises(EngineError):
+            ex.keep_sets(sets, **bad)
+    with pytest.raises(EngineError):
+        ex.keep_sets(np.zeros((1, 3), dtype=np.int32))
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_cache_in_batches_with_duplicate_rows(kernel: Any) -> None:
     rng = np.random.default_rng(4)
     width, classes = 4_099, 300

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _data import GRAMMARS
+from _data import GRAMMARS, JSON_SCHEMAS
 
 from formalgram.syntax.lark import parse_lark
 from formalgram_cfgzip import Vocabulary, compress
@@ -233,3 +233,46 @@ def test_every_plan_on_real_rows_equals_xgrammar(compiled: tuple[NativeCompiled,
             break
         tok = rng.choice(options)
         assert m.accept_token(tok) and x.accept_token(tok)
+
+
+def test_misses_patched_from_kept_sets_equal_xgrammar(vocab: Vocabulary) -> None:
+    """A schema whose string fields make class masks of one large class set of the domain
+    automaton plus a few classes: the compiled grammar's expander keeps those sets' rows, and
+    with the row cache emptied before every fill each miss is built afresh or patched from a
+    kept set, in the fused fill and the fused update alike; every row is XGrammar's own mask."""
+    import json
+
+    from formalgram_cfgzip.json_schema import from_json_schema
+
+    schema = json.loads((JSON_SCHEMAS / "calendar_event.json").read_text(encoding="utf-8"))
+    text = from_json_schema(schema)
+    native = compile_grammar(compress(text, vocab, domains=True, progress=False), text, engine="native")
+    assert isinstance(native, NativeCompiled)
+    full = compile_full(vocab, text)
+    ex = native.expander
+    assert ex is not None and ex.num_kept_sets > 0
+    rng = random.Random(4)
+    stops = sorted(vocab.stop_ids)
+    patched = 0
+    for _ in range(3):
+        m, x = native.matcher(), full.matcher()
+        kept_row = native.allocate_token_bitmask(1)  # the update's own row, across steps
+        for _ in range(60):
+            patched += ex.cache_stats["set_deltas"]
+            ex.clear_cache()
+            got = native.allocate_token_bitmask(1)
+            m.fill_next_token_bitmask(got, 0)
+            want = full.allocate_token_bitmask(1)
+            x.fill_next_token_bitmask(want, 0)
+            assert np.array_equal(got, want)
+            m.update_next_token_bitmask(kept_row, 0)
+            assert np.array_equal(kept_row, want)
+            options = allowed(want[0], native.logit_width, stops)
+            if not options:
+                break
+            # not whitespace (any amount is allowed between tokens): names, then string content,
+            # where the masks hold the large sets
+            sample = rng.sample(options, min(16, len(options)))
+            tok = next((t for t in sample if (vocab.token_bytes(t) or b" ").strip()), sample[0])
+            assert m.accept_token(tok) and x.accept_token(tok)
+    assert patched > 0

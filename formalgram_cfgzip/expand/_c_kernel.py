@@ -113,7 +113,7 @@ class CKernel:
     def info(self) -> KernelInfo:
         """Sizes of the precomputed rows (no subset tables) and the tail."""
         info = self.raw.info()
-        return KernelInfo(0, int(info["rows"]), int(info["small_tokens"]))
+        return KernelInfo(0, int(info["rows"]), int(info["small_tokens"]), int(info["sets"]))
 
     def cache_stats(self) -> dict[str, int]:
         """The row cache's counters."""
@@ -122,6 +122,10 @@ class CKernel:
     def clear_cache(self) -> None:
         """Drop every cached row and reset the counters."""
         self.raw.clear_cache()
+
+    def keep_sets(self, class_rows: npt.NDArray[np.int32], max_sets: int, min_ns: float) -> int:
+        """The kernel's ``keep_sets`` (see the protocol)."""
+        return int(self.raw.keep_sets(class_rows, max_sets, min_ns))
 
     def expand_rows(
         self, class_rows: npt.NDArray[np.int32], out: npt.NDArray[np.int32], indices: Sequence[int] | None

@@ -121,6 +121,7 @@ now_ns(void)
 #define NS_TAIL_TOKEN 0.37     /* plan 1, per tail token */
 #define NS_DELTA_SCAN_WORD 0.4 /* a delta candidate: its class row against this one, per word */
 #define DELTA_CANDIDATES 4     /* most recently used cached rows a miss may be patched from */
+#define SET_CANDIDATES 8       /* kept sets anchored in a class row that a miss compares */
 #define ROWS_PER_PASS 8        /* precomputed rows combined in one pass over the output */
 #define BLOCK_WORDS 8          /* class words a scan skips at once (see block_empty) */
 
@@ -188,6 +189,17 @@ typedef struct {
     uint32_t *c_key;        /* cw words of scratch: the masked key being looked up */
     long long hits, misses, evictions, deltas;
     long long unchanged, in_place; /* rows left as they were / patched where they lay (expand_row_over) */
+    /* kept sets (keep_sets): class sets whose token rows are kept beside the cache and outlive
+     * it; a miss may be patched from one like from a cached row.  Set g is anchored at one of its
+     * classes, the one in fewest kept sets: only a class row holding a set's anchor looks at it */
+    Py_ssize_t n_sets;
+    void *g_raw;            /* allocation holding g_rows */
+    uint32_t *g_rows;       /* n_sets * nwp words, 64-byte aligned */
+    uint32_t *g_keys;       /* n_sets * cw words: the sets' class rows */
+    uint32_t *g_anchor;     /* cw words: bit c set when class c anchors a set */
+    int32_t *g_first;       /* C + 1: the sets anchored at class c are g_first[c] .. g_first[c + 1) */
+    int32_t *g_rank;        /* n_sets: a set's place in the order of modelled cost, dearest first */
+    long long set_deltas;   /* misses patched from a kept set */
 } Kernel;
 
 /* -- the pool of row-cache blocks ------------------------------------------------------ */
@@ -326,6 +338,11 @@ Kernel_dealloc(Kernel *self)
     PyMem_Free(self->c_next);
     PyMem_Free(self->c_table);
     PyMem_Free(self->c_key);
+    PyMem_Free(self->g_raw);
+    PyMem_Free(self->g_keys);
+    PyMem_Free(self->g_anchor);
+    PyMem_Free(self->g_first);
+    PyMem_Free(self->g_rank);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1309,6 +1326,44 @@ nearest_cached(Kernel *k, Stats *best_diff, double limit)
     return best;
 }
 
+/* The kept set nearest to c_key among the SET_CANDIDATES dearest of those anchored in it, with
+ * its differing classes' stats; -1 if none costs less than `limit` to patch (delta_cost without
+ * the copy, as in nearest_cached). */
+static int32_t
+nearest_set(Kernel *k, Stats *best_diff, double limit)
+{
+    int32_t pick[SET_CANDIDATES];
+    int n = 0;
+    for (Py_ssize_t w = 0; w < k->cw; w++)
+        for (uint32_t x = k->c_key[w] & k->g_anchor[w]; x; x &= x - 1) {
+            Py_ssize_t c = 32 * w + ctz32(x);
+            for (int32_t g = k->g_first[c]; g < k->g_first[c + 1]; g++) { /* kept in rank order */
+                int32_t r = k->g_rank[g];
+                if (n == SET_CANDIDATES && r >= k->g_rank[pick[n - 1]])
+                    continue;
+                int i = n < SET_CANDIDATES ? n++ : n - 1;
+                for (; i > 0 && k->g_rank[pick[i - 1]] > r; i--)
+                    pick[i] = pick[i - 1];
+                pick[i] = g;
+            }
+        }
+    int32_t best = -1;
+    double best_cost = limit;
+    for (int i = 0; i < n; i++) {
+        int32_t g = pick[i];
+        Stats d = bounded_stats(k, k->c_key, k->g_keys + (size_t)g * (size_t)k->cw, best_cost);
+        if (d.big < 0)
+            continue;
+        double cost = delta_cost(k, &d) - NS_INIT_WORD * (double)k->nw;
+        if (cost < best_cost) {
+            best_cost = cost;
+            best = g;
+            *best_diff = d;
+        }
+    }
+    return best;
+}
+
 /* One row through the cache; returns the plan (PLAN_CACHE_HIT for a hit).  *slot_out (may be
  * NULL) is the cache slot now holding the row, -1 without a cache.  With base_row (may be NULL),
  * `out` holds the tokens of that class row, and a miss may be patched from it where it lies.
@@ -1344,11 +1399,29 @@ cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out, 
     int bigs[5];
     plan_costs(k, &st, model, bigs);
     double limit = delta_limit(k, model, NS_FIXED + (NS_SCAN_WORD + NS_DELTA_SCAN_WORD) * (double)cw);
-    int32_t base = -1;
-    if (k->delta_mode > 0 && base_row == NULL)
-        base = nearest_cached(k, &diff, k->delta_mode == 2 ? HUGE_VAL : limit);
+    int32_t base = -1, kept = -1;
+    double copy = NS_INIT_WORD * (double)k->nw;
+    double best = k->delta_mode == 2 ? HUGE_VAL : limit; /* what a patch may cost (delta_cost) */
+    if (k->delta_mode > 0 && base_row == NULL) {
+        base = nearest_cached(k, &diff, best);
+        if (base >= 0)
+            best = delta_cost(k, &diff);
+    }
     if (base_row != NULL) { /* `out` holds the tokens of base_row: a delta there needs no copy */
         diff = bounded_stats(k, k->c_key, base_row, limit); /* the patch's cost: delta_cost less the copy */
+        if (diff.big >= 0)
+            best = delta_cost(k, &diff) - copy;
+    }
+    Stats gdiff;
+    if (k->n_sets > 0 && k->delta_mode > 0)
+        kept = nearest_set(k, &gdiff, best - copy);
+    if (kept >= 0) {
+        plan = compute_row(k, k->c_key, k->g_keys + (size_t)kept * (size_t)cw,
+                           k->g_rows + (size_t)kept * (size_t)k->nwp, &gdiff, &st, out,
+                           k->delta_mode == 2 ? PLAN_DELTA : -1, -1);
+        if (plan == PLAN_DELTA)
+            k->set_deltas++;
+    } else if (base_row != NULL) {
         plan = diff.big >= 0 ? compute_row(k, k->c_key, base_row, out, &diff, &st, out, -1, -1)
                              : compute_row(k, k->c_key, NULL, NULL, NULL, &st, out, -1, -1);
     } else if (base >= 0)
@@ -1450,8 +1523,9 @@ done:
 static PyObject *
 Kernel_cache_info(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:n,s:n}", "hits", k->hits, "misses", k->misses,
-                         "evictions", k->evictions, "deltas", k->deltas, "unchanged", k->unchanged,
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:n,s:n}", "hits", k->hits, "misses", k->misses,
+                         "evictions", k->evictions, "deltas", k->deltas, "set_deltas", k->set_deltas,
+                         "unchanged", k->unchanged,
                          "in_place", k->in_place, "entries", k->n_cached, "capacity", k->cap);
 }
 
@@ -1464,7 +1538,7 @@ Kernel_clear_cache(Kernel *k, PyObject *Py_UNUSED(ignored))
         k->c_gen[i]++;
     k->n_cached = 0;
     k->c_head = k->c_tail = -1;
-    k->hits = k->misses = k->evictions = k->deltas = k->unchanged = k->in_place = 0;
+    k->hits = k->misses = k->evictions = k->deltas = k->set_deltas = k->unchanged = k->in_place = 0;
     Py_RETURN_NONE;
 }
 
@@ -1540,12 +1614,184 @@ done:
     return PyLong_FromLong(plan);
 }
 
+typedef struct {
+    double cost;
+    Py_ssize_t i;
+} SetCand;
+
+static int
+by_cost_desc(const void *a, const void *b)
+{
+    const SetCand *x = a, *y = b;
+    if (x->cost != y->cost)
+        return x->cost > y->cost ? -1 : 1;
+    return x->i < y->i ? -1 : (x->i > y->i);
+}
+
+/* Kernel.keep_sets(class_rows, max_sets, min_ns) -> int: the kept sets (see the Kernel's fields)
+ * replaced by those of the class rows (int32, whole rows of cw words) whose cheapest plan costs at
+ * least min_ns by the cost model, the dearest first, at most max_sets, each class row once; their
+ * token rows are computed now.  Returns how many were kept. */
+static PyObject *
+Kernel_keep_sets(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (k->cls_of == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Kernel is not initialised");
+        return NULL;
+    }
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "keep_sets(class_rows, max_sets, min_ns)");
+        return NULL;
+    }
+    Py_ssize_t max_sets = PyLong_AsSsize_t(args[1]);
+    if (max_sets == -1 && PyErr_Occurred())
+        return NULL;
+    double min_ns = PyFloat_AsDouble(args[2]);
+    if (min_ns == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (max_sets < 0 || max_sets >= ((Py_ssize_t)1 << 30) || !(min_ns >= 0.0)) {
+        PyErr_SetString(PyExc_ValueError, "max_sets and min_ns must be >= 0");
+        return NULL;
+    }
+    Py_buffer rv;
+    if (PyObject_GetBuffer(args[0], &rv, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_ssize_t cw = k->cw, C = k->num_classes, crow = cw * 4;
+    PyObject *result = NULL;
+    SetCand *cand = NULL;
+    uint32_t *keys = NULL, *anchor = NULL, *scratch = NULL;
+    int32_t *first = NULL, *count = NULL, *anchor_of = NULL, *slot = NULL, *rank = NULL;
+    void *raw = NULL;
+    if (rv.len % crow != 0) {
+        PyErr_Format(PyExc_ValueError, "class_rows must be whole rows of %zd int32 words", cw);
+        goto done;
+    }
+    Py_ssize_t n = rv.len / crow, m = 0, ng = 0;
+    const uint32_t *rows = rv.buf;
+    uint32_t last = last_word_mask(k);
+    cand = PyMem_Malloc(((size_t)n + 1) * sizeof(SetCand));
+    if (cand == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(k->c_key, rows + (size_t)i * (size_t)cw, (size_t)crow);
+        k->c_key[cw - 1] &= last;
+        Stats st = row_stats(k, k->c_key, NULL);
+        if (st.big + st.small == 0)
+            continue;
+        double model[5];
+        int bigs[5];
+        plan_costs(k, &st, model, bigs);
+        double cost = HUGE_VAL;
+        for (int p = 0; p < PLAN_DELTA; p++)
+            cost = model[p] < cost ? model[p] : cost;
+        cost += NS_FIXED + NS_SCAN_WORD * (double)cw;
+        if (cost >= min_ns) {
+            cand[m].cost = cost;
+            cand[m++].i = i;
+        }
+    }
+    qsort(cand, (size_t)m, sizeof(SetCand), by_cost_desc);
+    keys = PyMem_Malloc(((size_t)(m < max_sets ? m : max_sets) * (size_t)cw + 1) * 4);
+    if (keys == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < m && ng < max_sets; j++) { /* equal rows model equal costs */
+        uint32_t *key = keys + (size_t)ng * (size_t)cw;
+        memcpy(key, rows + (size_t)cand[j].i * (size_t)cw, (size_t)crow);
+        key[cw - 1] &= last;
+        int dup = 0;
+        for (Py_ssize_t q = ng - 1; q >= 0 && !dup && cand[q].cost == cand[j].cost; q--)
+            dup = memcmp(keys + (size_t)q * (size_t)cw, key, (size_t)crow) == 0;
+        if (!dup)
+            cand[ng++] = cand[j]; /* cand[0 .. ng) now the kept ones, in order */
+    }
+    /* anchors: per set its class in fewest kept sets; the sets ordered by anchor */
+    count = PyMem_Calloc((size_t)C + 1, sizeof(int32_t));
+    first = PyMem_Calloc((size_t)C + 2, sizeof(int32_t));
+    anchor = PyMem_Calloc((size_t)cw + 1, sizeof(uint32_t));
+    anchor_of = PyMem_Malloc(((size_t)ng + 1) * sizeof(int32_t));
+    slot = PyMem_Malloc(((size_t)ng + 1) * sizeof(int32_t));
+    scratch = PyMem_Malloc(((size_t)ng * (size_t)cw + 1) * 4);
+    raw = PyMem_Malloc((size_t)ng * (size_t)k->nwp * 4 + 64);
+    rank = PyMem_Malloc(((size_t)ng + 1) * sizeof(int32_t));
+    if (!count || !first || !anchor || !anchor_of || !slot || !scratch || !raw || !rank) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t g = 0; g < ng; g++)
+        for (Py_ssize_t w = 0; w < cw; w++)
+            for (uint32_t x = keys[(size_t)g * (size_t)cw + (size_t)w]; x; x &= x - 1)
+                count[32 * w + ctz32(x)]++;
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        int32_t a = -1;
+        for (Py_ssize_t w = 0; w < cw; w++)
+            for (uint32_t x = keys[(size_t)g * (size_t)cw + (size_t)w]; x; x &= x - 1) {
+                int32_t c = (int32_t)(32 * w + ctz32(x));
+                if (a < 0 || count[c] < count[a])
+                    a = c;
+            }
+        anchor_of[g] = a;
+        first[a + 1]++;
+        anchor[a >> 5] |= (uint32_t)1 << (a & 31);
+    }
+    for (Py_ssize_t c = 0; c < C; c++)
+        first[c + 1] += first[c];
+    memcpy(count, first, ((size_t)C + 1) * sizeof(int32_t)); /* the next place per anchor */
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        slot[g] = count[anchor_of[g]]++;
+        rank[slot[g]] = (int32_t)g;
+    }
+    uint32_t *grow = (uint32_t *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    for (Py_ssize_t g = 0; g < ng; g++) {
+        const uint32_t *key = keys + (size_t)g * (size_t)cw;
+        memcpy(scratch + (size_t)slot[g] * (size_t)cw, key, (size_t)crow);
+        uint32_t *out = grow + (size_t)slot[g] * (size_t)k->nwp;
+        memset(out, 0, (size_t)k->nwp * 4);
+        compute_row(k, key, NULL, NULL, NULL, NULL, out, -1, -1);
+    }
+    PyMem_Free(k->g_raw);
+    PyMem_Free(k->g_keys);
+    PyMem_Free(k->g_anchor);
+    PyMem_Free(k->g_first);
+    PyMem_Free(k->g_rank);
+    k->g_raw = raw;
+    k->g_rank = rank;
+    k->g_rows = grow;
+    k->g_keys = scratch;
+    k->g_anchor = anchor;
+    k->g_first = first;
+    k->n_sets = ng;
+    raw = NULL;
+    scratch = NULL;
+    anchor = NULL;
+    first = NULL;
+    rank = NULL;
+    result = PyLong_FromSsize_t(ng);
+done:
+    PyMem_Free(cand);
+    PyMem_Free(keys);
+    PyMem_Free(anchor);
+    PyMem_Free(first);
+    PyMem_Free(count);
+    PyMem_Free(anchor_of);
+    PyMem_Free(slot);
+    PyMem_Free(rank);
+    PyMem_Free(scratch);
+    PyMem_Free(raw);
+    PyBuffer_Release(&rv);
+    return result;
+}
+
 static PyObject *
 Kernel_info(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
     const double *c = k->corr;
-    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:d,s:i,s:i,s:{s:d,s:d,s:d,s:d,s:d}}", "rows", k->n_rows,
-                         "row_bytes", (Py_ssize_t)(k->n_rows * k->nwp * 4), "small_classes",
+    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:d,s:i,s:i,s:{s:d,s:d,s:d,s:d,s:d}}", "rows", k->n_rows,
+                         "row_bytes", (Py_ssize_t)(k->n_rows * k->nwp * 4), "sets", k->n_sets,
+                         "set_bytes", (Py_ssize_t)(k->n_sets * k->nwp * 4), "small_classes",
                          k->n_small_classes, "small_tokens", k->n_small_tokens, "valid_tokens", k->n_valid,
                          "cost_gather_ns", k->cost_gather, "adapt", k->adapt, "avx2", g_has_avx2 > 0,
                          "corrections", "gather", c[0], "split", c[1], "set", c[2], "clear", c[3], "delta",
@@ -1648,10 +1894,18 @@ static PyMethodDef Kernel_methods[] = {
      "may patch one of the most recently used cached rows).  Returns the last row's plan, 8\n"
      "for a cache hit."},
     {"cache_info", (PyCFunction)Kernel_cache_info, METH_NOARGS,
-     "Row-cache counters: hits, misses, evictions, deltas, unchanged and in_place (rows the\n"
+     "Row-cache counters: hits, misses, evictions, deltas (set_deltas of them from a kept set),\n"
+     "unchanged and in_place (rows the\n"
      "C-level expand_row_over left or patched where they lay), entries, capacity."},
     {"clear_cache", (PyCFunction)Kernel_clear_cache, METH_NOARGS,
      "Drop every cached row and reset the counters."},
+    {"keep_sets", (PyCFunction)(void (*)(void))Kernel_keep_sets, METH_FASTCALL,
+     "keep_sets(class_rows, max_sets, min_ns) -> int\n\n"
+     "Keep the token rows of class sets beside the row cache (cleared with it: never), so that\n"
+     "a miss may be patched from the nearest one anchored in its class row: of the rows of\n"
+     "the C-contiguous int32 class bitmask `class_rows`, those whose cheapest plan costs at\n"
+     "least `min_ns` ns by the cost model, the dearest first, at most `max_sets` (each\n"
+     "class row once), replacing the sets kept so far.  Returns how many were kept."},
     {"info", (PyCFunction)Kernel_info, METH_NOARGS,
      "Sizes of the precomputed structures (rows of the large classes, small classes and\n"
      "tokens), the modelled cost of plan 0, whether AVX2 is used, and the cost-model\n"

@@ -279,6 +279,10 @@ class NumpyKernel:
         """Drop every cached row and reset the counters."""
         self._cache.clear()
 
+    def keep_sets(self, class_rows: npt.NDArray[np.int32], max_sets: int, min_ns: float) -> int:
+        """None kept: this kernel patches a miss from cached rows only."""
+        return 0
+
     def expand_row(
         self, class_row: npt.NDArray[np.int32], out_row: npt.NDArray[np.int32], strategy: Strategy
     ) -> None:

@@ -227,12 +227,70 @@ class MaskExpander:
     @property
     def cache_stats(self) -> dict[str, int]:
         """Row-cache counters: ``hits``, ``misses`` (of which ``deltas`` were patched from a
-        cached row), ``evictions``, ``entries``, ``capacity`` (rows)."""
+        cached row or, ``set_deltas`` of them with the C kernel, from a kept set: see
+        :meth:`keep_sets`), ``evictions``, ``entries``, ``capacity`` (rows)."""
         return self._kernel.cache_stats()
 
     def clear_cache(self) -> None:
-        """Drop every cached row and reset the counters."""
+        """Drop every cached row and reset the counters (the kept sets stay)."""
         self._kernel.clear_cache()
+
+    def keep_sets(
+        self, class_sets: npt.ArrayLike, *, memory_budget: int = 8 << 20, min_cost_ns: float = 1500.0
+    ) -> int:
+        """Keep the token rows of class sets that rows to come will contain or nearly contain.
+
+        A grammar's class masks are unions of a few class sets that it knows in advance (the
+        native engine's: the outputs of its domain automaton).  A row-cache miss that holds
+        most of a large one is patched from its token row (plan ``"delta"``: one copy and
+        the differing classes flipped) instead of being built class by class.  The kept rows
+        outlive :meth:`clear_cache`; a new call replaces them.
+
+        Parameters
+        ----------
+        class_sets : array_like of int32, shape (n, class_words)
+            One class bitmask row per set.
+        memory_budget : int
+            Bytes the kept token rows may take (``4 * ceil(logit_width / 32)`` each, rounded
+            up to 64 bytes).
+        min_cost_ns : float
+            Keep a set only when the cost model prices its own row at least this high (a
+            cheaper row gains little from a copy).
+
+        Returns
+        -------
+        int
+            Sets kept: the dearest first, each class row once, within the budget; 0 with the
+            numpy kernel, which keeps none.
+
+        Raises
+        ------
+        EngineError
+            On a negative budget or cost, or rows of another width.
+
+        Notes
+        -----
+        Cost: one pass over every set's class row, then one row expansion per kept set.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> ex = MaskExpander(np.arange(64, dtype=np.int32) % 40, 40)
+        >>> ex.keep_sets(np.array([[-1, 0xFF]], dtype=np.int32), min_cost_ns=0.0) <= 1
+        True
+        """
+        if memory_budget < 0 or not min_cost_ns >= 0:
+            raise EngineError("memory_budget and min_cost_ns must be >= 0")
+        rows = as_int32_rows(
+            np.asarray(class_sets, dtype=np.int32), "class sets", self.class_words, writable=False
+        )
+        row_bytes = -(-4 * self.num_words // 64) * 64
+        return self._kernel.keep_sets(rows, memory_budget // row_bytes, float(min_cost_ns))
+
+    @property
+    def num_kept_sets(self) -> int:
+        """Number of class sets whose token rows are kept (:meth:`keep_sets`)."""
+        return self._kernel.info().kept_sets
 
     # -- one row ------------------------------------------------------------------------
     def expand_row(

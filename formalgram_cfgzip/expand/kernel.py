@@ -78,6 +78,8 @@ class KernelInfo(NamedTuple):
     dense_classes: int
     #: number of logit indices outside the dense classes (the tail)
     tail_tokens: int
+    #: number of class sets whose token rows are kept (C kernel; the numpy kernel keeps none)
+    kept_sets: int = 0
 
 
 class ExpansionKernel(Protocol):
@@ -124,6 +126,12 @@ class ExpansionKernel(Protocol):
 
     def clear_cache(self) -> None:
         """Drop every cached row and reset the counters."""
+
+    def keep_sets(self, class_rows: npt.NDArray[np.int32], max_sets: int, min_ns: float) -> int:
+        """Keep the token rows of the class sets ``class_rows`` (one class row each) whose
+        cheapest plan costs at least ``min_ns`` by the cost model, the dearest first, at most
+        ``max_sets``, beside the row cache (a miss may be patched from one); returns how many
+        were kept (0 where the kernel keeps none)."""
 
     def info(self) -> KernelInfo:
         """Sizes of the precomputed structures."""

@@ -94,6 +94,49 @@ class DomainAutomaton:
         """Number of distinct class sets."""
         return int(self.set_start.shape[0]) - 1
 
+    def set_rows(self, num_classes: int, min_size: int = 1) -> I32:
+        """The class sets of at least ``min_size`` classes as class bitmask rows.
+
+        Parameters
+        ----------
+        num_classes : int
+            Width of a row in bits (every class id of the sets is below it).
+        min_size : int, optional
+            Sets of fewer classes are left out.
+
+        Returns
+        -------
+        numpy.ndarray
+            int32, shape ``(n, ceil(num_classes / 32))``: bit ``c`` of row ``i`` (word
+            ``c // 32``, bit ``c % 32``) set when class ``c`` is in the ``i``-th set kept,
+            in set order.
+
+        Notes
+        -----
+        Cost: O(len(set_class) + n * num_classes / 32).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> e = np.zeros(0, dtype=np.int32)
+        >>> auto = DomainAutomaton(np.zeros(2, dtype=np.int32), e, e, np.array([0], dtype=np.int32),
+        ...     np.array([0, 2, 3], dtype=np.int32), np.array([0, 33, 5], dtype=np.int32))
+        >>> auto.set_rows(40).tolist(), auto.set_rows(40, min_size=2).tolist()
+        ([[1, 2], [32, 0]], [[1, 2]])
+        """
+        sizes = np.diff(self.set_start.astype(np.int64))
+        keep = np.flatnonzero(sizes >= min_size)
+        rows = np.zeros((keep.shape[0], (num_classes + 31) // 32), dtype=np.uint32)
+        if keep.shape[0]:
+            which = np.repeat(np.arange(keep.shape[0]), sizes[keep])
+            starts = self.set_start[keep].astype(np.int64)
+            offsets = np.arange(which.shape[0]) - np.repeat(np.cumsum(sizes[keep]) - sizes[keep], sizes[keep])
+            cls = self.set_class[starts[which] + offsets].astype(np.int64)
+            np.bitwise_or.at(
+                rows, (which, cls >> 5), np.left_shift(np.uint32(1), (cls & 31).astype(np.uint32))
+            )
+        return rows.view(np.int32)
+
     def inconsistency(self, num_symbols: int, num_classes: int) -> str:
         """Why the arrays cannot be walked safely, or ``""`` when they can.
 

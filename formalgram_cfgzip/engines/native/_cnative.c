@@ -1028,7 +1028,18 @@ visit_add(Tables *t, uint64_t key, uint32_t w)
     return 1;
 }
 
-/* the walk of the stack below `tops` through the domain automaton: the class mask */
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)0)
+#endif
+
+/* The walk of the stack below `tops` through the domain automaton: the class mask.  It goes level
+ * by level (the pairs one edge further down), so that the memory of a level's pairs -- their nodes,
+ * states, parent lists, the parents' nodes -- is requested together before it is read: a walk
+ * whose tables and stack were evicted by other work between two fills waits for a few rounds of
+ * cache misses instead of one per pair.  The pairs visited, and so the mask, do not depend on the
+ * order. */
 static int
 fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
 {
@@ -1040,12 +1051,14 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
         memset(t->visit, 0, (size_t)(t->vmask + 1) * sizeof(Visit));
         w = t->walk_id = 1;
     }
-    int64_t nhits = 0, sp = 0, pairs = 0;
+    int64_t nhits = 0, n = 0, pairs = 0;
     uint64_t small[SMALL_WALK_MAX];
     const int limit = g_small_walk;
     int nsmall = 0; /* limit + 1: the walk's pairs are in the table */
     t->vcount = 0;
-    /* the stack holds (node, state) pairs whose state is already past the node's symbol */
+    /* a level: n (node, state) pairs in stack[0 .. 2n), each state already past its node's symbol */
+    if (GROW(t->stack, t->stack_cap, 2 * (int64_t)ntops + 2) < 0)
+        return -1;
     for (int32_t i = 0; i < ntops; i++) {
         int32_t v = tops[i];
         if (v == 0)
@@ -1053,61 +1066,88 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
         int32_t d = dom_child(t, 0, s->nodes[v].sym);
         if (d < 0)
             continue;
-        if (GROW(t->stack, t->stack_cap, sp + 2) < 0)
-            return -1;
-        t->stack[sp++] = v;
-        t->stack[sp++] = d;
+        t->stack[2 * n] = v;
+        t->stack[2 * n + 1] = d;
+        n++;
     }
-    while (sp) {
-        int32_t d = t->stack[--sp];
-        int32_t v = t->stack[--sp];
-        uint64_t key = ((uint64_t)(uint32_t)v << 32) | (uint32_t)d;
-        if (nsmall <= limit) { /* a small walk: its pairs in a list, searched end to end */
-            int seen = 0;
-            for (int i = 0; i < nsmall && !seen; i++)
-                seen = small[i] == key;
-            if (seen)
-                continue;
-            if (nsmall < limit) {
-                small[nsmall++] = key;
-            } else { /* it outgrew the list: the pairs so far into the table, then this one */
-                for (int i = 0; i < nsmall; i++)
-                    if (visit_add(t, small[i], w) < 0)
+    const Node *nodes = s->nodes;
+    while (n) {
+        int32_t *st = t->stack;
+        for (int64_t i = 0; i < n; i++) {
+            PREFETCH(&nodes[st[2 * i]]);
+            PREFETCH(&t->dstates[st[2 * i + 1]]);
+        }
+        /* the level's new pairs: their outputs, and those with edges kept in stack[0 .. 2m) */
+        int64_t m = 0, below = 0;
+        for (int64_t i = 0; i < n; i++) {
+            int32_t v = st[2 * i], d = st[2 * i + 1];
+            uint64_t key = ((uint64_t)(uint32_t)v << 32) | (uint32_t)d;
+            if (nsmall <= limit) { /* a small walk: its pairs in a list, searched end to end */
+                int seen = 0;
+                for (int j = 0; j < nsmall && !seen; j++)
+                    seen = small[j] == key;
+                if (seen)
+                    continue;
+                if (nsmall < limit) {
+                    small[nsmall++] = key;
+                } else { /* it outgrew the list: the pairs so far into the table, then this one */
+                    for (int j = 0; j < nsmall; j++)
+                        if (visit_add(t, small[j], w) < 0)
+                            return -1;
+                    nsmall = limit + 1;
+                    if (visit_add(t, key, w) < 0)
                         return -1;
-                nsmall = limit + 1;
-                if (visit_add(t, key, w) < 0)
+                }
+            } else {
+                int added = visit_add(t, key, w);
+                if (added < 0)
                     return -1;
+                if (added == 0)
+                    continue;
             }
-        } else {
-            int added = visit_add(t, key, w);
-            if (added < 0)
-                return -1;
-            if (added == 0)
+            pairs++;
+            const DState *ds = &t->dstates[d];
+            int32_t o = ds->out;
+            if (o >= 0 && t->set_stamp[o] != w) {
+                t->set_stamp[o] = w;
+                t->hits[nhits++] = o;
+            }
+            if (ds->hi == ds->lo || nodes[v].plen == 0)
                 continue;
+            PREFETCH(s->arena + nodes[v].poff);
+            PREFETCH(&t->dedges[ds->lo]);
+            below += nodes[v].plen;
+            st[2 * m] = v;
+            st[2 * m + 1] = d;
+            m++;
         }
-        pairs++;
-        const DState *ds = &t->dstates[d];
-        int32_t o = ds->out;
-        if (o >= 0 && t->set_stamp[o] != w) {
-            t->set_stamp[o] = w;
-            t->hits[nhits++] = o;
+        for (int64_t i = 0; i < m; i++) {
+            const Node *nv = &nodes[st[2 * i]];
+            for (int32_t k = 0; k < nv->plen; k++)
+                PREFETCH(&nodes[s->arena[nv->poff + k]]);
         }
-        if (ds->hi == ds->lo)
-            continue;
-        int32_t len = s->nodes[v].plen;
-        const int32_t *par = s->arena + s->nodes[v].poff;
-        if (GROW(t->stack, t->stack_cap, sp + 2 * (int64_t)len) < 0)
+        /* the next level after them, then moved to the front */
+        if (GROW(t->stack, t->stack_cap, 2 * (m + below)) < 0)
             return -1;
-        for (int32_t k = 0; k < len; k++) {
-            int32_t u = par[k];
-            if (u == 0)
-                continue;
-            int32_t d2 = dom_child(t, d, s->nodes[u].sym);
-            if (d2 >= 0) {
-                t->stack[sp++] = u;
-                t->stack[sp++] = d2;
+        st = t->stack;
+        int64_t q = 2 * m;
+        for (int64_t i = 0; i < m; i++) {
+            int32_t v = st[2 * i], d = st[2 * i + 1];
+            int32_t len = nodes[v].plen;
+            const int32_t *par = s->arena + nodes[v].poff;
+            for (int32_t k = 0; k < len; k++) {
+                int32_t u = par[k];
+                if (u == 0)
+                    continue;
+                int32_t d2 = dom_child(t, d, nodes[u].sym);
+                if (d2 >= 0) {
+                    st[q++] = u;
+                    st[q++] = d2;
+                }
             }
         }
+        n = (q - 2 * m) / 2;
+        memmove(st, st + 2 * m, (size_t)(q - 2 * m) * sizeof(int32_t));
     }
     t->last_pairs = pairs;
     int32_t words = t->words;

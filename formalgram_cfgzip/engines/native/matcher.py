@@ -383,6 +383,11 @@ class NativeCompiled(CompiledGrammar):
         self.never_list: list[bool] = self.never.tolist()
         self._module = module
         self._ctables = _c_tables(module, tables) if module is not None else None
+        if self.expander is not None:
+            # every class mask is a union of the domain automaton's class sets: the expander
+            # keeps the token rows of the large ones and patches a miss from the nearest (a
+            # set of fewer than 8 classes is too cheap to list for a copy to pay)
+            self.expander.keep_sets(tables.domains.set_rows(self.engine_size, min_size=8))
 
     def new_state(self) -> StateLike:
         """A fresh kernel state (empty prefix)."""
