@@ -124,17 +124,22 @@ class DomainAutomaton:
         >>> auto.set_rows(40).tolist(), auto.set_rows(40, min_size=2).tolist()
         ([[1, 2], [32, 0]], [[1, 2]])
         """
+        words = (num_classes + 31) // 32
         sizes = np.diff(self.set_start.astype(np.int64))
         keep = np.flatnonzero(sizes >= min_size)
-        rows = np.zeros((keep.shape[0], (num_classes + 31) // 32), dtype=np.uint32)
+        rows = np.zeros((keep.shape[0], words), dtype=np.uint32)
         if keep.shape[0]:
-            which = np.repeat(np.arange(keep.shape[0]), sizes[keep])
-            starts = self.set_start[keep].astype(np.int64)
-            offsets = np.arange(which.shape[0]) - np.repeat(np.cumsum(sizes[keep]) - sizes[keep], sizes[keep])
-            cls = self.set_class[starts[which] + offsets].astype(np.int64)
-            np.bitwise_or.at(
-                rows, (which, cls >> 5), np.left_shift(np.uint32(1), (cls & 31).astype(np.uint32))
-            )
+            n = sizes[keep]
+            which = np.repeat(np.arange(keep.shape[0]), n)
+            at = np.repeat(self.set_start[keep].astype(np.int64) - (np.cumsum(n) - n), n)
+            cls = self.set_class[at + np.arange(which.shape[0])].astype(np.int64)
+            word = which * words + (cls >> 5)
+            bits = np.left_shift(np.uint32(1), (cls & 31).astype(np.uint32))
+            if np.any(word[1:] < word[:-1]):  # a set's classes out of order: the words sorted first
+                order = np.argsort(word, kind="stable")
+                word, bits = word[order], bits[order]
+            run = np.flatnonzero(np.r_[True, word[1:] != word[:-1]])  # one OR per run of a word
+            rows.reshape(-1)[word[run]] = np.bitwise_or.reduceat(bits, run)
         return rows.view(np.int32)
 
     def inconsistency(self, num_symbols: int, num_classes: int) -> str:
