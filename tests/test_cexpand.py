@@ -585,6 +585,13 @@ def set_rows_of(sets: list[npt.NDArray[np.int64]], classes: int) -> npt.NDArray[
     return np.packbits(bits, axis=1, bitorder="little").view(np.int32).copy()
 
 
+def csr(sets: list[npt.NDArray[np.int64]]) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """The sets as ``keep_sets`` takes them: starts and the classes one set after another."""
+    start = np.array([0, *np.cumsum([len(s) for s in sets])], dtype=np.int32)
+    flat = np.concatenate([np.asarray(s) for s in sets]) if sets else np.zeros(0)
+    return start, flat.astype(np.int32)
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     width=st.integers(500, 9_000),
@@ -604,10 +611,7 @@ def test_rows_patched_from_kept_sets_equal_the_oracle(
     tc = skewed(rng, width, classes, 1.2, 0.05)
     sets = [rng.choice(classes, int(rng.integers(1, classes + 1)), replace=False) for _ in range(n_sets)]
     kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 16, -1, cache, 1, bool(seed & 1))
-    rows = set_rows_of(sets, classes)
-    if classes % 32:
-        rows[:, -1] |= np.int32(-(2**31))  # bits past num_classes are not part of a set
-    kept = kernel.keep_sets(rows, max_sets, 0.0)
+    kept = kernel.keep_sets(*csr(sets), max_sets, 0.0)  # classes in any order within a set
     assert 0 <= kept <= min(max_sets, n_sets) and kernel.info()["sets"] == kept
     out = np.zeros((1, (width + 31) // 32), dtype=np.int32)
     for step in range(60):
@@ -621,6 +625,8 @@ def test_rows_patched_from_kept_sets_equal_the_oracle(
         flip = rng.integers(0, classes, int(rng.integers(0, 4)))
         bits[flip] = ~bits[flip]
         row = set_rows_of([np.flatnonzero(bits)], classes)
+        if classes % 32 and step % 2:
+            row[0, -1] |= np.int32(-(2**31))  # a bit past num_classes: ignored
         kernel.expand_rows(row, out)
         assert np.array_equal(out[0], oracle_row(tc, row[0], classes)), step
     assert kernel.info()["sets"] == kept
@@ -634,11 +640,11 @@ def test_a_miss_near_a_kept_set_is_patched_from_it() -> None:
     width, classes = 40_000, 400
     tc = skewed(rng, width, classes, 0.6, 0.0)
     big = np.arange(50, 390)
-    rows = set_rows_of([big, np.arange(3), big], classes)  # the second copy of `big` is dropped
+    sets = csr([big, np.arange(3), big[::-1]])  # the second copy of `big` is dropped
     kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 18, -1, 8, 1, False)
-    assert kernel.keep_sets(rows, 0, 0.0) == 0
-    assert kernel.keep_sets(rows, 5, 1e12) == 0
-    assert kernel.keep_sets(rows, 5, 0.0) == 2 and kernel.info()["set_bytes"] == 2 * 4 * (
+    assert kernel.keep_sets(*sets, 0, 0.0) == 0
+    assert kernel.keep_sets(*sets, 5, 1e12) == 0
+    assert kernel.keep_sets(*sets, 5, 0.0) == 2 and kernel.info()["set_bytes"] == 2 * 4 * (
         (width // 32 + 15) // 16 * 16
     )
     row = set_rows_of([np.append(big, 7)], classes)
@@ -648,7 +654,7 @@ def test_a_miss_near_a_kept_set_is_patched_from_it() -> None:
         assert kernel.cache_info()["set_deltas"] == 1
         assert np.array_equal(out[0], oracle_row(tc, row[0], classes))
         kernel.clear_cache()
-    assert kernel.keep_sets(rows[1:2], 5, 0.0) == 1  # replaced: the large set is gone
+    assert kernel.keep_sets(*csr([np.arange(3)]), 5, 0.0) == 1  # replaced: the large set is gone
     assert kernel.expand_rows(row, out) != 4 and kernel.cache_info()["set_deltas"] == 0
     assert np.array_equal(out[0], oracle_row(tc, row[0], classes))
 
@@ -656,13 +662,26 @@ def test_a_miss_near_a_kept_set_is_patched_from_it() -> None:
 def test_keep_sets_errors() -> None:
     tc = np.array([0, 1, 1, -1, 2], dtype=np.int32)
     kernel = cexpand.Kernel(tc, 3, 1 << 10)
-    with pytest.raises(ValueError, match="whole rows"):
-        kernel.keep_sets(np.zeros(3, dtype=np.int8), 1, 0.0)
+    one = np.array([0, 2], dtype=np.int32), np.array([0, 2], dtype=np.int32)
+    for start, cls, match in (
+        (np.zeros(0, dtype=np.int32), one[1], "at least one"),
+        (np.zeros(3, dtype=np.int8), one[1], "int32"),
+        (np.array([0, 3], dtype=np.int32), one[1], "within"),
+        (np.array([-1, 1], dtype=np.int32), one[1], "within"),
+        (np.array([0, 2, 1], dtype=np.int32), one[1], "decrease"),
+        (one[0], np.array([0, 3], dtype=np.int32), "class 3"),
+        (one[0], np.array([-1, 0], dtype=np.int32), "class -1"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            kernel.keep_sets(start, cls, 1, 0.0)
     with pytest.raises(ValueError, match=">= 0"):
-        kernel.keep_sets(np.zeros(1, dtype=np.int32), -1, 0.0)
+        kernel.keep_sets(*one, -1, 0.0)
     with pytest.raises(ValueError, match=">= 0"):
-        kernel.keep_sets(np.zeros(1, dtype=np.int32), 1, float("nan"))
+        kernel.keep_sets(*one, 1, float("nan"))
     with pytest.raises(TypeError):
-        kernel.keep_sets(np.zeros(1, dtype=np.int32), 1)
-    assert kernel.keep_sets(np.zeros((0, 1), dtype=np.int32), 4, 0.0) == 0
-    assert kernel.keep_sets(np.zeros((2, 1), dtype=np.int32), 4, 0.0) == 0  # empty sets: none
+        kernel.keep_sets(*one, 1)
+    assert kernel.keep_sets(np.zeros(1, dtype=np.int32), np.zeros(0, dtype=np.int32), 4, 0.0) == 0
+    assert kernel.keep_sets(np.zeros(3, dtype=np.int32), one[1], 4, 0.0) == 0  # empty sets: none
+    assert (
+        kernel.keep_sets(np.array([0, 1, 2], dtype=np.int32), np.array([2, 2], dtype=np.int32), 4, 0.0) == 1
+    )

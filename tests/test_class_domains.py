@@ -274,37 +274,3 @@ def test_corrupted_or_foreign_domains_are_refused(tmp_path: Path) -> None:
     (where / DOMAINS_SUBDIR).write_text("junk")
     with pytest.raises(CacheError):
         TokenClasses.load(where, grammar=text, vocab=vocab)
-
-
-@settings(max_examples=150, deadline=None)
-@given(
-    num_classes=st.integers(1, 200),
-    sets=st.lists(st.lists(st.integers(0, 199), unique=True), max_size=12),
-    min_size=st.integers(1, 9),
-    shuffled=st.booleans(),
-)
-def test_set_rows_are_the_sets_as_bitmask_rows(
-    num_classes: int, sets: list[list[int]], min_size: int, shuffled: bool
-) -> None:
-    """``DomainAutomaton.set_rows`` against per-set boolean rows packed by numpy: every set of
-    at least ``min_size`` classes, in order (classes ascending as the automaton keeps them, or
-    in any order)."""
-    from formalgram_cfgzip.search.domains import DomainAutomaton
-
-    sets = [sorted(c for c in s if c < num_classes) for s in sets]
-    if shuffled:
-        sets = [s[::-1] for s in sets]
-    start = np.array([0, *np.cumsum([len(s) for s in sets])], dtype=np.int32)
-    flat = np.array([c for s in sets for c in s], dtype=np.int32)
-    none = np.zeros(0, dtype=np.int32)
-    auto = DomainAutomaton(np.zeros(2, dtype=np.int32), none, none, np.zeros(1, dtype=np.int32), start, flat)
-    words = (num_classes + 31) // 32
-    want = []
-    for s in sets:
-        if len(s) >= min_size:
-            bits = np.zeros(words * 32, dtype=bool)
-            bits[s] = True
-            want.append(np.packbits(bits, bitorder="little").view(np.int32))
-    got = auto.set_rows(num_classes, min_size)
-    assert got.dtype == np.int32 and got.shape == (len(want), words)
-    assert np.array_equal(got, np.array(want, dtype=np.int32).reshape(-1, words))

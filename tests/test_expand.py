@@ -285,14 +285,17 @@ def test_delta_patch_of_cached_rows(flip_size: int, kernel: Any) -> None:
 def test_kept_sets_through_the_expander(kernel: Any) -> None:
     """``keep_sets``: the C kernel keeps the large sets within the budget (none with a budget
     below one row) and patches misses from them, the numpy kernel keeps none; rows near the
-    sets equal the oracle either way, and bad arguments get the typed error."""
+    sets equal the oracle either way, and bad arguments get the typed error from both."""
     rng = np.random.default_rng(8)
     width, classes = 20_000, 300
     tc = random_case(rng, width, classes, 0.8, 0.05)
     ex = MaskExpander(tc, classes, kernel=kernel)
     sets = random_class_mask(rng, 6, classes, 0.7)
-    assert ex.keep_sets(sets, memory_budget=4 * width // 32 - 1, min_cost_ns=0.0) == 0
-    kept = ex.keep_sets(sets, min_cost_ns=0.0)
+    members = [np.flatnonzero(np.unpackbits(r.view(np.uint8), bitorder="little")[:classes]) for r in sets]
+    start = np.cumsum([0] + [len(m) for m in members])  # int64: converted
+    flat = np.concatenate(members)
+    assert ex.keep_sets(start, flat, memory_budget=4 * width // 32 - 1, min_cost_ns=0.0) == 0
+    kept = ex.keep_sets(start, flat, min_cost_ns=0.0)
     assert kept == ex.num_kept_sets == (6 if kernel == "c" else 0)
     for i in range(6):
         cm = sets[i : i + 1].copy()
@@ -301,9 +304,18 @@ def test_kept_sets_through_the_expander(kernel: Any) -> None:
     assert ex.cache_stats.get("set_deltas", 0) == (6 if kernel == "c" else 0)
     for bad in ({"memory_budget": -1}, {"min_cost_ns": -1.0}, {"min_cost_ns": float("nan")}):
         with pytest.raises(EngineError):
-            ex.keep_sets(sets, **bad)
-    with pytest.raises(EngineError):
-        ex.keep_sets(np.zeros((1, 3), dtype=np.int32))
+            ex.keep_sets(start, flat, **bad)
+    for s_, f_ in (
+        ([], flat),
+        (start[::-1], flat),
+        (start, np.append(flat[1:], classes)),
+        (start, flat.astype(float)),
+        (start.reshape(1, -1), flat),
+        ([0, len(flat) + 1], flat),
+    ):
+        with pytest.raises(EngineError):
+            ex.keep_sets(s_, f_)
+    assert ex.num_kept_sets == (6 if kernel == "c" else 0)  # a refused call keeps what was kept
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -123,9 +123,11 @@ class CKernel:
         """Drop every cached row and reset the counters."""
         self.raw.clear_cache()
 
-    def keep_sets(self, class_rows: npt.NDArray[np.int32], max_sets: int, min_ns: float) -> int:
+    def keep_sets(
+        self, set_start: npt.NDArray[np.int32], set_class: npt.NDArray[np.int32], max_sets: int, min_ns: float
+    ) -> int:
         """The kernel's ``keep_sets`` (see the protocol)."""
-        return int(self.raw.keep_sets(class_rows, max_sets, min_ns))
+        return int(self.raw.keep_sets(set_start, set_class, max_sets, min_ns))
 
     def expand_rows(
         self, class_rows: npt.NDArray[np.int32], out: npt.NDArray[np.int32], indices: Sequence[int] | None

@@ -1628,10 +1628,12 @@ by_cost_desc(const void *a, const void *b)
     return x->i < y->i ? -1 : (x->i > y->i);
 }
 
-/* Kernel.keep_sets(class_rows, max_sets, min_ns) -> int: the kept sets (see the Kernel's fields)
- * replaced by those of the class rows (int32, whole rows of cw words) whose cheapest plan costs at
- * least min_ns by the cost model, the dearest first, at most max_sets, each class row once; their
- * token rows are computed now.  Returns how many were kept. */
+/* Kernel.keep_sets(set_start, set_class, max_sets, min_ns) -> int: the kept sets (see the
+ * Kernel's fields) replaced by those of the class sets set_class[set_start[s] ..
+ * set_start[s + 1]) (int32 buffers; start non-decreasing, classes below num_classes) whose
+ * cheapest plan costs at least min_ns by the cost model, the dearest first, at most max_sets,
+ * each class set once; their token rows are computed now.  Returns how many were kept.  A set's
+ * cost comes from its class list (no class row is made for a set that is not kept). */
 static PyObject *
 Kernel_keep_sets(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1639,45 +1641,67 @@ Kernel_keep_sets(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "Kernel is not initialised");
         return NULL;
     }
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "keep_sets(class_rows, max_sets, min_ns)");
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "keep_sets(set_start, set_class, max_sets, min_ns)");
         return NULL;
     }
-    Py_ssize_t max_sets = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t max_sets = PyLong_AsSsize_t(args[2]);
     if (max_sets == -1 && PyErr_Occurred())
         return NULL;
-    double min_ns = PyFloat_AsDouble(args[2]);
+    double min_ns = PyFloat_AsDouble(args[3]);
     if (min_ns == -1.0 && PyErr_Occurred())
         return NULL;
     if (max_sets < 0 || max_sets >= ((Py_ssize_t)1 << 30) || !(min_ns >= 0.0)) {
         PyErr_SetString(PyExc_ValueError, "max_sets and min_ns must be >= 0");
         return NULL;
     }
-    Py_buffer rv;
-    if (PyObject_GetBuffer(args[0], &rv, PyBUF_SIMPLE) < 0)
+    Py_buffer sv = {0}, cv = {0};
+    if (PyObject_GetBuffer(args[0], &sv, PyBUF_SIMPLE) < 0)
         return NULL;
+    if (PyObject_GetBuffer(args[1], &cv, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&sv);
+        return NULL;
+    }
     Py_ssize_t cw = k->cw, C = k->num_classes, crow = cw * 4;
     PyObject *result = NULL;
     SetCand *cand = NULL;
     uint32_t *keys = NULL, *anchor = NULL, *scratch = NULL;
     int32_t *first = NULL, *count = NULL, *anchor_of = NULL, *slot = NULL, *rank = NULL;
     void *raw = NULL;
-    if (rv.len % crow != 0) {
-        PyErr_Format(PyExc_ValueError, "class_rows must be whole rows of %zd int32 words", cw);
+    const int32_t *start = sv.buf, *cls = cv.buf;
+    Py_ssize_t n = sv.len / 4 - 1, total = cv.len / 4, m = 0, ng = 0;
+    if (sv.len % 4 != 0 || cv.len % 4 != 0 || n < 0) {
+        PyErr_SetString(PyExc_ValueError, "set_start (at least one item) and set_class must be int32 buffers");
         goto done;
     }
-    Py_ssize_t n = rv.len / crow, m = 0, ng = 0;
-    const uint32_t *rows = rv.buf;
-    uint32_t last = last_word_mask(k);
+    if (start[0] < 0 || start[n] > total) {
+        PyErr_SetString(PyExc_ValueError, "set_start must lie within set_class");
+        goto done;
+    }
     cand = PyMem_Malloc(((size_t)n + 1) * sizeof(SetCand));
     if (cand == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        memcpy(k->c_key, rows + (size_t)i * (size_t)cw, (size_t)crow);
-        k->c_key[cw - 1] &= last;
-        Stats st = row_stats(k, k->c_key, NULL);
+        if (start[i + 1] < start[i]) {
+            PyErr_SetString(PyExc_ValueError, "set_start must not decrease");
+            goto done;
+        }
+        Stats st = {0, 0, 0.0};
+        for (int32_t q = start[i]; q < start[i + 1]; q++) {
+            int32_t c = cls[q];
+            if (c < 0 || c >= C) {
+                PyErr_Format(PyExc_ValueError, "set_class holds class %d, not below num_classes=%zd", (int)c, C);
+                goto done;
+            }
+            if (k->row_of[c] >= 0)
+                st.big++;
+            else if (k->csr_start[c + 1] > k->csr_start[c]) {
+                st.small++;
+                st.small_tokens += (double)(k->csr_start[c + 1] - k->csr_start[c]);
+            }
+        }
         if (st.big + st.small == 0)
             continue;
         double model[5];
@@ -1698,10 +1722,11 @@ Kernel_keep_sets(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         goto done;
     }
-    for (Py_ssize_t j = 0; j < m && ng < max_sets; j++) { /* equal rows model equal costs */
+    for (Py_ssize_t j = 0; j < m && ng < max_sets; j++) { /* equal class sets model equal costs */
         uint32_t *key = keys + (size_t)ng * (size_t)cw;
-        memcpy(key, rows + (size_t)cand[j].i * (size_t)cw, (size_t)crow);
-        key[cw - 1] &= last;
+        memset(key, 0, (size_t)crow);
+        for (int32_t q = start[cand[j].i]; q < start[cand[j].i + 1]; q++)
+            key[cls[q] >> 5] |= (uint32_t)1 << (cls[q] & 31);
         int dup = 0;
         for (Py_ssize_t q = ng - 1; q >= 0 && !dup && cand[q].cost == cand[j].cost; q--)
             dup = memcmp(keys + (size_t)q * (size_t)cw, key, (size_t)crow) == 0;
@@ -1781,7 +1806,8 @@ done:
     PyMem_Free(rank);
     PyMem_Free(scratch);
     PyMem_Free(raw);
-    PyBuffer_Release(&rv);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&cv);
     return result;
 }
 
@@ -1900,12 +1926,13 @@ static PyMethodDef Kernel_methods[] = {
     {"clear_cache", (PyCFunction)Kernel_clear_cache, METH_NOARGS,
      "Drop every cached row and reset the counters."},
     {"keep_sets", (PyCFunction)(void (*)(void))Kernel_keep_sets, METH_FASTCALL,
-     "keep_sets(class_rows, max_sets, min_ns) -> int\n\n"
-     "Keep the token rows of class sets beside the row cache (cleared with it: never), so that\n"
-     "a miss may be patched from the nearest one anchored in its class row: of the rows of\n"
-     "the C-contiguous int32 class bitmask `class_rows`, those whose cheapest plan costs at\n"
-     "least `min_ns` ns by the cost model, the dearest first, at most `max_sets` (each\n"
-     "class row once), replacing the sets kept so far.  Returns how many were kept."},
+     "keep_sets(set_start, set_class, max_sets, min_ns) -> int\n\n"
+     "Keep the token rows of class sets beside the row cache (not dropped by clear_cache),\n"
+     "so that a miss may be patched from the nearest one anchored in its class row: of the\n"
+     "sets set_class[set_start[s]:set_start[s + 1]] (int32 buffers), those whose cheapest\n"
+     "plan costs at least `min_ns` ns by the cost model, the dearest first, at most\n"
+     "`max_sets` (each class set once), replacing the sets kept so far.  Returns how many\n"
+     "were kept."},
     {"info", (PyCFunction)Kernel_info, METH_NOARGS,
      "Sizes of the precomputed structures (rows of the large classes, small classes and\n"
      "tokens), the modelled cost of plan 0, whether AVX2 is used, and the cost-model\n"

@@ -279,7 +279,9 @@ class NumpyKernel:
         """Drop every cached row and reset the counters."""
         self._cache.clear()
 
-    def keep_sets(self, class_rows: npt.NDArray[np.int32], max_sets: int, min_ns: float) -> int:
+    def keep_sets(
+        self, set_start: npt.NDArray[np.int32], set_class: npt.NDArray[np.int32], max_sets: int, min_ns: float
+    ) -> int:
         """None kept: this kernel patches a miss from cached rows only."""
         return 0
 

@@ -236,7 +236,12 @@ class MaskExpander:
         self._kernel.clear_cache()
 
     def keep_sets(
-        self, class_sets: npt.ArrayLike, *, memory_budget: int = 8 << 20, min_cost_ns: float = 1500.0
+        self,
+        set_start: npt.ArrayLike,
+        set_class: npt.ArrayLike,
+        *,
+        memory_budget: int = 8 << 20,
+        min_cost_ns: float = 1500.0,
     ) -> int:
         """Keep the token rows of class sets that rows to come will contain or nearly contain.
 
@@ -248,8 +253,10 @@ class MaskExpander:
 
         Parameters
         ----------
-        class_sets : array_like of int32, shape (n, class_words)
-            One class bitmask row per set.
+        set_start, set_class : array_like of int
+            The sets in compressed form: set ``s`` holds the classes
+            ``set_class[set_start[s] : set_start[s + 1]]`` (``set_start`` non-decreasing,
+            within ``set_class``; every class below ``num_classes``).
         memory_budget : int
             Bytes the kept token rows may take (``4 * ceil(logit_width / 32)`` each, rounded
             up to 64 bytes).
@@ -260,32 +267,54 @@ class MaskExpander:
         Returns
         -------
         int
-            Sets kept: the dearest first, each class row once, within the budget; 0 with the
+            Sets kept: the dearest first, each class set once, within the budget; 0 with the
             numpy kernel, which keeps none.
 
         Raises
         ------
         EngineError
-            On a negative budget or cost, or rows of another width.
+            On a negative budget or cost, or sets that are not as above.
 
         Notes
         -----
-        Cost: one pass over every set's class row, then one row expansion per kept set.
+        Cost: one pass over the class lists, then one row expansion per kept set.
 
         Examples
         --------
         >>> import numpy as np
         >>> ex = MaskExpander(np.arange(64, dtype=np.int32) % 40, 40)
-        >>> ex.keep_sets(np.array([[-1, 0xFF]], dtype=np.int32), min_cost_ns=0.0) <= 1
+        >>> ex.keep_sets([0, 3, 40], list(range(3)) + list(range(3, 40)), min_cost_ns=0.0) <= 2
         True
         """
         if memory_budget < 0 or not min_cost_ns >= 0:
             raise EngineError("memory_budget and min_cost_ns must be >= 0")
-        rows = as_int32_rows(
-            np.asarray(class_sets, dtype=np.int32), "class sets", self.class_words, writable=False
-        )
+        start = np.asarray(set_start)
+        classes = np.asarray(set_class)
+        if (
+            start.ndim != 1
+            or classes.ndim != 1
+            or start.shape[0] < 1
+            or not np.issubdtype(start.dtype, np.integer)
+            or (classes.shape[0] and not np.issubdtype(classes.dtype, np.integer))
+        ):
+            raise EngineError("set_start (at least one entry) and set_class must be 1-D integer arrays")
+        if (
+            start[0] < 0
+            or start[-1] > classes.shape[0]
+            or np.any(np.diff(start) < 0)
+            or (classes.shape[0] and (classes.min() < 0 or classes.max() >= self.num_classes))
+        ):
+            raise EngineError(
+                f"set_start must be non-decreasing within set_class, whose classes must lie in "
+                f"0 .. {self.num_classes - 1}"
+            )
         row_bytes = -(-4 * self.num_words // 64) * 64
-        return self._kernel.keep_sets(rows, memory_budget // row_bytes, float(min_cost_ns))
+        return self._kernel.keep_sets(
+            np.ascontiguousarray(start, dtype=np.int32),
+            np.ascontiguousarray(classes, dtype=np.int32),
+            memory_budget // row_bytes,
+            float(min_cost_ns),
+        )
 
     @property
     def num_kept_sets(self) -> int:

@@ -127,11 +127,13 @@ class ExpansionKernel(Protocol):
     def clear_cache(self) -> None:
         """Drop every cached row and reset the counters."""
 
-    def keep_sets(self, class_rows: npt.NDArray[np.int32], max_sets: int, min_ns: float) -> int:
-        """Keep the token rows of the class sets ``class_rows`` (one class row each) whose
-        cheapest plan costs at least ``min_ns`` by the cost model, the dearest first, at most
-        ``max_sets``, beside the row cache (a miss may be patched from one); returns how many
-        were kept (0 where the kernel keeps none)."""
+    def keep_sets(
+        self, set_start: npt.NDArray[np.int32], set_class: npt.NDArray[np.int32], max_sets: int, min_ns: float
+    ) -> int:
+        """Keep the token rows of the class sets ``set_class[set_start[s] : set_start[s + 1]]``
+        (checked by the caller) whose cheapest plan costs at least ``min_ns`` by the cost
+        model, the dearest first, at most ``max_sets``, beside the row cache (a miss may be
+        patched from one); returns how many were kept (0 where the kernel keeps none)."""
 
     def info(self) -> KernelInfo:
         """Sizes of the precomputed structures."""

@@ -94,54 +94,6 @@ class DomainAutomaton:
         """Number of distinct class sets."""
         return int(self.set_start.shape[0]) - 1
 
-    def set_rows(self, num_classes: int, min_size: int = 1) -> I32:
-        """The class sets of at least ``min_size`` classes as class bitmask rows.
-
-        Parameters
-        ----------
-        num_classes : int
-            Width of a row in bits (every class id of the sets is below it).
-        min_size : int, optional
-            Sets of fewer classes are left out.
-
-        Returns
-        -------
-        numpy.ndarray
-            int32, shape ``(n, ceil(num_classes / 32))``: bit ``c`` of row ``i`` (word
-            ``c // 32``, bit ``c % 32``) set when class ``c`` is in the ``i``-th set kept,
-            in set order.
-
-        Notes
-        -----
-        Cost: O(len(set_class) + n * num_classes / 32).
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> e = np.zeros(0, dtype=np.int32)
-        >>> auto = DomainAutomaton(np.zeros(2, dtype=np.int32), e, e, np.array([0], dtype=np.int32),
-        ...     np.array([0, 2, 3], dtype=np.int32), np.array([0, 33, 5], dtype=np.int32))
-        >>> auto.set_rows(40).tolist(), auto.set_rows(40, min_size=2).tolist()
-        ([[1, 2], [32, 0]], [[1, 2]])
-        """
-        words = (num_classes + 31) // 32
-        sizes = np.diff(self.set_start.astype(np.int64))
-        keep = np.flatnonzero(sizes >= min_size)
-        rows = np.zeros((keep.shape[0], words), dtype=np.uint32)
-        if keep.shape[0]:
-            n = sizes[keep]
-            which = np.repeat(np.arange(keep.shape[0]), n)
-            at = np.repeat(self.set_start[keep].astype(np.int64) - (np.cumsum(n) - n), n)
-            cls = self.set_class[at + np.arange(which.shape[0])].astype(np.int64)
-            word = which * words + (cls >> 5)
-            bits = np.left_shift(np.uint32(1), (cls & 31).astype(np.uint32))
-            if np.any(word[1:] < word[:-1]):  # a set's classes out of order: the words sorted first
-                order = np.argsort(word, kind="stable")
-                word, bits = word[order], bits[order]
-            run = np.flatnonzero(np.r_[True, word[1:] != word[:-1]])  # one OR per run of a word
-            rows.reshape(-1)[word[run]] = np.bitwise_or.reduceat(bits, run)
-        return rows.view(np.int32)
-
     def inconsistency(self, num_symbols: int, num_classes: int) -> str:
         """Why the arrays cannot be walked safely, or ``""`` when they can.
 

@@ -385,9 +385,8 @@ class NativeCompiled(CompiledGrammar):
         self._ctables = _c_tables(module, tables) if module is not None else None
         if self.expander is not None:
             # every class mask is a union of the domain automaton's class sets: the expander
-            # keeps the token rows of the large ones and patches a miss from the nearest (a
-            # set of fewer than 8 classes is too cheap to list for a copy to pay)
-            self.expander.keep_sets(tables.domains.set_rows(self.engine_size, min_size=8))
+            # keeps the token rows of the large ones and patches a miss from the nearest
+            self.expander.keep_sets(tables.domains.set_start, tables.domains.set_class)
 
     def new_state(self) -> StateLike:
         """A fresh kernel state (empty prefix)."""
