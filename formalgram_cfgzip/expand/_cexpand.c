@@ -21,8 +21,9 @@
  *   2 set      the large classes by rows, then the tokens of the allowed small classes set;
  *   3 clear    the large classes by rows, then all small tokens minus the tokens of the
  *              disallowed small classes (the row starts from their precomputed union);
- *   4 delta    a previous row (a cached one, or one the caller gives) with every class
- *              whose bit differs flipped: its row XOR-ed (large) or its tokens (small).
+ *   4 delta    a previous row (a cached one, a kept set's, or one the caller gives) with
+ *              every class whose bit differs flipped: its row XOR-ed (large) or its tokens
+ *              (small).
  *
  * In plans 1-3 the large classes are the OR of the allowed classes' rows or, when fewer
  * are disallowed, the union of all large classes AND-NOT the disallowed ones' rows.
@@ -34,7 +35,10 @@
  * times their count).  Through the row cache (expand_rows) a miss is also compared with
  * patching each of the DELTA_CANDIDATES most recently used cached rows, the nearest first:
  * consecutive masks of a decoding loop differ in a few classes; a candidate's count stops
- * once patching it would cost more than the best plan found.
+ * once patching it would cost more than the best plan found.  It is also compared with
+ * patching a kept set (keep_sets): the token rows of class sets that a grammar's masks are
+ * unions of, kept beside the cache, so that a new mask holding most of a large set is a copy
+ * and a few classes flipped.
  *
  * Grammars of tens of thousands of classes (JSON schemas with many names and patterns) make
  * class rows of thousands of words that allow a few classes, or disallow a few: every pass
