@@ -1925,8 +1925,8 @@ static PyMethodDef Kernel_methods[] = {
      "for a cache hit."},
     {"cache_info", (PyCFunction)Kernel_cache_info, METH_NOARGS,
      "Row-cache counters: hits, misses, evictions, deltas (set_deltas of them from a kept set),\n"
-     "unchanged and in_place (rows the\n"
-     "C-level expand_row_over left or patched where they lay), entries, capacity."},
+     "unchanged and in_place (rows the C-level expand_row_over left or patched where they\n"
+     "lay), entries, capacity."},
     {"clear_cache", (PyCFunction)Kernel_clear_cache, METH_NOARGS,
      "Drop every cached row and reset the counters."},
     {"keep_sets", (PyCFunction)(void (*)(void))Kernel_keep_sets, METH_FASTCALL,
