@@ -317,6 +317,12 @@ def main() -> None:
     peers.add_argument("--glrmask-timeout", type=float, default=600.0, help="seconds for one GLRMask compile")
     peers.add_argument("--plot", help="write the per-step times per engine to this image (matplotlib)")
     peers.add_argument("--warm", action="store_true", help="passes keep the engines' caches (default: cold)")
+    peers.add_argument(
+        "--evict",
+        type=float,
+        default=0.0,
+        help="MiB rewritten (untimed) before every timed mask: the rest of a serving step (default 0)",
+    )
     args = ap.parse_args()
     if args.peers:
         from bench.peers import main_peers

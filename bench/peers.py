@@ -37,6 +37,10 @@ decoding many requests of one grammar):
   then :meth:`~formalgram_cfgzip.expand.MaskExpander.expand_at`;
 * ``glrmask``     GLRMask's ``fill_mask`` into a 128k-bit int32 row.
 
+With ``--evict MIB`` every timed call follows an untimed rewrite of a buffer of that size, the
+same for every engine: the rest of a serving step between two masks of one sequence (the other
+sequences of a batch, sampling, the framework), which leaves the caches cold.
+
 Reported per grammar: median and p99 over all timed steps of all passes, the p99 of each
 step's minimum over the passes and the total (the sum of those minima), which drop the
 preemptions of a loaded machine (XGrammar's from its one pass), of each,
@@ -353,11 +357,18 @@ def check_pass(loaded: Loaded, full: Any, walks: list[list[int]]) -> tuple[list[
 
 
 def timed_pass(
-    loaded: Loaded, walks: list[list[int]], seed: int, glr: Any, cold: bool
+    loaded: Loaded,
+    walks: list[list[int]],
+    seed: int,
+    glr: Any,
+    cold: bool,
+    evict: np.ndarray | None = None,
 ) -> tuple[dict[str, list[float]], Counter[str]]:
     """One replay of every walk by every variant, the variants' order rotated per step; with
     ``cold`` the native row caches are emptied first (the caller gives GLRMask a freshly loaded
-    constraint ``glr``), else both keep what earlier passes left."""
+    constraint ``glr``), else both keep what earlier passes left.  With ``evict`` (a buffer)
+    every timed call follows an untimed rewrite of that buffer: the memory traffic of the rest
+    of a serving step between two masks of one sequence."""
     native, split, update = loaded.native, loaded.split, loaded.update
     if cold:
         for c in (native, split, update):
@@ -382,6 +393,8 @@ def timed_pass(
         for tok in walk:
             for j in rng.permutation(len(variants)):
                 v = variants[j]
+                if evict is not None:
+                    evict += 1
                 if v == "native":
                     t = perf()
                     mn.fill_next_token_bitmask(bm, 0)
@@ -483,11 +496,13 @@ def main_peers(args: Any) -> None:
     print(
         f"# vocab={args.vocab} ({vocab.size} tokens); walks {args.walks} x {args.steps} ({args.walk_mode}); "
         f"{'warm' if args.warm else 'cold'} passes; "
-        f"{args.repeats} timed passes; GLRMask {glr_version}, XGrammar {version('xgrammar')}; cache {cache_dir}"
+        + (f"{args.evict:g} MiB rewritten before every timed mask; " if args.evict else "")
+        + f"{args.repeats} timed passes; GLRMask {glr_version}, XGrammar {version('xgrammar')}; cache {cache_dir}"
     )
     print(
         f"# the machine now: one np.copyto of a {4 * -(-vocab.logit_width // 32):,}-byte row {row_copy_us(vocab):.2f} µs"
     )
+    evict = np.zeros(int(args.evict * (1 << 18)), np.int32) if args.evict > 0 else None
     rows: list[str] = []
     split_rows: list[str] = []
     per_step: dict[str, dict[str, npt.NDArray[np.float64]]] = {}
@@ -531,7 +546,7 @@ def main_peers(args: Any) -> None:
             glr = loaded.glr
             if not args.warm and loaded.glr is not None:
                 glr = glrmask.Constraint.load(loaded.glr_bytes, gv)
-            times, p = timed_pass(loaded, walks, r, glr, cold=not args.warm)
+            times, p = timed_pass(loaded, walks, r, glr, cold=not args.warm, evict=evict)
             plans += p
             for k, v in times.items():
                 merged.setdefault(k, []).extend(v)
