@@ -51,8 +51,13 @@ typedef struct {
     int32_t lo, hi; /* its pushed tails: trans_push[lo..hi) */
 } Slot;
 
+/* A domain state: its output set (-1: none) and its edges.  Most states have one edge, and that
+ * one is held here, so that a walk through a chain of them reads no edge list: the state's line
+ * holds the step below. */
 typedef struct {
-    int32_t lo, hi, out, pad; /* domain state: edges [lo, hi), output set (-1: none) */
+    int32_t out; /* output set (-1: none) */
+    int32_t deg; /* number of edges */
+    int32_t a, b; /* deg 1: the edge's symbol and target; else the edges dedges[a .. b) by symbol */
 } DState;
 
 typedef struct {
@@ -341,10 +346,11 @@ Tables_init(Tables *t, PyObject *args, PyObject *kwds)
         t->slots[h].hi = tstart[j + 1];
     }
     for (int64_t s = 0; s < n_out; s++) {
-        t->dstates[s].lo = estart[s];
-        t->dstates[s].hi = estart[s + 1];
-        t->dstates[s].out = out[s];
-        t->dstates[s].pad = 0;
+        DState *ds = &t->dstates[s];
+        ds->out = out[s];
+        ds->deg = estart[s + 1] - estart[s];
+        ds->a = ds->deg == 1 ? esym[estart[s]] : estart[s];
+        ds->b = ds->deg == 1 ? eto[estart[s]] : estart[s + 1];
     }
     for (int64_t e = 0; e < n[7]; e++) {
         t->dedges[e].sym = esym[e];
@@ -426,7 +432,10 @@ dom_child(const Tables *t, int32_t d, int32_t sym)
 {
     if (d == 0)
         return (uint32_t)sym < (uint32_t)t->nsym ? t->root_child[sym] : -1;
-    int32_t lo = t->dstates[d].lo, hi = t->dstates[d].hi;
+    const DState *ds = &t->dstates[d];
+    if (ds->deg == 1)
+        return ds->a == sym ? ds->b : -1;
+    int32_t lo = ds->a, hi = ds->b;
     const DEdge *es = t->dedges;
     while (hi - lo > 8) {
         int32_t mid = lo + (hi - lo) / 2;
@@ -460,7 +469,8 @@ next_step_id(Tables *t)
 
 typedef struct {
     int32_t sym, plen; /* symbol (-1 for the bottom), number of parents */
-    int64_t poff;      /* the parents: arena[poff .. poff + plen) */
+    int32_t poff;      /* the parents: arena[poff .. poff + plen) (the arena stays under INT32_MAX) */
+    int32_t p0;        /* arena[poff] when plen > 0 (else 0): a chain's walk reads no arena */
 } Node;
 
 typedef struct {
@@ -579,6 +589,7 @@ new_node(State *s, int32_t symbol)
     s->nodes[i].sym = symbol;
     s->nodes[i].poff = 0;
     s->nodes[i].plen = 0;
+    s->nodes[i].p0 = 0;
     s->nstamp[i] = 0;
     return (int)i;
 }
@@ -598,6 +609,7 @@ state_reset(State *s)
     s->an = 1;
     s->nodes[1].poff = 0;
     s->nodes[1].plen = 1;
+    s->nodes[1].p0 = 0;
     int32_t tops[2] = {0, 1};
     return t->accepts_empty ? history_push(s, tops, 2, 0) : history_push(s, tops + 1, 1, 0);
 }
@@ -807,6 +819,7 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
         if (rec->next < 0 && rec->len >= 0) { /* one slice: shared, not copied */
             s->nodes[g].poff = rec->off;
             s->nodes[g].plen = rec->len;
+            s->nodes[g].p0 = rec->len > 0 ? s->arena[rec->off] : 0;
             continue;
         }
         uint32_t m = ++s->mark;
@@ -835,8 +848,9 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
             return -1;
         }
         memcpy(s->arena + s->an, t->buf, (size_t)nb * sizeof(int32_t));
-        s->nodes[g].poff = s->an;
+        s->nodes[g].poff = (int32_t)s->an;
         s->nodes[g].plen = (int32_t)nb;
+        s->nodes[g].p0 = nb > 0 ? t->buf[0] : 0;
         s->an += nb;
     }
     if (bottom) {
@@ -1112,10 +1126,14 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
                 t->set_stamp[o] = w;
                 t->hits[nhits++] = o;
             }
-            if (ds->hi == ds->lo || nodes[v].plen == 0)
+            if (ds->deg == 0 || nodes[v].plen == 0)
                 continue;
-            PREFETCH(s->arena + nodes[v].poff);
-            PREFETCH(&t->dedges[ds->lo]);
+            if (nodes[v].plen == 1)
+                PREFETCH(&nodes[nodes[v].p0]);
+            else
+                PREFETCH(s->arena + nodes[v].poff);
+            if (ds->deg > 1)
+                PREFETCH(&t->dedges[ds->a]);
             below += nodes[v].plen;
             st[2 * m] = v;
             st[2 * m + 1] = d;
@@ -1123,7 +1141,7 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
         }
         for (int64_t i = 0; i < m; i++) {
             const Node *nv = &nodes[st[2 * i]];
-            for (int32_t k = 0; k < nv->plen; k++)
+            for (int32_t k = 0; k < nv->plen && nv->plen > 1; k++) /* one parent: asked for above */
                 PREFETCH(&nodes[s->arena[nv->poff + k]]);
         }
         /* the next level after them, then moved to the front */
@@ -1134,7 +1152,7 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
         for (int64_t i = 0; i < m; i++) {
             int32_t v = st[2 * i], d = st[2 * i + 1];
             int32_t len = nodes[v].plen;
-            const int32_t *par = s->arena + nodes[v].poff;
+            const int32_t *par = len == 1 ? &nodes[v].p0 : s->arena + nodes[v].poff;
             for (int32_t k = 0; k < len; k++) {
                 int32_t u = par[k];
                 if (u == 0)
@@ -1325,7 +1343,8 @@ State_compact(State *s, PyObject *arg)
         Node *w = &s->nodes[newid[i]];
         w->sym = v.sym;
         w->plen = v.plen;
-        w->poff = off;
+        w->poff = (int32_t)off; /* off <= the old arena's size */
+        w->p0 = v.plen > 0 ? arena[off] : 0;
         off += v.plen;
     }
     free(s->arena);
