@@ -37,9 +37,10 @@ decoding many requests of one grammar):
   then :meth:`~formalgram_cfgzip.expand.MaskExpander.expand_at`;
 * ``glrmask``     GLRMask's ``fill_mask`` into a 128k-bit int32 row.
 
-With ``--evict MIB`` every timed call follows an untimed rewrite of a buffer of that size, the
-same for every engine: the rest of a serving step between two masks of one sequence (the other
-sequences of a batch, sampling, the framework), which leaves the caches cold.
+With ``--evict MIB`` every variant's step follows an untimed rewrite of a buffer of that size
+(the split's expansion follows its class fill), the same for every engine: the rest of a serving
+step between two masks of one sequence (the other sequences of a batch, sampling, the
+framework), which leaves the caches cold.
 
 Reported per grammar: median and p99 over all timed steps of all passes, the p99 of each
 step's minimum over the passes and the total (the sum of those minima), which drop the
@@ -367,8 +368,8 @@ def timed_pass(
     """One replay of every walk by every variant, the variants' order rotated per step; with
     ``cold`` the native row caches are emptied first (the caller gives GLRMask a freshly loaded
     constraint ``glr``), else both keep what earlier passes left.  With ``evict`` (a buffer)
-    every timed call follows an untimed rewrite of that buffer: the memory traffic of the rest
-    of a serving step between two masks of one sequence."""
+    every variant's step follows an untimed rewrite of that buffer: the memory traffic of the
+    rest of a serving step between two masks of one sequence."""
     native, split, update = loaded.native, loaded.split, loaded.update
     if cold:
         for c in (native, split, update):
