@@ -1210,17 +1210,23 @@ last_word_mask(const Kernel *k)
     return (k->num_classes & 31) ? ((uint32_t)1 << (k->num_classes & 31)) - 1 : ~(uint32_t)0;
 }
 
-/* c_key = row with the bits past num_classes cleared; returns its hash.  The hash is a sum of
- * one independent mix per 64-bit word (no chain through the words: their mixes overlap in the
- * CPU), the blocks of zero words left out; equal keys have equal hashes, and a hit is confirmed
- * by comparing the keys. */
-static uint64_t
-load_key(Kernel *k, const uint32_t *row)
+/* c_key = row with the bits past num_classes cleared */
+static void
+copy_key(Kernel *k, const uint32_t *row)
 {
     Py_ssize_t cw = k->cw;
     memcpy(k->c_key, row, (size_t)cw * 4);
     k->c_key[cw - 1] &= last_word_mask(k);
     k->c_key[cw] = 0; /* the pad word: a 64-bit load of the last word */
+}
+
+/* The hash of c_key: a sum of one independent mix per 64-bit word (no chain through the words:
+ * their mixes overlap in the CPU), the blocks of zero words left out; equal keys have equal
+ * hashes, and a hit is confirmed by comparing the keys. */
+static uint64_t
+key_hash(const Kernel *k)
+{
+    Py_ssize_t cw = k->cw;
     uint64_t h = 0x243f6a8885a308d3ULL ^ (uint64_t)cw;
     for (Py_ssize_t w = next_word(k->c_key, NULL, 0, 0, cw); w < cw; w = next_word(k->c_key, NULL, 0, w + 2, cw)) {
         uint64_t x;
@@ -1230,6 +1236,14 @@ load_key(Kernel *k, const uint32_t *row)
         h += x ^ (x >> 32);
     }
     return h;
+}
+
+/* c_key = row with the bits past num_classes cleared; returns its hash (key_hash) */
+static uint64_t
+load_key(Kernel *k, const uint32_t *row)
+{
+    copy_key(k, row);
+    return key_hash(k);
 }
 
 /* table position holding slot `s`, or of the first empty position when s < 0 (for key) */
@@ -2027,7 +2041,7 @@ api_expand_row_over(PyObject *obj, const uint32_t *class_row, uint32_t *out, con
                     CExpandHint *hint, int same_row)
 {
     Kernel *k = (Kernel *)obj;
-    uint64_t h = load_key(k, class_row); /* c_key: the class row without the bits past num_classes */
+    copy_key(k, class_row); /* the class row without the bits past num_classes; hashed only for the cache */
     Py_ssize_t last = k->cw - 1;
     if (memcmp(k->c_key, base_row, (size_t)last * 4) == 0 && k->c_key[last] == (base_row[last] & last_word_mask(k))) {
         k->unchanged++;
@@ -2040,6 +2054,7 @@ api_expand_row_over(PyObject *obj, const uint32_t *class_row, uint32_t *out, con
         k->in_place++;
         return PLAN_DELTA;
     }
+    uint64_t h = key_hash(k);
     return hinted_row(k, class_row, out, hint, same_row, base_row, &h);
 }
 
