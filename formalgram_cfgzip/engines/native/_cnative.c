@@ -473,6 +473,16 @@ typedef struct {
     int32_t p0;        /* arena[poff] when plen > 0 (else 0): a chain's walk reads no arena */
 } Node;
 
+/* node v's parents: arena[off .. off + len), the first kept in the node (set every node's parents
+ * through this, so that p0 always agrees with the arena) */
+static inline void
+set_parents(Node *v, const int32_t *arena, int32_t off, int32_t len)
+{
+    v->poff = off;
+    v->plen = len;
+    v->p0 = len > 0 ? arena[off] : 0;
+}
+
 typedef struct {
     PyObject_HEAD
     Tables *t;
@@ -587,9 +597,7 @@ new_node(State *s, int32_t symbol)
     }
     int64_t i = s->nn++;
     s->nodes[i].sym = symbol;
-    s->nodes[i].poff = 0;
-    s->nodes[i].plen = 0;
-    s->nodes[i].p0 = 0;
+    set_parents(&s->nodes[i], s->arena, 0, 0);
     s->nstamp[i] = 0;
     return (int)i;
 }
@@ -607,9 +615,7 @@ state_reset(State *s)
         return -1;
     s->arena[0] = 0; /* node 1 lies on the bottom */
     s->an = 1;
-    s->nodes[1].poff = 0;
-    s->nodes[1].plen = 1;
-    s->nodes[1].p0 = 0;
+    set_parents(&s->nodes[1], s->arena, 0, 1);
     int32_t tops[2] = {0, 1};
     return t->accepts_empty ? history_push(s, tops, 2, 0) : history_push(s, tops + 1, 1, 0);
 }
@@ -817,9 +823,7 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
             continue; /* cannot happen: every new node gets a record */
         Rec *rec = &t->recs[r];
         if (rec->next < 0 && rec->len >= 0) { /* one slice: shared, not copied */
-            s->nodes[g].poff = rec->off;
-            s->nodes[g].plen = rec->len;
-            s->nodes[g].p0 = rec->len > 0 ? s->arena[rec->off] : 0;
+            set_parents(&s->nodes[g], s->arena, rec->off, rec->len);
             continue;
         }
         uint32_t m = ++s->mark;
@@ -848,9 +852,7 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
             return -1;
         }
         memcpy(s->arena + s->an, t->buf, (size_t)nb * sizeof(int32_t));
-        s->nodes[g].poff = (int32_t)s->an;
-        s->nodes[g].plen = (int32_t)nb;
-        s->nodes[g].p0 = nb > 0 ? t->buf[0] : 0;
+        set_parents(&s->nodes[g], s->arena, (int32_t)s->an, (int32_t)nb);
         s->an += nb;
     }
     if (bottom) {
@@ -1141,8 +1143,9 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
         }
         for (int64_t i = 0; i < m; i++) {
             const Node *nv = &nodes[st[2 * i]];
-            for (int32_t k = 0; k < nv->plen && nv->plen > 1; k++) /* one parent: asked for above */
-                PREFETCH(&nodes[s->arena[nv->poff + k]]);
+            if (nv->plen > 1) /* one parent: asked for above */
+                for (int32_t k = 0; k < nv->plen; k++)
+                    PREFETCH(&nodes[s->arena[nv->poff + k]]);
         }
         /* the next level after them, then moved to the front */
         if (GROW(t->stack, t->stack_cap, 2 * (m + below)) < 0)
@@ -1342,9 +1345,7 @@ State_compact(State *s, PyObject *arg)
             arena[off + k] = newid[par[k]];
         Node *w = &s->nodes[newid[i]];
         w->sym = v.sym;
-        w->plen = v.plen;
-        w->poff = (int32_t)off; /* off <= the old arena's size */
-        w->p0 = v.plen > 0 ? arena[off] : 0;
+        set_parents(w, arena, (int32_t)off, v.plen); /* off <= the old arena's size */
         off += v.plen;
     }
     free(s->arena);
