@@ -323,6 +323,14 @@ def main() -> None:
         default=0.0,
         help="MiB rewritten (untimed) before every timed mask: the rest of a serving step (default 0)",
     )
+    peers.add_argument(
+        "--prewarm",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="pin the token rows of up to ROWS class masks met first (NativeCompiled.prewarm), timed "
+        "into the compile; pinned rows outlive the cold passes' emptied row caches (default 0: none)",
+    )
     args = ap.parse_args()
     if args.peers:
         from bench.peers import main_peers

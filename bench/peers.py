@@ -42,6 +42,11 @@ With ``--evict MIB`` every variant's step follows an untimed rewrite of a buffer
 step between two masks of one sequence (the other sequences of a batch, sampling, the
 framework), which leaves the caches cold.
 
+With ``--prewarm ROWS`` each native variant pins the token rows of up to ROWS class masks that
+:meth:`NativeCompiled.prewarm <formalgram_cfgzip.engines.native.matcher.NativeCompiled.prewarm>`
+meets from the start (timed into the native compile): a compile-time step, like GLRMask's own,
+whose rows outlive the cold passes' emptied row caches.
+
 Reported per grammar: median and p99 over all timed steps of all passes, the p99 of each
 step's minimum over the passes and the total (the sum of those minima), which drop the
 preemptions of a loaded machine (XGrammar's from its one pass), of each,
@@ -498,6 +503,7 @@ def main_peers(args: Any) -> None:
         f"# vocab={args.vocab} ({vocab.size} tokens); walks {args.walks} x {args.steps} ({args.walk_mode}); "
         f"{'warm' if args.warm else 'cold'} passes; "
         + (f"{args.evict:g} MiB rewritten before every timed mask; " if args.evict else "")
+        + (f"prewarm: up to {args.prewarm} class masks pinned per grammar; " if args.prewarm else "")
         + f"{args.repeats} timed passes; GLRMask {glr_version}, XGrammar {version('xgrammar')}; cache {cache_dir}"
     )
     print(
@@ -527,6 +533,14 @@ def main_peers(args: Any) -> None:
             )
             if glr_s is not None:
                 loaded.compile_s["glrmask"] = glr_s
+        pinned_note = ""
+        if args.prewarm > 0:  # each variant's own expander; timed for one (they are alike)
+            t0 = time.perf_counter()
+            pinned = loaded.native.prewarm(max_rows=args.prewarm)
+            loaded.compile_s["prewarm"] = time.perf_counter() - t0
+            pinned_note = f"; {pinned} class masks pinned"
+            loaded.split.prewarm(max_rows=args.prewarm)
+            loaded.update.prewarm(max_rows=args.prewarm)
         walks, how = cached_peer_walks(loaded, args.walks, args.steps, args.walk_mode, cache_dir)
         ex = loaded.native.expander
         assert ex is not None
@@ -534,6 +548,7 @@ def main_peers(args: Any) -> None:
             f"\n{case.name}: {loaded.classes.num_classes} classes ({ex.num_dense} with a precomputed row, "
             f"{ex.num_small_tokens} tail tokens); walks {how}: {[len(w) for w in walks]} steps; compile s: "
             + ", ".join(f"{k} {v:.2f}" for k, v in loaded.compile_s.items())
+            + pinned_note
             + (f"; {glr_note}" if glr_note else "")
         )
         x_times, counts = check_pass(loaded, full, walks)
@@ -574,7 +589,7 @@ def main_peers(args: Any) -> None:
             return f"{med:,.{digits}f} / {p99:,.{digits}f} ({pf.get(k, nan):,.{digits}f}) / {tot.get(k, nan):,.{digits}f}"
 
         comp = loaded.compile_s
-        native_compile = comp.get("compress", 0.0) + comp.get("tables", 0.0)
+        native_compile = comp.get("compress", 0.0) + comp.get("tables", 0.0) + comp.get("prewarm", 0.0)
         glr_compile = f"{comp['glrmask']:.1f}" if "glrmask" in comp else glr_note or "-"
         n, u, g = stats["native"], stats["update"], stats["glrmask"]
         nan = float("nan")

@@ -685,3 +685,94 @@ def test_keep_sets_errors() -> None:
     assert (
         kernel.keep_sets(np.array([0, 1, 2], dtype=np.int32), np.array([2, 2], dtype=np.int32), 4, 0.0) == 1
     )
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    width=st.integers(500, 9_000),
+    classes=st.integers(2, 300),
+    seed=st.integers(0, 2**32 - 1),
+    n_rows=st.integers(0, 10),
+    max_rows=st.integers(0, 12),
+    cache=st.sampled_from([1, 4]),
+)
+def test_rows_through_pinned_rows_equal_the_oracle(
+    width: int, classes: int, seed: int, n_rows: int, max_rows: int, cache: int
+) -> None:
+    """Class rows pinned (some repeated, some with a bit past num_classes), then a walk over
+    them and near them through the row cache: every row equals the oracle, before and after
+    the cache is cleared (the pinned rows stay); a pinned row's miss is a hit."""
+    rng = np.random.default_rng(seed)
+    tc = skewed(rng, width, classes, 1.2, 0.05)
+    sets = [rng.choice(classes, int(rng.integers(1, classes + 1)), replace=False) for _ in range(n_rows)]
+    rows = set_rows_of(sets + sets[:2], classes) if sets else np.zeros((0, (classes + 31) // 32), np.int32)
+    if classes % 32 and len(rows):
+        rows[-1, -1] |= np.int32(-(2**31))  # ignored: the same class row as the one it copies
+    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 16, -1, cache, 1, bool(seed & 1))
+    pinned = kernel.pin_rows(rows, max_rows, 0.0)
+    expected: set[bytes] = set()  # distinct class rows with a token, in order, up to max_rows
+    for r in rows:
+        key = oracle_row(tc, r, classes)
+        if key.any() and len(expected) < max_rows:
+            expected.add(
+                set_rows_of(
+                    [np.flatnonzero(np.unpackbits(r.view(np.uint8), bitorder="little")[:classes])], classes
+                ).tobytes()
+            )
+    assert pinned == len(expected)
+    assert kernel.info()["pinned"] == pinned
+    out = np.zeros((1, (width + 31) // 32), dtype=np.int32)
+    for step in range(40):
+        if step == 20:
+            kernel.clear_cache()
+        bits = np.zeros(classes, dtype=bool)
+        if sets:
+            bits[sets[int(rng.integers(0, n_rows))]] = True
+        if rng.random() < 0.4:
+            flip = rng.integers(0, classes, int(rng.integers(1, 4)))
+            bits[flip] = ~bits[flip]
+        row = set_rows_of([np.flatnonzero(bits)], classes)
+        kernel.expand_rows(row, out)
+        assert np.array_equal(out[0], oracle_row(tc, row[0], classes)), step
+    assert kernel.info()["pinned"] == pinned
+
+
+def test_a_pinned_row_is_a_hit_that_outlives_the_cache() -> None:
+    """A pinned class row's first request is a hit (plan 8) copying the pinned row, not a
+    miss, also after clear_cache; a cost floor above the row, or a budget of none, pins
+    nothing; a new call replaces the pinned rows."""
+    rng = np.random.default_rng(5)
+    width, classes = 40_000, 400
+    tc = skewed(rng, width, classes, 0.6, 0.0)
+    row = set_rows_of([np.arange(20, 330)], classes)
+    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 18, -1, 8, 1, False)
+    assert kernel.pin_rows(row, 0, 0.0) == 0
+    assert kernel.pin_rows(row, 4, 1e12) == 0
+    assert kernel.pin_rows(np.concatenate([row, row]), 4, 0.0) == 1
+    assert kernel.info()["pinned_bytes"] == 4 * ((width // 32 + 15) // 16 * 16)
+    out = np.zeros((1, width // 32), dtype=np.int32)
+    for _ in range(2):
+        assert kernel.expand_rows(row, out) == 8
+        info = kernel.cache_info()
+        assert info["hits"] == 1 and info["misses"] == 0
+        assert np.array_equal(out[0], oracle_row(tc, row[0], classes))
+        kernel.clear_cache()
+    assert kernel.pin_rows(set_rows_of([np.arange(3)], classes), 4, 0.0) == 1  # replaced
+    assert kernel.expand_rows(row, out) != 8 and kernel.cache_info()["misses"] == 1
+    assert np.array_equal(out[0], oracle_row(tc, row[0], classes))
+
+
+def test_pin_rows_errors() -> None:
+    tc = np.array([0, 1, 1, -1, 2], dtype=np.int32)
+    kernel = cexpand.Kernel(tc, 3, 1 << 10)
+    one = np.array([[5]], dtype=np.int32)
+    with pytest.raises(ValueError, match="whole class rows"):
+        kernel.pin_rows(np.zeros(3, dtype=np.int8), 1, 0.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        kernel.pin_rows(one, -1, 0.0)
+    with pytest.raises(ValueError, match=">= 0"):
+        kernel.pin_rows(one, 1, float("nan"))
+    with pytest.raises(TypeError):
+        kernel.pin_rows(one, 1)
+    assert kernel.pin_rows(np.zeros((2, 1), dtype=np.int32), 4, 0.0) == 0  # empty rows: none
+    assert kernel.pin_rows(np.zeros((0, 1), dtype=np.int32), 4, 0.0) == 0

@@ -319,6 +319,35 @@ def test_kept_sets_through_the_expander(kernel: Any) -> None:
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
+def test_pinned_rows_through_the_expander(kernel: Any) -> None:
+    """``pin_rows``: the C kernel pins the distinct class rows within the budget (none with a
+    budget below one row) and answers their misses as hits, also after ``clear_cache``; the
+    numpy kernel pins none; every row equals the oracle either way, and bad arguments get the
+    typed error from both."""
+    rng = np.random.default_rng(18)
+    width, classes = 20_000, 300
+    tc = random_case(rng, width, classes, 0.8, 0.05)
+    ex = MaskExpander(tc, classes, kernel=kernel)
+    rows = random_class_mask(rng, 5, classes, 0.7)
+    twice = np.concatenate([rows, rows[:2]]).astype(np.int64)  # converted; repeats pinned once
+    assert ex.pin_rows(twice, memory_budget=4 * width // 32 - 1, min_cost_ns=0.0) == 0
+    pinned = ex.pin_rows(twice, min_cost_ns=0.0)
+    assert pinned == ex.num_pinned_rows == (5 if kernel == "c" else 0)
+    for _ in range(2):
+        ex.clear_cache()
+        for i in range(5):
+            assert np.array_equal(ex.expand(rows[i : i + 1]), oracle(tc, rows[i : i + 1], classes)), i
+        assert ex.cache_stats["hits"] == (5 if kernel == "c" else 0)
+    for bad_kw in ({"memory_budget": -1}, {"min_cost_ns": -1.0}, {"min_cost_ns": float("nan")}):
+        with pytest.raises(EngineError):
+            ex.pin_rows(rows, **bad_kw)
+    for bad in (rows[0], rows[:, :-1], rows.astype(float)):
+        with pytest.raises(EngineError):
+            ex.pin_rows(bad)
+    assert ex.num_pinned_rows == (5 if kernel == "c" else 0)  # a refused call keeps what was pinned
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_cache_in_batches_with_duplicate_rows(kernel: Any) -> None:
     rng = np.random.default_rng(4)
     width, classes = 4_099, 300

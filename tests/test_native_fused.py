@@ -21,6 +21,7 @@ from formalgram.syntax.lark import parse_lark
 from formalgram_cfgzip import Vocabulary, compress
 from formalgram_cfgzip.engines import compile_full, compile_grammar
 from formalgram_cfgzip.engines.native.matcher import NativeCompiled, c_module
+from formalgram_cfgzip.engines.native.prewarm import reachable_class_rows
 from formalgram_cfgzip.errors import BatchIndexError, EngineError
 from formalgram_cfgzip.expand import MaskExpander
 from formalgram_cfgzip.expand._c_kernel import load_c_module
@@ -276,3 +277,54 @@ def test_misses_patched_from_kept_sets_equal_xgrammar(vocab: Vocabulary) -> None
             tok = next((t for t in sample if (vocab.token_bytes(t) or b" ").strip()), sample[0])
             assert m.accept_token(tok) and x.accept_token(tok)
     assert patched > 0
+
+
+def test_prewarmed_rows_equal_xgrammar_from_a_cold_cache(compiled: tuple[NativeCompiled, Any]) -> None:
+    """A grammar whose first class masks are pinned (``prewarm``): fills and in-place updates
+    equal XGrammar's masks, walk after walk with the row cache emptied before each; the
+    pinned rows answer the start of every walk (hits with no row cached), and the start's
+    class mask is the first one the exploration met."""
+    native, full = compiled
+    warm = NativeCompiled(native.classes, native.tables)  # type: ignore[arg-type]
+    pinned = warm.prewarm(max_rows=64, min_cost_ns=0.0)
+    ex = warm.expander
+    assert ex is not None and 1 <= pinned <= 64 and ex.num_pinned_rows == pinned
+    start = warm.allocate_class_bitmask(1)
+    warm.matcher().fill_next_class_bitmask(start, 0)
+    assert np.array_equal(reachable_class_rows(warm, max_rows=1)[0], start[0])
+    stops = sorted(native.vocab.stop_ids)
+    for seed in range(3):
+        ex.clear_cache()
+        rng = random.Random(seed)
+        m, x = warm.matcher(), full.matcher()
+        row = warm.allocate_token_bitmask(1)
+        for step in range(40):
+            want = full.allocate_token_bitmask(1)
+            x.fill_next_token_bitmask(want, 0)
+            if step % 3 == 2:
+                fresh = warm.allocate_token_bitmask(1)
+                m.fill_next_token_bitmask(fresh, 0)
+                assert np.array_equal(fresh[0], want[0]), (seed, step)
+            m.update_next_token_bitmask(row, 0)
+            assert np.array_equal(row[0], want[0]), (seed, step)
+            if step == 0:  # nothing cached: the start's row came from the pinned rows
+                info = ex.cache_stats
+                assert info["hits"] == 1 and info["misses"] == 0
+            options = allowed(want[0], native.logit_width, stops)
+            if not options:
+                break
+            tok = rng.choice(options)
+            assert m.accept_token(tok) and x.accept_token(tok)
+
+
+def test_reachable_class_rows_bounds_and_errors(compiled: tuple[NativeCompiled, Any]) -> None:
+    """Distinct class masks, the start's first, within max_rows; a spent time budget leaves
+    the start's mask only; bad bounds are typed errors."""
+    native, _ = compiled
+    rows = reachable_class_rows(native, max_rows=12)
+    assert 1 <= rows.shape[0] <= 12 and rows.shape[1] == native.engine_words and rows.dtype == np.int32
+    assert len({r.tobytes() for r in rows}) == rows.shape[0]
+    assert reachable_class_rows(native, max_seconds=0.0).shape[0] == 1
+    for bad in ({"max_rows": 0}, {"max_rows": True}, {"max_seconds": -1.0}, {"max_seconds": float("inf")}):
+        with pytest.raises(EngineError):
+            reachable_class_rows(native, **bad)  # type: ignore[arg-type]

@@ -113,7 +113,9 @@ class CKernel:
     def info(self) -> KernelInfo:
         """Sizes of the precomputed rows (no subset tables) and the tail."""
         info = self.raw.info()
-        return KernelInfo(0, int(info["rows"]), int(info["small_tokens"]), int(info["sets"]))
+        return KernelInfo(
+            0, int(info["rows"]), int(info["small_tokens"]), int(info["sets"]), int(info["pinned"])
+        )
 
     def cache_stats(self) -> dict[str, int]:
         """The row cache's counters."""
@@ -128,6 +130,10 @@ class CKernel:
     ) -> int:
         """The kernel's ``keep_sets`` (see the protocol)."""
         return int(self.raw.keep_sets(set_start, set_class, max_sets, min_ns))
+
+    def pin_rows(self, class_rows: npt.NDArray[np.int32], max_rows: int, min_ns: float) -> int:
+        """The kernel's ``pin_rows`` (see the protocol)."""
+        return int(self.raw.pin_rows(class_rows, max_rows, min_ns))
 
     def expand_rows(
         self, class_rows: npt.NDArray[np.int32], out: npt.NDArray[np.int32], indices: Sequence[int] | None

@@ -204,6 +204,15 @@ typedef struct {
     int32_t *g_first;       /* C + 1: the sets anchored at class c are g_first[c] .. g_first[c + 1) */
     int32_t *g_rank;        /* n_sets: a set's place in the order of modelled cost, dearest first */
     long long set_deltas;   /* misses patched from a kept set */
+    /* pinned rows (pin_rows): class rows whose token rows are kept beside the cache and outlive
+     * it, found by their exact class row (a prewarm: the class rows a grammar meets first) */
+    Py_ssize_t n_pinned;
+    void *p_raw;            /* allocation holding p_rows */
+    uint32_t *p_rows;       /* n_pinned * nwp words, 64-byte aligned */
+    uint32_t *p_keys;       /* n_pinned * cw words */
+    uint64_t *p_hash;       /* n_pinned: key_hash of each */
+    int32_t *p_table;       /* open addressing (linear probing) on p_hash, p_tmask + 1 slots, -1 empty */
+    Py_ssize_t p_tmask;
 } Kernel;
 
 /* -- the pool of row-cache blocks ------------------------------------------------------ */
@@ -347,6 +356,10 @@ Kernel_dealloc(Kernel *self)
     PyMem_Free(self->g_anchor);
     PyMem_Free(self->g_first);
     PyMem_Free(self->g_rank);
+    PyMem_Free(self->p_raw);
+    PyMem_Free(self->p_keys);
+    PyMem_Free(self->p_hash);
+    PyMem_Free(self->p_table);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1382,6 +1395,21 @@ nearest_set(Kernel *k, Stats *best_diff, double limit)
     return best;
 }
 
+/* The pinned row whose class row is c_key (of hash h), -1 if none. */
+static int32_t
+pinned_at(const Kernel *k, uint64_t h)
+{
+    if (k->n_pinned == 0)
+        return -1;
+    for (Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)k->p_tmask);; i = (i + 1) & k->p_tmask) {
+        int32_t p = k->p_table[i];
+        if (p < 0)
+            return -1;
+        if (k->p_hash[p] == h && memcmp(k->p_keys + (size_t)p * (size_t)k->cw, k->c_key, (size_t)k->cw * 4) == 0)
+            return p;
+    }
+}
+
 /* One row through the cache; returns the plan (PLAN_CACHE_HIT for a hit).  *slot_out (may be
  * NULL) is the cache slot now holding the row, -1 without a cache.  With base_row (may be NULL),
  * `out` holds the tokens of that class row, and a miss may be patched from it where it lies.
@@ -1407,6 +1435,12 @@ cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out, 
         k->hits++;
         if (slot_out)
             *slot_out = s;
+        return PLAN_CACHE_HIT;
+    }
+    int32_t pinned = pinned_at(k, h);
+    if (pinned >= 0) { /* a hit outside the cache: the row is copied, not cached again */
+        memcpy(out, k->p_rows + (size_t)pinned * (size_t)k->nwp, (size_t)nw * 4);
+        k->hits++;
         return PLAN_CACHE_HIT;
     }
     k->misses++;
@@ -1646,6 +1680,38 @@ by_cost_desc(const void *a, const void *b)
     return x->i < y->i ? -1 : (x->i > y->i);
 }
 
+/* The budget arguments of keep_sets and pin_rows: args[0] a count (of rows or sets) and args[1]
+ * a least modelled cost in ns, both >= 0; -1 with the error set otherwise. */
+static int
+budget_args(PyObject *const *args, Py_ssize_t *most, double *min_ns, const char *what)
+{
+    *most = PyLong_AsSsize_t(args[0]);
+    if (*most == -1 && PyErr_Occurred())
+        return -1;
+    *min_ns = PyFloat_AsDouble(args[1]);
+    if (*min_ns == -1.0 && PyErr_Occurred())
+        return -1;
+    if (*most < 0 || *most >= ((Py_ssize_t)1 << 30) || !(*min_ns >= 0.0)) {
+        PyErr_Format(PyExc_ValueError, "%s and min_ns must be >= 0", what);
+        return -1;
+    }
+    return 0;
+}
+
+/* The modelled cost of building a row of stats `st` by its cheapest plan (0-3), the call and
+ * the choice's pass included: what keeping its token row saves on a miss. */
+static double
+cheapest_cost(const Kernel *k, const Stats *st)
+{
+    double model[5];
+    int bigs[5];
+    plan_costs(k, st, model, bigs);
+    double cost = HUGE_VAL;
+    for (int p = 0; p < PLAN_DELTA; p++)
+        cost = model[p] < cost ? model[p] : cost;
+    return cost + NS_FIXED + NS_SCAN_WORD * (double)k->cw;
+}
+
 /* Kernel.keep_sets(set_start, set_class, max_sets, min_ns) -> int: the kept sets (see the
  * Kernel's fields) replaced by those of the class sets set_class[set_start[s] ..
  * set_start[s + 1]) (int32 buffers; start non-decreasing, classes below num_classes) whose
@@ -1663,16 +1729,10 @@ Kernel_keep_sets(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "keep_sets(set_start, set_class, max_sets, min_ns)");
         return NULL;
     }
-    Py_ssize_t max_sets = PyLong_AsSsize_t(args[2]);
-    if (max_sets == -1 && PyErr_Occurred())
+    Py_ssize_t max_sets;
+    double min_ns;
+    if (budget_args(args + 2, &max_sets, &min_ns, "max_sets") < 0)
         return NULL;
-    double min_ns = PyFloat_AsDouble(args[3]);
-    if (min_ns == -1.0 && PyErr_Occurred())
-        return NULL;
-    if (max_sets < 0 || max_sets >= ((Py_ssize_t)1 << 30) || !(min_ns >= 0.0)) {
-        PyErr_SetString(PyExc_ValueError, "max_sets and min_ns must be >= 0");
-        return NULL;
-    }
     Py_buffer sv = {0}, cv = {0};
     if (PyObject_GetBuffer(args[0], &sv, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -1722,13 +1782,7 @@ Kernel_keep_sets(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
         }
         if (st.big + st.small == 0)
             continue;
-        double model[5];
-        int bigs[5];
-        plan_costs(k, &st, model, bigs);
-        double cost = HUGE_VAL;
-        for (int p = 0; p < PLAN_DELTA; p++)
-            cost = model[p] < cost ? model[p] : cost;
-        cost += NS_FIXED + NS_SCAN_WORD * (double)cw;
+        double cost = cheapest_cost(k, &st);
         if (cost >= min_ns) {
             cand[m].cost = cost;
             cand[m++].i = i;
@@ -1829,13 +1883,112 @@ done:
     return result;
 }
 
+/* Kernel.pin_rows(class_rows, max_rows, min_ns) -> int: the pinned rows (see the Kernel's
+ * fields) replaced by the token rows of the class rows in `class_rows` (an int32 buffer of whole
+ * class rows; bits past num_classes ignored) whose cheapest plan costs at least min_ns by the
+ * cost model, in their order, each class row once, at most max_rows; their token rows are
+ * computed now.  Returns how many were pinned. */
+static PyObject *
+Kernel_pin_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (k->cls_of == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Kernel is not initialised");
+        return NULL;
+    }
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "pin_rows(class_rows, max_rows, min_ns)");
+        return NULL;
+    }
+    Py_ssize_t max_rows;
+    double min_ns;
+    if (budget_args(args + 1, &max_rows, &min_ns, "max_rows") < 0)
+        return NULL;
+    Py_buffer rv = {0};
+    if (PyObject_GetBuffer(args[0], &rv, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_ssize_t cw = k->cw, crow = cw * 4;
+    PyObject *result = NULL;
+    uint32_t *keys = NULL;
+    uint64_t *hash = NULL;
+    int32_t *table = NULL;
+    void *raw = NULL;
+    if (rv.len % crow != 0) {
+        PyErr_Format(PyExc_ValueError, "class_rows must hold whole class rows of %zd int32 words", cw);
+        goto done;
+    }
+    Py_ssize_t n = rv.len / crow, cap = n < max_rows ? n : max_rows, m = 0, tsize = 4;
+    while (tsize < 2 * cap)
+        tsize *= 2;
+    keys = PyMem_Malloc(((size_t)cap * (size_t)cw + 1) * 4);
+    hash = PyMem_Malloc(((size_t)cap + 1) * sizeof(uint64_t));
+    table = PyMem_Malloc((size_t)tsize * sizeof(int32_t));
+    if (!keys || !hash || !table) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < tsize; i++)
+        table[i] = -1;
+    for (Py_ssize_t r = 0; r < n && m < cap; r++) {
+        const uint32_t *row = (const uint32_t *)rv.buf + (size_t)r * (size_t)cw;
+        copy_key(k, row);
+        Stats st = row_stats(k, k->c_key, NULL);
+        if (st.big + st.small == 0 || cheapest_cost(k, &st) < min_ns)
+            continue;
+        uint64_t h = key_hash(k);
+        Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(tsize - 1));
+        int dup = 0;
+        for (; table[i] >= 0 && !dup; i = dup ? i : (i + 1) & (tsize - 1))
+            dup = hash[table[i]] == h && memcmp(keys + (size_t)table[i] * (size_t)cw, k->c_key, (size_t)crow) == 0;
+        if (dup)
+            continue;
+        memcpy(keys + (size_t)m * (size_t)cw, k->c_key, (size_t)crow);
+        hash[m] = h;
+        table[i] = (int32_t)m++;
+    }
+    raw = PyMem_Malloc((size_t)m * (size_t)k->nwp * 4 + 64);
+    if (raw == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint32_t *prow = (uint32_t *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    for (Py_ssize_t p = 0; p < m; p++) {
+        uint32_t *out = prow + (size_t)p * (size_t)k->nwp;
+        memset(out, 0, (size_t)k->nwp * 4);
+        compute_row(k, keys + (size_t)p * (size_t)cw, NULL, NULL, NULL, NULL, out, -1, -1);
+    }
+    PyMem_Free(k->p_raw);
+    PyMem_Free(k->p_keys);
+    PyMem_Free(k->p_hash);
+    PyMem_Free(k->p_table);
+    k->p_raw = raw;
+    k->p_rows = prow;
+    k->p_keys = keys;
+    k->p_hash = hash;
+    k->p_table = table;
+    k->p_tmask = tsize - 1;
+    k->n_pinned = m;
+    raw = NULL;
+    keys = NULL;
+    hash = NULL;
+    table = NULL;
+    result = PyLong_FromSsize_t(m);
+done:
+    PyMem_Free(raw);
+    PyMem_Free(keys);
+    PyMem_Free(hash);
+    PyMem_Free(table);
+    PyBuffer_Release(&rv);
+    return result;
+}
+
 static PyObject *
 Kernel_info(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
     const double *c = k->corr;
-    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:d,s:i,s:i,s:{s:d,s:d,s:d,s:d,s:d}}", "rows", k->n_rows,
-                         "row_bytes", (Py_ssize_t)(k->n_rows * k->nwp * 4), "sets", k->n_sets,
-                         "set_bytes", (Py_ssize_t)(k->n_sets * k->nwp * 4), "small_classes",
+    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:d,s:i,s:i,s:{s:d,s:d,s:d,s:d,s:d}}", "rows",
+                         k->n_rows, "row_bytes", (Py_ssize_t)(k->n_rows * k->nwp * 4), "sets", k->n_sets,
+                         "set_bytes", (Py_ssize_t)(k->n_sets * k->nwp * 4), "pinned", k->n_pinned,
+                         "pinned_bytes", (Py_ssize_t)(k->n_pinned * k->nwp * 4), "small_classes",
                          k->n_small_classes, "small_tokens", k->n_small_tokens, "valid_tokens", k->n_valid,
                          "cost_gather_ns", k->cost_gather, "adapt", k->adapt, "avx2", g_has_avx2 > 0,
                          "corrections", "gather", c[0], "split", c[1], "set", c[2], "clear", c[3], "delta",
@@ -1943,6 +2096,13 @@ static PyMethodDef Kernel_methods[] = {
      "lay), entries, capacity."},
     {"clear_cache", (PyCFunction)Kernel_clear_cache, METH_NOARGS,
      "Drop every cached row and reset the counters."},
+    {"pin_rows", (PyCFunction)(void (*)(void))Kernel_pin_rows, METH_FASTCALL,
+     "pin_rows(class_rows, max_rows, min_ns) -> int\n\n"
+     "Keep the token rows of given class rows beside the row cache (not dropped by clear_cache):\n"
+     "a miss whose class row is one of them copies its row.  Of the class rows in `class_rows`\n"
+     "(an int32 buffer of whole class rows), those whose cheapest plan costs at least `min_ns` ns\n"
+     "by the cost model, in their order, each once, at most `max_rows`, replacing the rows\n"
+     "pinned so far.  Returns how many were pinned."},
     {"keep_sets", (PyCFunction)(void (*)(void))Kernel_keep_sets, METH_FASTCALL,
      "keep_sets(set_start, set_class, max_sets, min_ns) -> int\n\n"
      "Keep the token rows of class sets beside the row cache (not dropped by clear_cache),\n"

@@ -285,6 +285,10 @@ class NumpyKernel:
         """None kept: this kernel patches a miss from cached rows only."""
         return 0
 
+    def pin_rows(self, class_rows: npt.NDArray[np.int32], max_rows: int, min_ns: float) -> int:
+        """None pinned: this kernel's misses go through its row cache only."""
+        return 0
+
     def expand_row(
         self, class_row: npt.NDArray[np.int32], out_row: npt.NDArray[np.int32], strategy: Strategy
     ) -> None:

@@ -226,13 +226,14 @@ class MaskExpander:
 
     @property
     def cache_stats(self) -> dict[str, int]:
-        """Row-cache counters: ``hits``, ``misses`` (of which ``deltas`` were patched from a
-        cached row or, ``set_deltas`` of them with the C kernel, from a kept set: see
-        :meth:`keep_sets`), ``evictions``, ``entries``, ``capacity`` (rows)."""
+        """Row-cache counters: ``hits`` (with the C kernel, copies of pinned rows too: see
+        :meth:`pin_rows`), ``misses`` (of which ``deltas`` were patched from a cached row or,
+        ``set_deltas`` of them with the C kernel, from a kept set: see :meth:`keep_sets`),
+        ``evictions``, ``entries``, ``capacity`` (rows)."""
         return self._kernel.cache_stats()
 
     def clear_cache(self) -> None:
-        """Drop every cached row and reset the counters (the kept sets stay)."""
+        """Drop every cached row and reset the counters (the kept sets and pinned rows stay)."""
         self._kernel.clear_cache()
 
     def keep_sets(
@@ -315,6 +316,69 @@ class MaskExpander:
             memory_budget // row_bytes,
             float(min_cost_ns),
         )
+
+    def pin_rows(
+        self,
+        class_rows: npt.ArrayLike,
+        *,
+        memory_budget: int = 8 << 20,
+        min_cost_ns: float = 500.0,
+    ) -> int:
+        """Keep the token rows of given class rows beside the row cache, found by their class row.
+
+        A row-cache miss whose class row is one of the pinned ones copies its token row (a
+        hit) instead of building it; the pinned rows outlive :meth:`clear_cache`, and a new
+        call replaces them.  For the class masks every sequence of a grammar meets first
+        (:meth:`NativeCompiled.prewarm
+        <formalgram_cfgzip.engines.native.matcher.NativeCompiled.prewarm>`): a cold start
+        then builds none of them.
+
+        Parameters
+        ----------
+        class_rows : array_like of int32
+            ``(n, class_words)`` class rows (bits past ``num_classes`` ignored).
+        memory_budget : int
+            Bytes the pinned token rows may take (``4 * ceil(logit_width / 32)`` each, rounded
+            up to 64 bytes): the first rows that fit are pinned.
+        min_cost_ns : float
+            Pin a row only when the cost model prices building it at least this high (a
+            cheaper row gains little from a copy).
+
+        Returns
+        -------
+        int
+            Rows pinned, each class row once; 0 with the numpy kernel, which pins none.
+
+        Raises
+        ------
+        EngineError
+            On a negative budget or cost, or class rows not of shape ``(n, class_words)``.
+
+        Notes
+        -----
+        Cost: one row expansion per pinned row, and its memory.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> ex = MaskExpander(np.arange(64, dtype=np.int32) % 40, 40)
+        >>> rows = np.array([[0b101, 0], [0b101, 0], [-1, 0xff]], dtype=np.int32)
+        >>> ex.pin_rows(rows, min_cost_ns=0.0) <= 2  # the first two are one class row
+        True
+        """
+        if memory_budget < 0 or not min_cost_ns >= 0:
+            raise EngineError("memory_budget and min_cost_ns must be >= 0")
+        rows = np.asarray(class_rows)
+        if rows.ndim != 2 or rows.shape[1] != self.class_words or not np.issubdtype(rows.dtype, np.integer):
+            raise EngineError(f"class_rows must be an integer array of shape (n, {self.class_words})")
+        row_bytes = -(-4 * self.num_words // 64) * 64
+        bits = np.ascontiguousarray(rows.astype(np.int32))  # the bits of each word, as int32
+        return self._kernel.pin_rows(bits, memory_budget // row_bytes, float(min_cost_ns))
+
+    @property
+    def num_pinned_rows(self) -> int:
+        """Number of class rows whose token rows are pinned (:meth:`pin_rows`)."""
+        return self._kernel.info().pinned_rows
 
     @property
     def num_kept_sets(self) -> int:

@@ -80,6 +80,8 @@ class KernelInfo(NamedTuple):
     tail_tokens: int
     #: number of class sets whose token rows are kept (C kernel; the numpy kernel keeps none)
     kept_sets: int = 0
+    #: number of class rows whose token rows are pinned (C kernel; the numpy kernel pins none)
+    pinned_rows: int = 0
 
 
 class ExpansionKernel(Protocol):
@@ -134,6 +136,12 @@ class ExpansionKernel(Protocol):
         (checked by the caller) whose cheapest plan costs at least ``min_ns`` by the cost
         model, the dearest first, at most ``max_sets``, beside the row cache (a miss may be
         patched from one); returns how many were kept (0 where the kernel keeps none)."""
+
+    def pin_rows(self, class_rows: npt.NDArray[np.int32], max_rows: int, min_ns: float) -> int:
+        """Keep the token rows of the 2-D ``class_rows`` (checked by the caller) whose
+        cheapest plan costs at least ``min_ns`` by the cost model, in their order, each once,
+        at most ``max_rows``, beside the row cache (a miss on one of them copies its row);
+        returns how many were pinned (0 where the kernel pins none)."""
 
     def info(self) -> KernelInfo:
         """Sizes of the precomputed structures."""

@@ -39,6 +39,7 @@ from formalgram_cfgzip.engines.arguments import prepare_compressed
 from formalgram_cfgzip.engines.base import CompiledGrammar
 from formalgram_cfgzip.engines.matcher import EngineMatcher
 from formalgram_cfgzip.engines.native.gss import PyState
+from formalgram_cfgzip.engines.native.prewarm import reachable_class_rows
 from formalgram_cfgzip.engines.native.tables import NativeTables, build_tables
 from formalgram_cfgzip.engines.tokens import class_vocabulary
 from formalgram_cfgzip.errors import CacheError, EngineError
@@ -387,6 +388,62 @@ class NativeCompiled(CompiledGrammar):
             # every class mask is a union of the domain automaton's class sets: the expander
             # keeps the token rows of the large ones and patches a miss from the nearest
             self.expander.keep_sets(tables.domains.set_start, tables.domains.set_class)
+
+    def prewarm(
+        self,
+        *,
+        max_rows: int = 256,
+        max_seconds: float = 1.0,
+        memory_budget: int = 8 << 20,
+        min_cost_ns: float = 500.0,
+    ) -> int:
+        """Pin the token rows of the class masks met first, so that a cold start builds none of them.
+
+        The class masks :func:`~formalgram_cfgzip.engines.native.prewarm.reachable_class_rows`
+        meets from the start go to the expander's
+        :meth:`~formalgram_cfgzip.expand.cpu.MaskExpander.pin_rows` (replacing the rows pinned
+        so far): a row-cache miss on one of them is one copy of its pinned token row.  The
+        pinned rows outlive :meth:`~formalgram_cfgzip.expand.cpu.MaskExpander.clear_cache`;
+        masks are unchanged.
+
+        Parameters
+        ----------
+        max_rows, max_seconds : int, float
+            The exploration's bounds (see ``reachable_class_rows``).
+        memory_budget, min_cost_ns : int, float
+            As for ``pin_rows``: bytes of pinned token rows (the masks met first are pinned
+            first), and the least modelled cost of a row worth pinning.
+
+        Returns
+        -------
+        int
+            Rows pinned; 0 with the numpy expansion kernel, which pins none.
+
+        Raises
+        ------
+        EngineError
+            On bounds that are not as above.
+
+        Notes
+        -----
+        Cost: the exploration (within ``max_seconds``), then one row expansion per pinned row
+        (within ``memory_budget``).
+
+        Examples
+        --------
+        >>> from formalgram_cfgzip import Vocabulary, compress
+        >>> from formalgram_cfgzip.engines import compile_grammar
+        >>> words = [b"{", b"}", b'"', b"x", b"xy", b"</s>"]
+        >>> vocab = Vocabulary(words, special_ids=[5], stop_ids=[5])
+        >>> text = 'root ::= "{" ("\\"" [xy]* "\\"")? "}"'
+        >>> native = compile_grammar(compress(text, vocab, progress=False), text, engine="native")
+        >>> native.prewarm(min_cost_ns=0.0) == native.expander.num_pinned_rows
+        True
+        """
+        rows = reachable_class_rows(self, max_rows=max_rows, max_seconds=max_seconds)
+        if self.expander is None:
+            return 0
+        return self.expander.pin_rows(rows, memory_budget=memory_budget, min_cost_ns=min_cost_ns)
 
     def new_state(self) -> StateLike:
         """A fresh kernel state (empty prefix)."""
