@@ -331,6 +331,14 @@ def main() -> None:
         help="pin the token rows of up to ROWS class masks met first (NativeCompiled.prewarm), timed "
         "into the compile; pinned rows outlive the cold passes' emptied row caches (default 0: none)",
     )
+    peers.add_argument(
+        "--prefixes",
+        type=int,
+        default=1024,
+        metavar="PATHS",
+        help="with --prewarm: the paths of token classes from the start whose class masks the "
+        "prefix memo holds (max_prefixes; 1: the start's only; default 1024)",
+    )
     args = ap.parse_args()
     if args.peers:
         from bench.peers import main_peers

@@ -44,8 +44,9 @@ framework), which leaves the caches cold.
 
 With ``--prewarm ROWS`` each native variant pins the token rows of up to ROWS class masks that
 :meth:`NativeCompiled.prewarm <formalgram_cfgzip.engines.native.matcher.NativeCompiled.prewarm>`
-meets from the start (timed into the native compile): a compile-time step, like GLRMask's own,
-whose rows outlive the cold passes' emptied row caches.
+meets from the start, and stores the class masks of up to ``--prefixes`` paths of token
+classes from the start in the prefix memo (timed into the native compile): a compile-time
+step, like GLRMask's own, whose rows and masks outlive the cold passes' emptied row caches.
 
 Reported per grammar: median and p99 over all timed steps of all passes, the p99 of each
 step's minimum over the passes and the total (the sum of those minima), which drop the
@@ -369,12 +370,13 @@ def timed_pass(
     glr: Any,
     cold: bool,
     evict: np.ndarray | None = None,
-) -> tuple[dict[str, list[float]], Counter[str]]:
+) -> tuple[dict[str, list[float]], Counter[str], int]:
     """One replay of every walk by every variant, the variants' order rotated per step; with
     ``cold`` the native row caches are emptied first (the caller gives GLRMask a freshly loaded
     constraint ``glr``), else both keep what earlier passes left.  With ``evict`` (a buffer)
     every variant's step follows an untimed rewrite of that buffer: the memory traffic of the
-    rest of a serving step between two masks of one sequence."""
+    rest of a serving step between two masks of one sequence.  Returns the times, the split's
+    expansion plans and the update's fills answered by the prefix memo."""
     native, split, update = loaded.native, loaded.split, loaded.update
     if cold:
         for c in (native, split, update):
@@ -392,6 +394,7 @@ def timed_pass(
     plans: Counter[str] = Counter()
     perf = time.perf_counter
     rng = np.random.default_rng(seed)
+    memo = 0
     for walk in walks:
         mn, ms, mu = native.matcher(), split.matcher(), update.matcher()
         bm_u = update.allocate_token_bitmask(1)  # the walk's own row
@@ -427,7 +430,8 @@ def timed_pass(
             mu.accept_token(tok)
             if state is not None:
                 state.commit_token(tok)
-    return times, plans
+        memo += mu.info().get("prefix_hits", 0)
+    return times, plans, memo
 
 
 def row_copy_us(vocab: Vocabulary) -> float:
@@ -503,7 +507,11 @@ def main_peers(args: Any) -> None:
         f"# vocab={args.vocab} ({vocab.size} tokens); walks {args.walks} x {args.steps} ({args.walk_mode}); "
         f"{'warm' if args.warm else 'cold'} passes; "
         + (f"{args.evict:g} MiB rewritten before every timed mask; " if args.evict else "")
-        + (f"prewarm: up to {args.prewarm} class masks pinned per grammar; " if args.prewarm else "")
+        + (
+            f"prewarm: up to {args.prewarm} class masks pinned and {args.prefixes} paths remembered per grammar; "
+            if args.prewarm
+            else ""
+        )
         + f"{args.repeats} timed passes; GLRMask {glr_version}, XGrammar {version('xgrammar')}; cache {cache_dir}"
     )
     print(
@@ -536,11 +544,12 @@ def main_peers(args: Any) -> None:
         pinned_note = ""
         if args.prewarm > 0:  # each variant's own expander; timed for one (they are alike)
             t0 = time.perf_counter()
-            pinned = loaded.native.prewarm(max_rows=args.prewarm)
+            pinned = loaded.native.prewarm(max_rows=args.prewarm, max_prefixes=args.prefixes)
             loaded.compile_s["prewarm"] = time.perf_counter() - t0
-            pinned_note = f"; {pinned} class masks pinned"
-            loaded.split.prewarm(max_rows=args.prewarm)
-            loaded.update.prewarm(max_rows=args.prewarm)
+            paths = loaded.native.matcher().info().get("prefixes", 0)
+            pinned_note = f"; {pinned} class masks pinned, {paths} paths remembered"
+            loaded.split.prewarm(max_rows=args.prewarm, max_prefixes=args.prefixes)
+            loaded.update.prewarm(max_rows=args.prewarm, max_prefixes=args.prefixes)
         walks, how = cached_peer_walks(loaded, args.walks, args.steps, args.walk_mode, cache_dir)
         ex = loaded.native.expander
         assert ex is not None
@@ -555,6 +564,7 @@ def main_peers(args: Any) -> None:
         print(f"  check: {counts}")
         merged: dict[str, list[float]] = {}
         plans: Counter[str] = Counter()
+        memo_fills = 0
         reps: dict[str, list[list[float]]] = {}
         if args.warm:  # an untimed pass: the split path's cache too holds the walks' rows
             timed_pass(loaded, walks, args.repeats, loaded.glr, cold=False)
@@ -562,8 +572,9 @@ def main_peers(args: Any) -> None:
             glr = loaded.glr
             if not args.warm and loaded.glr is not None:
                 glr = glrmask.Constraint.load(loaded.glr_bytes, gv)
-            times, p = timed_pass(loaded, walks, r, glr, cold=not args.warm, evict=evict)
+            times, p, hits = timed_pass(loaded, walks, r, glr, cold=not args.warm, evict=evict)
             plans += p
+            memo_fills += hits
             for k, v in times.items():
                 merged.setdefault(k, []).extend(v)
                 reps.setdefault(k, []).append(v)
@@ -581,7 +592,7 @@ def main_peers(args: Any) -> None:
                 f"  {k:10} median {med:9.1f} µs  p99 {p99:9.1f} µs  p99 of the step minima "
                 f"{p99f.get(k, float('nan')):9.1f} µs  total {total.get(k, float('nan')):10.2f} ms"
             )
-        print(f"  expansion plans: {dict(plans)}")
+        print(f"  expansion plans: {dict(plans)}; update fills from the prefix memo: {memo_fills}")
 
         def cell(k: str, digits: int = 1, st: Any = stats, pf: Any = p99f, tot: Any = total) -> str:
             med, p99, _ = st[k]

@@ -21,7 +21,7 @@ from formalgram.syntax.lark import parse_lark
 from formalgram_cfgzip import Vocabulary, compress
 from formalgram_cfgzip.engines import compile_full, compile_grammar
 from formalgram_cfgzip.engines.native.matcher import NativeCompiled, c_module
-from formalgram_cfgzip.engines.native.prewarm import reachable_class_rows
+from formalgram_cfgzip.engines.native.prewarm import reachable_class_rows, remember_prefixes
 from formalgram_cfgzip.errors import BatchIndexError, EngineError
 from formalgram_cfgzip.expand import MaskExpander
 from formalgram_cfgzip.expand._c_kernel import load_c_module
@@ -60,23 +60,30 @@ def allowed(bm: np.ndarray[Any, Any], width: int, stops: list[int]) -> list[int]
     return np.flatnonzero(bits).tolist()
 
 
-def walk_against_xgrammar(native: NativeCompiled, full: Any, seed: int, steps: int, max_back: int) -> int:
+def walk_against_xgrammar(
+    native: NativeCompiled, full: Any, seed: int, steps: int, max_back: int, *, update: bool = False
+) -> dict[str, int]:
     """A random walk of the fused native matcher and XGrammar's full-vocabulary matcher in
     lockstep, rolling back up to ``max_back`` tokens now and then and resetting once; every
-    mask is compared (in row 1 of a 3-row bitmask, the other rows untouched).  Returns the
-    native state's memo hits."""
+    mask is compared (in row 1 of a 3-row bitmask, the other rows untouched; with ``update``,
+    one row brought up to date in place instead).  Returns the native state's ``info()``."""
     rng = random.Random(seed)
     stops = sorted(native.vocab.stop_ids)
     m, x = native.matcher(), full.matcher()
     assert "fill_next_token_bitmask" in vars(m)  # the fused C entry is the one under test
     history: list[int] = []
+    kept = native.allocate_token_bitmask(1)
     for step in range(steps):
-        got = np.full((3, native.token_words), 7, dtype=np.int32)
         want = full.allocate_token_bitmask(1)
-        m.fill_next_token_bitmask(got, 1)
         x.fill_next_token_bitmask(want, 0)
-        assert np.array_equal(got[1], want[0]), (seed, step, history[-5:])
-        assert (got[0] == 7).all() and (got[2] == 7).all()
+        if update:
+            m.update_next_token_bitmask(kept, 0)
+            assert np.array_equal(kept[0], want[0]), (seed, step, history[-5:])
+        else:
+            got = np.full((3, native.token_words), 7, dtype=np.int32)
+            m.fill_next_token_bitmask(got, 1)
+            assert np.array_equal(got[1], want[0]), (seed, step, history[-5:])
+            assert (got[0] == 7).all() and (got[2] == 7).all()
         if step == steps // 2:
             m.reset()
             x.reset()
@@ -95,12 +102,12 @@ def walk_against_xgrammar(native: NativeCompiled, full: Any, seed: int, steps: i
         tok = rng.choice(options)
         assert m.accept_token(tok) and x.accept_token(tok)
         history.append(tok)
-    return int(m._state.info()["memo_hits"])
+    return m._state.info()
 
 
 def test_fused_masks_equal_xgrammar_under_rollback(compiled: tuple[NativeCompiled, Any]) -> None:
     native, full = compiled
-    hits = sum(walk_against_xgrammar(native, full, seed, 80, 4) for seed in range(3))
+    hits = sum(walk_against_xgrammar(native, full, seed, 80, 4)["memo_hits"] for seed in range(3))
     assert hits > 0  # the memo answered some fills (repeated states: inside names and strings)
 
 
@@ -328,3 +335,66 @@ def test_reachable_class_rows_bounds_and_errors(compiled: tuple[NativeCompiled, 
     for bad in ({"max_rows": 0}, {"max_rows": True}, {"max_seconds": -1.0}, {"max_seconds": float("inf")}):
         with pytest.raises(EngineError):
             reachable_class_rows(native, **bad)  # type: ignore[arg-type]
+
+
+def test_prefix_memo_masks_equal_xgrammar(compiled: tuple[NativeCompiled, Any]) -> None:
+    """A grammar whose first paths of token classes are in the prefix memo
+    (``remember_prefixes``): fills, in-place updates, rollbacks, a reset and, with
+    ``max_rollback_tokens=2``, compactions every few tokens give XGrammar's masks; the memo
+    answers the fills of states on its paths (more than the start's) and walks the rest."""
+    native, full = compiled
+    for keep, seeds in ((None, (0, 1)), (2, (2, 3))):
+        memo = NativeCompiled(native.classes, native.tables, max_rollback_tokens=keep)  # type: ignore[arg-type]
+        stored, rows = remember_prefixes(memo, max_prefixes=200)
+        assert stored == 200 and 1 <= rows.shape[0] <= 200
+        for seed in seeds:
+            for update in (False, True):
+                info = walk_against_xgrammar(memo, full, seed, 60, 3, update=update)
+                assert info["prefixes"] == 200
+                assert info["prefix_hits"] >= 3, (keep, seed, update)  # the start's, twice, and more
+
+
+def test_prefix_memo_is_shared_extended_and_left_by_raw_bytes(compiled: tuple[NativeCompiled, Any]) -> None:
+    """The memo belongs to the grammar's tables: a matcher made before it was stored follows
+    it, a second call extends it, each stored mask is the walk's (a grammar without a memo),
+    a token read as raw bytes (no class known) leaves it; bad bounds are typed errors, and the
+    pure-Python kernel keeps none."""
+    native, _ = compiled
+    memo = NativeCompiled(native.classes, native.tables)  # type: ignore[arg-type]
+    plain = NativeCompiled(native.classes, native.tables)  # type: ignore[arg-type]
+    early = memo.matcher()
+    assert remember_prefixes(memo, max_prefixes=1)[0] == 1  # the start only
+    stored, rows = remember_prefixes(memo, max_prefixes=40)
+    assert stored == 40 and rows.shape[1] == memo.engine_words
+    assert len({r.tobytes() for r in rows}) == rows.shape[0]
+    # every path's stored mask against the walk of a matcher of the grammar without a memo
+    n, stop = memo.engine_size, memo.stop_class
+    cm, ref = memo.allocate_class_bitmask(1), plain.allocate_class_bitmask(1)
+    early.fill_next_class_bitmask(cm, 0)
+    start_cls = [
+        c for c in np.flatnonzero(np.unpackbits(cm[0].view(np.uint8), bitorder="little")[:n]) if c != stop
+    ]
+    checked = 0
+    for c in start_cls[:12]:
+        m, p = memo.matcher(), plain.matcher()
+        if not (m._accept_engine_id(int(c)) and p._accept_engine_id(int(c))):
+            continue
+        m.fill_next_class_bitmask(cm, 0)
+        p.fill_next_class_bitmask(ref, 0)
+        assert np.array_equal(cm, ref), c
+        assert p._state.info()["prefix_hits"] == 0
+        checked += m._state.info()["prefix_hits"]
+    assert checked >= 1
+    # the start's mask came from the memo for the matcher made before it, too
+    assert early._state.info()["prefix_hits"] == 1
+    # raw bytes: the same state, walked
+    m = memo.matcher()
+    assert m._state.accept_bytes(memo.engine_tokens[int(start_cls[0])])
+    m.fill_next_class_bitmask(cm, 0)
+    assert m._state.info()["prefix_hits"] == 0
+    for bad in ({"max_prefixes": 0}, {"max_prefixes": 2.5}, {"max_seconds": float("nan")}):
+        with pytest.raises(EngineError):
+            remember_prefixes(memo, **bad)  # type: ignore[arg-type]
+    pure = NativeCompiled(native.classes, native.tables, kernel="python")  # type: ignore[arg-type]
+    stored, rows = remember_prefixes(pure)
+    assert stored == 0 and rows.shape == (0, pure.engine_words)

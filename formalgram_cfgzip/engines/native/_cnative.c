@@ -130,6 +130,17 @@ typedef struct {
     int32_t *key;     /* scratch: the memo key of the fill under way (see fill_row) */
     int64_t key_cap;
     uint32_t *crow;   /* scratch: a class row (State.fill_token) */
+    /* The prefix memo (State.remember): a trie over the class ids accepted from the start, each
+     * node with the class mask of the state its path reaches.  That state, and so its mask, is a
+     * function of the path alone (representatives of one class take the stack through the same
+     * displacements), so every State of these tables may answer a fill from it.  Nodes are only
+     * added: a node id, once given, names the same path and row for the life of the tables. */
+    int32_t pm_n;       /* nodes (0: none, not even the root) */
+    int64_t pm_cap;     /* rows allocated in pm_rows */
+    uint32_t *pm_rows;  /* node i's class row: pm_rows[i * words .. (i + 1) * words) */
+    int64_t *pm_keys;   /* the edges, open addressing on (parent << 32) | class; -1: empty slot */
+    int32_t *pm_child;  /* the child of the edge in the same slot */
+    uint64_t pm_hmask;  /* slots - 1; 0 before the first edge */
 } Tables;
 
 static void
@@ -147,6 +158,9 @@ Tables_dealloc(Tables *t)
     free(t->set_bits);
     free(t->key);
     free(t->crow);
+    free(t->pm_rows);
+    free(t->pm_keys);
+    free(t->pm_child);
     free(t->fresh);
     free(t->symx);
     free(t->recs);
@@ -497,6 +511,9 @@ typedef struct {
     int64_t *h_toff, *h_nodes, *h_arena;
     int32_t *h_ntops;
     uint8_t *h_term;
+    /* per entry, its node in the tables' prefix memo (-1: off it, or not known to be on it) and the
+     * class of the token that made it (-1: bytes of no known class; entry 0: the start) */
+    int32_t *h_pnode, *h_eid;
     int64_t hcap, hn;
     int32_t *tarena;
     int64_t tcap, tn;
@@ -506,7 +523,7 @@ typedef struct {
     uint32_t *mrow;
     int mvalid, from_memo; /* from_memo: the last fill was the memo's */
     uint64_t mgen;         /* rows stored in the memo so far */
-    long long memo_hits, rows_kept;
+    long long memo_hits, rows_kept, prefix_hits;
     CExpandHint khint; /* where the expansion kernel keeps the memo's token row (fill_token) */
     /* the bitmask of the last fill_token / update_token: its buffer, kept exported (so its memory
      * stays where it is, and the next call on it skips the export and its checks; r_view.obj NULL:
@@ -531,6 +548,8 @@ State_dealloc(State *s)
     free(s->h_arena);
     free(s->h_ntops);
     free(s->h_term);
+    free(s->h_pnode);
+    free(s->h_eid);
     free(s->tarena);
     free(s->mkey);
     free(s->mrow);
@@ -566,6 +585,12 @@ history_push(State *s, const int32_t *tops, int32_t ntops, uint8_t term)
         if ((p = realloc(s->h_term, (size_t)cap)) == NULL)
             return PyErr_NoMemory(), -1;
         s->h_term = p;
+        if ((p = realloc(s->h_pnode, (size_t)cap * sizeof(int32_t))) == NULL)
+            return PyErr_NoMemory(), -1;
+        s->h_pnode = p;
+        if ((p = realloc(s->h_eid, (size_t)cap * sizeof(int32_t))) == NULL)
+            return PyErr_NoMemory(), -1;
+        s->h_eid = p;
         s->hcap = cap;
     }
     if (GROW(s->tarena, s->tcap, s->tn + ntops) < 0)
@@ -576,6 +601,8 @@ history_push(State *s, const int32_t *tops, int32_t ntops, uint8_t term)
     s->h_nodes[s->hn] = s->nn;
     s->h_arena[s->hn] = s->an;
     s->h_term[s->hn] = term;
+    s->h_pnode[s->hn] = -1;
+    s->h_eid[s->hn] = -1;
     s->tn += ntops;
     s->hn++;
     return 0;
@@ -617,7 +644,10 @@ state_reset(State *s)
     s->an = 1;
     set_parents(&s->nodes[1], s->arena, 0, 1);
     int32_t tops[2] = {0, 1};
-    return t->accepts_empty ? history_push(s, tops, 2, 0) : history_push(s, tops + 1, 1, 0);
+    if ((t->accepts_empty ? history_push(s, tops, 2, 0) : history_push(s, tops + 1, 1, 0)) < 0)
+        return -1;
+    s->h_pnode[0] = 0; /* the prefix memo's root, once it has one */
+    return 0;
 }
 
 static int
@@ -950,6 +980,62 @@ memo_key(State *s, const int32_t *tops, int32_t ntops, int64_t *max)
 
 static int fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops);
 
+/* the prefix memo's child of node `parent` by class `cls`, -1: none */
+static int32_t
+pm_find(const Tables *t, int32_t parent, int32_t cls)
+{
+    if (t->pm_hmask == 0 || parent < 0)
+        return -1;
+    int64_t key = ((int64_t)parent << 32) | (uint32_t)cls;
+    uint64_t h = mix64((uint64_t)key) & t->pm_hmask;
+    while (t->pm_keys[h] >= 0) {
+        if (t->pm_keys[h] == key)
+            return t->pm_child[h];
+        h = (h + 1) & t->pm_hmask;
+    }
+    return -1;
+}
+
+/* the edge (parent, cls) -> child into the prefix memo's table (absent before); -1 on MemoryError */
+static int
+pm_link(Tables *t, int32_t parent, int32_t cls, int32_t child)
+{
+    if (2 * ((int64_t)child + 1) > (int64_t)t->pm_hmask) { /* (re)built at twice the edges' room */
+        uint64_t size = 64;
+        while (size < 4 * ((uint64_t)child + 1))
+            size *= 2;
+        int64_t *keys = malloc(size * sizeof(int64_t));
+        int32_t *kids = malloc(size * sizeof(int32_t));
+        if (keys == NULL || kids == NULL) {
+            free(keys);
+            free(kids);
+            PyErr_NoMemory();
+            return -1;
+        }
+        memset(keys, 0xff, size * sizeof(int64_t));
+        for (uint64_t i = 0; t->pm_hmask != 0 && i <= t->pm_hmask; i++)
+            if (t->pm_keys[i] >= 0) {
+                uint64_t h = mix64((uint64_t)t->pm_keys[i]) & (size - 1);
+                while (keys[h] >= 0)
+                    h = (h + 1) & (size - 1);
+                keys[h] = t->pm_keys[i];
+                kids[h] = t->pm_child[i];
+            }
+        free(t->pm_keys);
+        free(t->pm_child);
+        t->pm_keys = keys;
+        t->pm_child = kids;
+        t->pm_hmask = size - 1;
+    }
+    int64_t key = ((int64_t)parent << 32) | (uint32_t)cls;
+    uint64_t h = mix64((uint64_t)key) & t->pm_hmask;
+    while (t->pm_keys[h] >= 0)
+        h = (h + 1) & t->pm_hmask;
+    t->pm_keys[h] = key;
+    t->pm_child[h] = child;
+    return 0;
+}
+
 /* The class mask: the memo's row (from_memo set, nothing copied) when the tops' key is the last
  * fill's, else written into `row` (words words) and kept as the memo's; NULL on MemoryError. */
 static const uint32_t *
@@ -961,6 +1047,16 @@ class_row(State *s, uint32_t *row)
         memset(row, 0, bytes);
         s->from_memo = 0;
         return row;
+    }
+    int32_t p = s->h_pnode[s->hn - 1];
+    if (p >= 0 && p < t->pm_n) { /* the prefix memo's row: no walk */
+        s->prefix_hits++;
+        /* the state's own memo is dropped, so that the row update_token finds in place (this one) is
+         * never taken for the memo's */
+        s->mvalid = 0;
+        s->from_memo = 0;
+        memset(&s->khint, 0, sizeof(s->khint));
+        return t->pm_rows + (int64_t)p * t->words;
     }
     int32_t ntops;
     const int32_t *tops = cur_tops(s, &ntops);
@@ -1207,6 +1303,81 @@ State_accept_bytes(State *s, PyObject *arg)
     return PyBool_FromLong(r);
 }
 
+/* accept_class(data, cls): accept_bytes(data), the token being one of class cls: the state follows
+ * the prefix memo while its path is there */
+static PyObject *
+State_accept_class(State *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "accept_class(data, cls)");
+        return NULL;
+    }
+    long cls = PyLong_AsLong(args[1]);
+    if (cls == -1 && PyErr_Occurred())
+        return NULL;
+    if (cls < 0 || cls >= s->t->num_classes) {
+        PyErr_Format(PyExc_ValueError, "class %ld is outside 0..%d", cls, s->t->num_classes - 1);
+        return NULL;
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[0], &v, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int r = accept_bytes(s, (const uint8_t *)v.buf, v.len);
+    PyBuffer_Release(&v);
+    if (r < 0)
+        return NULL;
+    if (r) {
+        int64_t i = s->hn - 1;
+        s->h_eid[i] = (int32_t)cls;
+        s->h_pnode[i] = pm_find(s->t, s->h_pnode[i - 1], (int32_t)cls);
+    }
+    return PyBool_FromLong(r);
+}
+
+/* remember(max_nodes): the current state's class mask into the tables' prefix memo, under the path
+ * of classes from the start that reached it, while the memo has fewer than max_nodes nodes.
+ * Returns its node (>= 0; also when it was there), or -1: not stored (the memo is full, the state
+ * is terminated, or its path is not known: a token accepted by bytes alone, a parent not stored,
+ * a compacted history). */
+static PyObject *
+State_remember(State *s, PyObject *arg)
+{
+    long most = PyLong_AsLong(arg);
+    if (most == -1 && PyErr_Occurred())
+        return NULL;
+    Tables *t = s->t;
+    int64_t i = s->hn - 1;
+    int32_t p = s->h_pnode[i];
+    if (p >= 0 && p < t->pm_n)
+        return PyLong_FromLong(p);
+    int root = i == 0 && p == 0 && t->pm_n == 0;
+    int32_t parent = i > 0 ? s->h_pnode[i - 1] : -1, cls = s->h_eid[i];
+    if (s->h_term[i] || t->pm_n >= most || t->pm_n >= INT32_MAX - 1 ||
+        !(root || (i > 0 && parent >= 0 && parent < t->pm_n && cls >= 0)))
+        return PyLong_FromLong(-1);
+    size_t bytes = (size_t)(t->words > 0 ? t->words : 1) * sizeof(uint32_t);
+    if (t->crow == NULL && (t->crow = malloc(bytes)) == NULL)
+        return PyErr_NoMemory();
+    const uint32_t *row = class_row(s, t->crow);
+    if (row == NULL)
+        return NULL;
+    if (t->pm_n >= t->pm_cap) {
+        int64_t cap = t->pm_cap > 0 ? 2 * t->pm_cap : 16;
+        uint32_t *rows = realloc(t->pm_rows, (size_t)cap * bytes);
+        if (rows == NULL)
+            return PyErr_NoMemory();
+        t->pm_rows = rows;
+        t->pm_cap = cap;
+    }
+    int32_t node = t->pm_n;
+    if (!root && pm_link(t, parent, cls, node) < 0)
+        return NULL;
+    memcpy(t->pm_rows + (int64_t)node * t->words, row, (size_t)t->words * sizeof(uint32_t));
+    t->pm_n = node + 1;
+    s->h_pnode[i] = node;
+    return PyLong_FromLong(node);
+}
+
 static PyObject *
 State_accept_stop(State *s, PyObject *Py_UNUSED(ignored))
 {
@@ -1363,6 +1534,8 @@ State_compact(State *s, PyObject *arg)
         s->h_toff[d] = tn;
         s->h_ntops[d] = nt;
         s->h_term[d] = s->h_term[j];
+        s->h_pnode[d] = s->h_pnode[j];
+        s->h_eid[d] = s->h_eid[j];
         s->h_nodes[d] = nodes_then;
         s->h_arena[d] = nodes_then < kept ? s->nodes[nodes_then].poff : an;
         tn += nt;
@@ -1618,9 +1791,10 @@ State_node(State *s, PyObject *arg)
 static PyObject *
 State_info(State *s, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L}", "nodes", (long long)s->nn, "parents", (long long)s->an,
-                         "position", (long long)(s->hn - 1), "last_pairs", (long long)s->t->last_pairs,
-                         "memo_hits", s->memo_hits, "rows_kept", s->rows_kept);
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "nodes", (long long)s->nn, "parents",
+                         (long long)s->an, "position", (long long)(s->hn - 1), "last_pairs",
+                         (long long)s->t->last_pairs, "memo_hits", s->memo_hits, "rows_kept", s->rows_kept,
+                         "prefix_hits", s->prefix_hits, "prefixes", (long long)s->t->pm_n);
 }
 
 /* fill_batch(states, bitmask): row i of a C-contiguous int32 (batch, words) bitmask from states[i] */
@@ -1677,6 +1851,13 @@ done:
 static PyMethodDef State_methods[] = {
     {"accept_bytes", (PyCFunction)State_accept_bytes, METH_O,
      "accept_bytes(data) -> bool\n\nRead a token's bytes; False (state unchanged) if no stack survives."},
+    {"accept_class", (PyCFunction)(void (*)(void))State_accept_class, METH_FASTCALL,
+     "accept_class(data, cls) -> bool\n\naccept_bytes(data) for a token of class cls: the state follows the\n"
+     "tables' prefix memo while the classes accepted from the start are a path of it."},
+    {"remember", (PyCFunction)State_remember, METH_O,
+     "remember(max_nodes) -> int\n\nStore the class mask in the tables' prefix memo under the classes\n"
+     "accepted from the start (accept_class), while it has fewer than max_nodes nodes: the node, or -1\n"
+     "when not stored.  Every State of the tables whose path reaches that node then fills from it."},
     {"accept_stop", (PyCFunction)State_accept_stop, METH_NOARGS,
      "accept_stop() -> bool\n\nAccept a stop token (terminates) when the prefix is in the language."},
     {"rollback", (PyCFunction)State_rollback, METH_O, "rollback(num_tokens)\n\nUndo the last accepted tokens."},
@@ -1705,7 +1886,8 @@ static PyMethodDef State_methods[] = {
     {"info", (PyCFunction)State_info, METH_NOARGS,
      "Sizes: nodes, parents (arena entries), position, last_pairs (pairs of the last walk of the tables),\n"
      "memo_hits (fills answered by the memo of the last fill), rows_kept (update_token calls that found\n"
-     "the memo's row already in place and wrote nothing)."},
+     "the memo's row already in place and wrote nothing), prefix_hits (fills answered by the tables'\n"
+     "prefix memo), prefixes (its nodes)."},
     {NULL, NULL, 0, NULL},
 };
 

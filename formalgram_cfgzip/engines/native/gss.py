@@ -62,9 +62,10 @@ class PyState:
 
     Notes
     -----
-    Operations (same as the C kernel's ``State``): :meth:`accept_bytes`, :meth:`accept_stop`,
-    :meth:`rollback`, :meth:`reset`, :meth:`fill`, :meth:`stop_allowed`, :meth:`is_terminated`,
-    :meth:`tops`, :meth:`node` and :meth:`info`.
+    Operations (same as the C kernel's ``State``): :meth:`accept_bytes`, :meth:`accept_class`,
+    :meth:`accept_stop`, :meth:`rollback`, :meth:`reset`, :meth:`fill`, :meth:`stop_allowed`,
+    :meth:`is_terminated`, :meth:`tops`, :meth:`node` and :meth:`info`.  The C kernel's prefix
+    memo (``remember``) has no counterpart here: a fill always walks the stack.
 
     Examples
     --------
@@ -165,6 +166,11 @@ class PyState:
                 return False
         self._hist.append((tops, False, len(self._sym)))
         return True
+
+    def accept_class(self, data: bytes, cls: int) -> bool:
+        """``accept_bytes(data)`` for a token of class ``cls`` (the C kernel's prefix memo follows
+        the classes; this reference keeps none, so it reads the bytes alone)."""
+        return self.accept_bytes(data)
 
     def accept_stop(self) -> bool:
         """Accept a stop token: ``True`` (and terminated) when the prefix is in the language."""

@@ -39,7 +39,7 @@ from formalgram_cfgzip.engines.arguments import prepare_compressed
 from formalgram_cfgzip.engines.base import CompiledGrammar
 from formalgram_cfgzip.engines.matcher import EngineMatcher
 from formalgram_cfgzip.engines.native.gss import PyState
-from formalgram_cfgzip.engines.native.prewarm import reachable_class_rows
+from formalgram_cfgzip.engines.native.prewarm import reachable_class_rows, remember_prefixes
 from formalgram_cfgzip.engines.native.tables import NativeTables, build_tables
 from formalgram_cfgzip.engines.tokens import class_vocabulary
 from formalgram_cfgzip.errors import CacheError, EngineError
@@ -65,6 +65,8 @@ class StateLike(Protocol):
     """What both kernels' states provide."""
 
     def accept_bytes(self, data: bytes, /) -> bool: ...
+
+    def accept_class(self, data: bytes, cls: int, /) -> bool: ...
 
     def accept_stop(self) -> bool: ...
 
@@ -240,7 +242,11 @@ class NativeMatcher(EngineMatcher):
         if self._never[engine_id]:
             return False
         state = self._state
-        ok = state.accept_stop() if engine_id == self._stop else state.accept_bytes(self._bytes[engine_id])
+        ok = (
+            state.accept_stop()
+            if engine_id == self._stop
+            else state.accept_class(self._bytes[engine_id], engine_id)
+        )
         if ok:
             history = self._history
             history.append(engine_id)
@@ -261,7 +267,7 @@ class NativeMatcher(EngineMatcher):
     def _engine_accept(self, engine_id: int) -> bool:
         if engine_id == self._stop:
             return self._state.accept_stop()
-        return self._state.accept_bytes(self._bytes[engine_id])
+        return self._state.accept_class(self._bytes[engine_id], engine_id)
 
     def _engine_fill(self, bitmask: npt.NDArray[np.int32], index: int) -> None:
         self._fill_into(bitmask, index)
@@ -393,23 +399,32 @@ class NativeCompiled(CompiledGrammar):
         self,
         *,
         max_rows: int = 256,
+        max_prefixes: int = 1024,
         max_seconds: float = 1.0,
         memory_budget: int = 8 << 20,
         min_cost_ns: float = 500.0,
     ) -> int:
-        """Pin the token rows of the class masks met first, so that a cold start builds none of them.
+        """Meet the first states ahead of the first request: their class masks stored, their token rows pinned.
 
-        The class masks :func:`~formalgram_cfgzip.engines.native.prewarm.reachable_class_rows`
-        meets from the start go to the expander's
-        :meth:`~formalgram_cfgzip.expand.cpu.MaskExpander.pin_rows` (replacing the rows pinned
-        so far): a row-cache miss on one of them is one copy of its pinned token row.  The
-        pinned rows outlive :meth:`~formalgram_cfgzip.expand.cpu.MaskExpander.clear_cache`;
-        masks are unchanged.
+        Two bounded explorations from the start.
+        :func:`~formalgram_cfgzip.engines.native.prewarm.remember_prefixes` stores the class
+        masks of the first paths of token classes in the C kernel's prefix memo (a matcher
+        on one of those paths fills without walking its stack);
+        :func:`~formalgram_cfgzip.engines.native.prewarm.reachable_class_rows` goes deeper,
+        one state per distinct class mask.  The class masks of both go to the expander's
+        :meth:`~formalgram_cfgzip.expand.cpu.MaskExpander.pin_rows` (the memo's first,
+        replacing the rows pinned so far): a row-cache miss on one of them is one copy of its
+        pinned token row.  The memo and the pinned rows outlive
+        :meth:`~formalgram_cfgzip.expand.cpu.MaskExpander.clear_cache`; masks are unchanged.
 
         Parameters
         ----------
-        max_rows, max_seconds : int, float
-            The exploration's bounds (see ``reachable_class_rows``).
+        max_rows : int
+            Most class masks of the deeper exploration (see ``reachable_class_rows``).
+        max_prefixes : int
+            Most paths in the prefix memo (see ``remember_prefixes``).
+        max_seconds : float
+            Each exploration's wall-clock budget.
         memory_budget, min_cost_ns : int, float
             As for ``pin_rows``: bytes of pinned token rows (the masks met first are pinned
             first), and the least modelled cost of a row worth pinning.
@@ -417,7 +432,8 @@ class NativeCompiled(CompiledGrammar):
         Returns
         -------
         int
-            Rows pinned; 0 with the numpy expansion kernel, which pins none.
+            Rows pinned; 0 with the numpy expansion kernel, which pins none.  (The memo's
+            paths: a matcher's ``info()["prefixes"]``; none with the pure-Python kernel.)
 
         Raises
         ------
@@ -426,8 +442,9 @@ class NativeCompiled(CompiledGrammar):
 
         Notes
         -----
-        Cost: the exploration (within ``max_seconds``), then one row expansion per pinned row
-        (within ``memory_budget``).
+        Cost: the two explorations (each within ``max_seconds``), then one row expansion per
+        pinned row (within ``memory_budget``); the memo holds ``max_prefixes`` class rows at
+        most.
 
         Examples
         --------
@@ -440,10 +457,12 @@ class NativeCompiled(CompiledGrammar):
         >>> native.prewarm(min_cost_ns=0.0) == native.expander.num_pinned_rows
         True
         """
+        _, first = remember_prefixes(self, max_prefixes=max_prefixes, max_seconds=max_seconds)
         rows = reachable_class_rows(self, max_rows=max_rows, max_seconds=max_seconds)
         if self.expander is None:
             return 0
-        return self.expander.pin_rows(rows, memory_budget=memory_budget, min_cost_ns=min_cost_ns)
+        both = np.concatenate([first, rows]) if first.shape[0] else rows
+        return self.expander.pin_rows(both, memory_budget=memory_budget, min_cost_ns=min_cost_ns)
 
     def new_state(self) -> StateLike:
         """A fresh kernel state (empty prefix)."""
