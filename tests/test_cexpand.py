@@ -305,7 +305,7 @@ def test_row_cache_is_an_lru_under_churn(capacity: int, distinct: int) -> None:
     width, classes = 700, 45
     tc = skewed(rng, width, classes, 1.0, 0.05)
     pool = np.stack([class_row(rng, classes, 0.5, junk=False) for _ in range(distinct)])
-    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 20, -1, capacity, 1)
+    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 20, -1, capacity, 1, admit_all=True)
     wants = [oracle_row(tc, pool[i], classes) for i in range(distinct)]
     order = rng.integers(0, distinct, 3000)
     # bursts of the same few keys, as decoding revisits states
@@ -322,6 +322,41 @@ def test_row_cache_is_an_lru_under_churn(capacity: int, distinct: int) -> None:
     assert kernel.cache_info()["entries"] == 0 and kernel.cache_info()["hits"] == 0
     kernel.expand_rows(pool[0], out)
     assert np.array_equal(out[0], wants[0])
+
+
+def test_a_cheap_row_is_cached_when_it_comes_back() -> None:
+    """Admission (``admit_all=False``, the default): at 128k tokens a class row that the cost
+    model finds cheap (one small class) is computed and not cached at its first miss, cached at
+    its second and a hit at its third; a costly row (half the classes, hundreds of them listed)
+    is cached at its first miss; ``clear_cache`` forgets the rows met once; with
+    ``admit_all=True`` every miss is cached.  Every row equals the oracle."""
+    rng = np.random.default_rng(8)
+    width, classes = 128_000, 700
+    tc = skewed(rng, width, classes, 1.0, 0.0)
+    cheap = np.zeros((classes + 31) // 32, dtype=np.int32)
+    cheap[(classes - 1) >> 5] = np.int32(1 << ((classes - 1) & 31))  # the smallest class
+    costly = class_row(rng, classes, 0.5, junk=False)
+    wants = {"cheap": oracle_row(tc, cheap, classes), "costly": oracle_row(tc, costly, classes)}
+    rows = {"cheap": cheap, "costly": costly}
+    out = np.zeros((1, (width + 31) // 32), dtype=np.int32)
+
+    def run(kernel: Any, name: str) -> tuple[int, int, int]:
+        plan = kernel.expand_rows(rows[name], out)
+        assert np.array_equal(out[0], wants[name]), name
+        info = kernel.cache_info()
+        return plan, info["entries"], info["not_cached"]
+
+    door = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 20, -1, 16, 1)
+    assert run(door, "cheap")[1:] == (0, 1)  # met once: computed, not cached
+    assert run(door, "costly")[1:] == (1, 1)  # costly: cached at once
+    assert run(door, "cheap")[1:] == (2, 1)  # back: cached
+    assert run(door, "cheap")[0] == 8  # a hit
+    assert run(door, "costly")[0] == 8
+    door.clear_cache()
+    assert run(door, "cheap")[1:] == (0, 1)  # forgotten with the cache
+    every = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 20, -1, 16, 1, admit_all=True)
+    assert run(every, "cheap")[1:] == (1, 0)
+    assert run(every, "cheap")[0] == 8
 
 
 def blocky_row(
@@ -400,7 +435,7 @@ tc = rng.integers(0, classes, width).astype(np.int32)
 rows = [np.packbits(rng.random(cw * 32) < 0.01, bitorder="little").view(np.int32).copy() for _ in range(cap)]
 out = np.zeros((1, nw), dtype=np.int32)
 def faults_of_a_walk():
-    kernel = mod.Kernel(tc, classes, 0, 0, cap, 0)  # every row a miss into a new slot
+    kernel = mod.Kernel(tc, classes, 0, 0, cap, 0, admit_all=True)  # every row a miss into a new slot
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for row in rows:
         kernel.expand_rows(row, out)

@@ -221,7 +221,8 @@ def test_compress_classes_lossless_tiny(engine: str) -> None:
 )
 def test_expansion_cache_lossless_in_walks(engine: str, cache_entries: int, delta: bool | None) -> None:
     """The row cache of the expander (off, thrashing, small, ample; rows patched from cached
-    neighbours or not) stays bit-exact in walks."""
+    neighbours or not; every row admitted, so that the tiny rows of this vocabulary are
+    cached) stays bit-exact in walks."""
     from formalgram_cfgzip.compress import compress
     from formalgram_cfgzip.expand import MaskExpander
 
@@ -233,7 +234,11 @@ def test_expansion_cache_lossless_in_walks(engine: str, cache_entries: int, delt
     assert compressed.expander is not None
     per_entry = 4 * compressed.token_words + 4 * compressed.engine_words + 100
     ex = MaskExpander(
-        classes.token_class, compressed.engine_size, cache_bytes=cache_entries * per_entry, delta=delta
+        classes.token_class,
+        compressed.engine_size,
+        cache_bytes=cache_entries * per_entry,
+        delta=delta,
+        cache_admission="always",
     )
     compressed.expander = ex
     for seed, batch in [(0, 1), (1, 4), (2, 7)]:

@@ -236,7 +236,9 @@ def test_cache_hits_misses_evictions(capacity: int, delta: bool | None, kernel: 
     tc = random_case(rng, width, classes, 1.2, 0.05)
     pool = random_class_mask(rng, 6, classes, 0.4)
     per_entry = 4 * ((width + 31) // 32) + 4 * ((classes + 31) // 32) + 100
-    ex = MaskExpander(tc, classes, cache_bytes=capacity * per_entry, delta=delta, kernel=kernel)
+    ex = MaskExpander(
+        tc, classes, cache_bytes=capacity * per_entry, delta=delta, kernel=kernel, cache_admission="always"
+    )
     assert ex.cache_stats["capacity"] == capacity
     order = rng.integers(0, pool.shape[0], 80)
     out = np.zeros(bitmask_shape(1, width), dtype=np.int32)
@@ -426,6 +428,8 @@ def test_indices_out_and_errors(kernel: Any) -> None:
         MaskExpander(tc, 4, cache_bytes=-1)
     with pytest.raises(EngineError, match="kernel must be"):
         MaskExpander(tc, 4, kernel="fortran")  # type: ignore[arg-type]
+    with pytest.raises(EngineError, match="cache_admission must be"):
+        MaskExpander(tc, 4, cache_admission="sometimes")  # type: ignore[arg-type]
     with pytest.raises(EngineError, match="1 indices given for 2"):
         ex.expand(cm, out, indices=[1])
     # class rows that are not plain arrays: a strided view (copied) and a 1-D row

@@ -25,7 +25,7 @@ import _data
 import numpy as np
 import pytest
 from _build import PURE_PYTHON, c_param, expected_kernels, require_kernel
-from _counted import checks_at_least
+from _counted import checks_at_least, gave_up
 from _engine_oracle import row_tokens
 from _native_helpers import accepted_words, sample_vocab, small_vocab
 from hypothesis import HealthCheck, assume, given, settings
@@ -186,6 +186,48 @@ def test_mask_equals_earley_on_random_grammars(g: Grammar, tokens: list[bytes], 
     # peers that forget all but the last token (compacting every other step): same masks
     grammars_ += [NativeCompiled(classes, tables, kernel=k, max_rollback_tokens=1) for k in BOTH]
     check_walk(g, grammars_[0], grammars_[1:], 8, random.Random(seed), VocabTrie(vocab))
+
+
+@checks_at_least(40)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grammars(max_nonterminals=4, max_rhs=6, alphabet=ALPHABET), token_lists, st.integers(0, 2**32 - 1))
+def test_chain_summaries_keep_masks_exact_on_random_grammars(
+    g: Grammar, tokens: list[bytes], seed: int
+) -> None:
+    """A C walk takes a top over a chain of nodes pushed together through the chain's summary
+    (made once per push-trie node with the tables): every token mask equals Earley's and every
+    class mask the pure-Python kernel's, which walks every pair.  Examples whose walks took no
+    summary are not counted."""
+    require_kernel("native")
+    vocab = small_vocab(tokens)
+    try:
+        classes = compress(g, vocab, progress=False)
+    except EmptyLanguageError:
+        assume(False)
+        return
+    tables = build_tables(classes, g)
+    c, py = NativeCompiled(classes, tables, kernel="c"), NativeCompiled(classes, tables, kernel="python")
+    rng, trie = random.Random(seed), VocabTrie(vocab)
+    m, p, rec = c.matcher(), py.matcher(), EarleyRecognizer(g)
+    bm, cm, pm = c.allocate_token_bitmask(), c.allocate_class_bitmask(), py.allocate_class_bitmask()
+    chained = 0
+    for _ in range(10):
+        m.fill_next_class_bitmask(cm)
+        chained += m.info()["last_chained"]
+        p.fill_next_class_bitmask(pm)
+        assert np.array_equal(cm, pm)
+        m.fill_next_token_bitmask(bm)
+        want = oracle_mask(rec, trie, vocab)
+        assert row_tokens(bm[0], vocab.logit_width) == want
+        text = sorted(want - set(vocab.stop_ids))
+        if not text:
+            break
+        tok = rng.choice(text)
+        data = vocab.tokens[tok]
+        assert data is not None
+        assert m.accept_token(tok) and p.accept_token(tok) and rec.feed_bytes(data)
+    if not chained:
+        gave_up()
 
 
 @checks_at_least(120)
@@ -548,23 +590,28 @@ def test_row_updates_take_every_path() -> None:
     assert info["misses"] + info["hits"] > 0, info
 
 
-@pytest.mark.parametrize("limit", [0, 1, 4, 32])
-def test_class_walks_of_every_size_equal_the_python_kernel(limit: int) -> None:
+@pytest.mark.parametrize(
+    ("limit", "chains"), [(0, False), (1, False), (4, False), (32, False), (4, True), (32, True)]
+)
+def test_class_walks_of_every_size_equal_the_python_kernel(limit: int, chains: bool) -> None:
     """The C class walk keeps the (node, state) pairs it has visited in a list while they are
     few (32 by default; ``small_walk`` lowers it) and in a hash table past that; the root
-    state's edges are read from a table indexed by symbol.  With the list at 0, 1, 4 and 32
-    pairs, on random walks of a real grammar whose class walks fall on both sides of 32 (a
-    JSON schema's dates and keys), every class mask equals the pure-Python kernel's (which
-    keeps a set), and the Earley recognizer accepts every prefix.  (The C kernel's token masks
-    are checked against Earley's by the tests above.)"""
+    state's edges are read from a table indexed by symbol, and a top over a chain of nodes
+    pushed together takes the chain's summary (``chain_walks``).  With the list at 0, 1, 4 and
+    32 pairs and no summaries, on random walks of a real grammar whose class walks fall on both
+    sides of 32 (a JSON schema's dates and keys), and with summaries (which leave the same
+    walks far shorter), every class mask equals the pure-Python kernel's (which keeps a set),
+    and the Earley recognizer accepts every prefix.  (The C kernel's token masks are checked
+    against Earley's by the tests above.)"""
     module = require_kernel("native")
     c, py, g = _walk_size_case()
+    chained: list[int] = []
     vocab = c.vocab
     rng = random.Random(3)
     pairs: list[int] = []
     cm, pm = c.allocate_class_bitmask(), py.allocate_class_bitmask()
     bm = c.allocate_token_bitmask()
-    previous = module.small_walk(limit)
+    previous, previous_chains = module.small_walk(limit), module.chain_walks(chains)
     try:
         for _ in range(6):
             mc, mp = c.matcher(), py.matcher()
@@ -574,6 +621,7 @@ def test_class_walks_of_every_size_equal_the_python_kernel(limit: int) -> None:
                 mp.fill_next_class_bitmask(pm)
                 assert np.array_equal(cm, pm)
                 pairs.append(mc.info()["last_pairs"])
+                chained.append(mc.info()["last_chained"])
                 mc.fill_next_token_bitmask(bm)
                 text = sorted(row_tokens(bm[0], vocab.logit_width) - set(vocab.stop_ids))
                 if not text:
@@ -585,7 +633,11 @@ def test_class_walks_of_every_size_equal_the_python_kernel(limit: int) -> None:
                 assert rec.feed_bytes(data)  # the walk stays in the language
     finally:
         module.small_walk(previous)
-    assert min(pairs) <= 32 < max(pairs), (min(pairs), max(pairs))
+        module.chain_walks(previous_chains)
+    if chains:  # the summaries stood for most of the pairs
+        assert sum(chained) > sum(pairs), (sum(chained), sum(pairs))
+    else:
+        assert min(pairs) <= 32 < max(pairs) and not any(chained), (min(pairs), max(pairs))
     with pytest.raises(ValueError, match=r"0\.\.32"):
         module.small_walk(33)
 

@@ -181,13 +181,20 @@ def test_fused_path_falls_back_with_the_typed_errors(compiled: tuple[NativeCompi
     assert np.array_equal(tensor.numpy(), want)
 
 
-def test_memo_hint_never_names_an_evicted_row(compiled: tuple[NativeCompiled, Any]) -> None:
+@pytest.mark.parametrize("admission", ["always", "costly"])
+def test_memo_hint_never_names_an_evicted_row(compiled: tuple[NativeCompiled, Any], admission: str) -> None:
     """A one-row cache: matcher A walks, matcher B stays at the start, and they take turns, so
     between two fills of one state of A the other evicts its row; a memo answer's hint must
-    then not copy B's row."""
+    then not copy B's row.  With every row admitted, and with the rows cheap to compute left
+    out of the cache (a hint that names no row)."""
     native, full = compiled
     tight = NativeCompiled(native.classes, native.tables)  # type: ignore[arg-type]
-    tight.expander = MaskExpander(native.classes.token_class, native.engine_size, cache_bytes=20_000)  # type: ignore[union-attr]
+    tight.expander = MaskExpander(
+        native.classes.token_class,
+        native.engine_size,
+        cache_bytes=20_000,
+        cache_admission=admission,  # type: ignore[arg-type]
+    )
     assert tight.expander.cache_stats["capacity"] == 1
     rng = random.Random(4)
     stops = sorted(native.vocab.stop_ids)
@@ -208,7 +215,10 @@ def test_memo_hint_never_names_an_evicted_row(compiled: tuple[NativeCompiled, An
             if options:
                 tok = rng.choice(options)
                 assert a.accept_token(tok) and xa.accept_token(tok)
-    assert differ > 10 and tight.expander.cache_stats["evictions"] > 10
+    stats = tight.expander.cache_stats
+    assert differ > 10 and (stats["not_cached"] > 0) == (admission == "costly")
+    if admission == "always":
+        assert stats["evictions"] > 10
 
 
 def test_every_plan_on_real_rows_equals_xgrammar(compiled: tuple[NativeCompiled, Any]) -> None:

@@ -75,6 +75,8 @@ class CKernel:
         Patch the most recently cached row on a miss: by cost (``None``), always, never.
     adapt : bool
         Correct the cost model by timing the rows whose plan the kernel chooses.
+    cache_admission : {"costly", "always"}
+        Which misses go into the row cache (see :class:`~formalgram_cfgzip.expand.MaskExpander`).
     """
 
     name = "c"
@@ -91,6 +93,7 @@ class CKernel:
         cache_rows: int,
         delta: bool | None,
         adapt: bool,
+        cache_admission: str = "costly",
     ) -> None:
         rows = -1 if dense is None else max(0, dense)
         max_rows = -1 if max_dense is None else max(0, max_dense)
@@ -107,6 +110,7 @@ class CKernel:
             delta_mode,
             adapt,
             max_rows,
+            cache_admission == "always",
         )
         self._apply_bitmask: Any = module.apply_bitmask
 

@@ -124,6 +124,14 @@ now_ns(void)
 #define NS_TAIL_WORD 0.38      /* plan 1, per token word */
 #define NS_TAIL_TOKEN 0.37     /* plan 1, per tail token */
 #define NS_DELTA_SCAN_WORD 0.4 /* a delta candidate: its class row against this one, per word */
+/* Admission to the row cache.  Writing a row into a cache slot costs more than the model's warm
+ * copy: the slot is rarely in the CPU's caches, so its 64-byte lines are fetched before they are
+ * written (2-3 us for 16 KiB on the development VM, in the peers benchmark's cold passes).  Unless
+ * the kernel admits every row, a row whose cheapest plan the model puts under NS_ADMIT_WORD per
+ * token word is cached only when it comes back: the second time it misses (the door keeps the
+ * hashes of such rows met once), and never on the path that patches a caller's row
+ * (expand_row_over), whose caller keeps its own last row and rewrites it only when it changed. */
+#define NS_ADMIT_WORD 0.4
 #define DELTA_CANDIDATES 4     /* most recently used cached rows a miss may be patched from */
 #define SET_CANDIDATES 8       /* kept sets anchored in a class row that a miss compares */
 #define ROWS_PER_PASS 8        /* precomputed rows combined in one pass over the output */
@@ -193,6 +201,10 @@ typedef struct {
     uint32_t *c_key;        /* cw words of scratch: the masked key being looked up */
     long long hits, misses, evictions, deltas;
     long long unchanged, in_place; /* rows left as they were / patched where they lay (expand_row_over) */
+    int admit_all;                 /* 1: every miss is cached; 0: the cheap ones as NS_ADMIT_WORD says */
+    uint64_t *door;                /* hashes of cheap rows met once (| 1; 0: empty), door_mask + 1 */
+    Py_ssize_t door_mask;
+    long long not_cached;          /* misses computed and not cached (cheap) */
     /* kept sets (keep_sets): class sets whose token rows are kept beside the cache and outlive
      * it; a miss may be patched from one like from a cached row.  Set g is anchored at one of its
      * classes, the one in fewest kept sets: only a class row holding a set's anchor looks at it */
@@ -347,6 +359,7 @@ Kernel_dealloc(Kernel *self)
     pool_give(self->c_block, self->c_block_bytes);
     PyMem_Free(self->c_hash);
     PyMem_Free(self->c_gen);
+    PyMem_Free(self->door);
     PyMem_Free(self->c_prev);
     PyMem_Free(self->c_next);
     PyMem_Free(self->c_table);
@@ -391,12 +404,12 @@ static int
 Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"token_class", "num_classes", "row_budget", "rows",   "cache_rows",
-                             "delta",       "adapt",       "max_rows",   NULL};
+                             "delta",       "adapt",       "max_rows",   "admit_all", NULL};
     Py_buffer tc;
     Py_ssize_t num_classes, budget, force_rows = -1, cache_rows = 0, max_rows = -1;
-    int delta_mode = 1, adapt = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nn|nnipn", kwlist, &tc, &num_classes, &budget,
-                                     &force_rows, &cache_rows, &delta_mode, &adapt, &max_rows))
+    int delta_mode = 1, adapt = 1, admit_all = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*nn|nnipnp", kwlist, &tc, &num_classes, &budget,
+                                     &force_rows, &cache_rows, &delta_mode, &adapt, &max_rows, &admit_all))
         return -1;
     if (self->cls_of != NULL) {
         PyBuffer_Release(&tc);
@@ -612,14 +625,17 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         self->c_prev = PyMem_Malloc((size_t)cache_rows * sizeof(int32_t));
         self->c_next = PyMem_Malloc((size_t)cache_rows * sizeof(int32_t));
         self->c_table = PyMem_Malloc((size_t)tsize * sizeof(int32_t));
+        self->door = PyMem_Calloc((size_t)tsize, sizeof(uint64_t));
+        self->door_mask = tsize - 1;
         if (!self->c_keys || !self->c_rows || !self->c_hash || !self->c_gen || !self->c_prev ||
-            !self->c_next || !self->c_table) {
+            !self->c_next || !self->c_table || !self->door) {
             PyErr_NoMemory();
             goto done;
         }
         memset(self->c_table, 0xff, (size_t)tsize * sizeof(int32_t));
         self->c_tmask = tsize - 1;
         self->cap = cache_rows;
+        self->admit_all = admit_all;
     }
     static uint64_t kernels_made = 0;
     self->uid = ++kernels_made;
@@ -1484,6 +1500,20 @@ cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out, 
         plan = compute_row(k, k->c_key, NULL, NULL, NULL, &st, out, -1, -1);
     if (plan == PLAN_DELTA)
         k->deltas++;
+    double cheapest = model[0];
+    for (int p = 1; p < 4; p++)
+        if (model[p] < cheapest)
+            cheapest = model[p];
+    if (!k->admit_all && cheapest < NS_ADMIT_WORD * (double)nw) { /* cheap: cached when it comes back */
+        uint64_t *door = &k->door[(h >> 17) & (uint64_t)k->door_mask];
+        if (base_row != NULL || *door != (h | 1)) {
+            if (base_row == NULL)
+                *door = h | 1;
+            k->not_cached++;
+            return plan;
+        }
+        *door = 0;
+    }
     if (k->n_cached < k->cap) {
         s = (int32_t)k->n_cached++;
     } else {
@@ -1575,22 +1605,25 @@ done:
 static PyObject *
 Kernel_cache_info(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:n,s:n}", "hits", k->hits, "misses", k->misses,
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:n,s:n}", "hits", k->hits, "misses", k->misses,
                          "evictions", k->evictions, "deltas", k->deltas, "set_deltas", k->set_deltas,
-                         "unchanged", k->unchanged,
-                         "in_place", k->in_place, "entries", k->n_cached, "capacity", k->cap);
+                         "unchanged", k->unchanged, "in_place", k->in_place, "not_cached", k->not_cached,
+                         "entries", k->n_cached, "capacity", k->cap);
 }
 
 static PyObject *
 Kernel_clear_cache(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
-    if (k->cap > 0)
+    if (k->cap > 0) {
         memset(k->c_table, 0xff, (size_t)(k->c_tmask + 1) * sizeof(int32_t));
+        memset(k->door, 0, (size_t)(k->door_mask + 1) * sizeof(uint64_t));
+    }
     for (Py_ssize_t i = 0; i < k->n_cached; i++)
         k->c_gen[i]++;
     k->n_cached = 0;
     k->c_head = k->c_tail = -1;
     k->hits = k->misses = k->evictions = k->deltas = k->set_deltas = k->unchanged = k->in_place = 0;
+    k->not_cached = 0;
     Py_RETURN_NONE;
 }
 
@@ -2093,7 +2126,8 @@ static PyMethodDef Kernel_methods[] = {
     {"cache_info", (PyCFunction)Kernel_cache_info, METH_NOARGS,
      "Row-cache counters: hits, misses, evictions, deltas (set_deltas of them from a kept set),\n"
      "unchanged and in_place (rows the C-level expand_row_over left or patched where they\n"
-     "lay), entries, capacity."},
+     "lay), not_cached (misses of rows cheap to compute, not cached: see admit_all),\n"
+     "entries, capacity."},
     {"clear_cache", (PyCFunction)Kernel_clear_cache, METH_NOARGS,
      "Drop every cached row and reset the counters."},
     {"pin_rows", (PyCFunction)(void (*)(void))Kernel_pin_rows, METH_FASTCALL,
@@ -2121,14 +2155,16 @@ static PyMethodDef Kernel_methods[] = {
 static PyTypeObject KernelType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "formalgram_cfgzip.expand._cexpand.Kernel",
     .tp_doc = PyDoc_STR("Kernel(token_class, num_classes, row_budget, rows=-1, cache_rows=0,\n"
-                        "       delta=1, adapt=True, max_rows=-1)\n\n"
+                        "       delta=1, adapt=True, max_rows=-1, admit_all=False)\n\n"
                         "Precomputed class -> token expansion for one int32 token-class array\n"
                         "(negative ids: never allowed).  The largest classes get one precomputed\n"
                         "token row each, within `row_budget` bytes and at most `max_rows` of them\n"
                         "(-1: no bound; `rows` >= 0 forces their number); an LRU cache of\n"
                         "`cache_rows` expanded rows serves expand_rows(); on a miss the nearest of\n"
                         "the most recently used rows is patched never (delta=0), when cheaper (1)\n"
-                        "or always (2)."),
+                        "or always (2).  Without admit_all, a row the cost model finds cheap to\n"
+                        "compute (under 0.4 ns per token word) is cached the second time it misses,\n"
+                        "and never by the C-level expand_row_over."),
     .tp_basicsize = sizeof(Kernel),
     .tp_itemsize = 0,
     .tp_flags = Py_TPFLAGS_DEFAULT,

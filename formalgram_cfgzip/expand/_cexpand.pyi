@@ -15,6 +15,7 @@ class Kernel:
         delta: int = 1,
         adapt: bool = True,
         max_rows: int = -1,
+        admit_all: bool = False,
     ) -> None: ...
     def expand(
         self,

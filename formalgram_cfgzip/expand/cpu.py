@@ -82,6 +82,15 @@ class MaskExpander:
         the kernel's tables, which slows the listed plans far more than the streaming
         gather.  ``False`` gives a choice that depends on the rows only (benchmarks of the
         model itself).  The rows are identical either way.
+    cache_admission : {"costly", "always"}, keyword-only
+        C kernel only: which misses go into the row cache.  ``"costly"`` (default): a row that
+        the cost model finds cheap to compute (under 0.4 ns per token word: 1.6 µs at 128k
+        tokens) is cached only when it comes back (the second time it misses), and never by
+        the native engine's ``update_next_token_bitmask``, whose matcher keeps its own last
+        row; writing a row into a cache slot that is out of the CPU's caches costs about as
+        much as computing such a row (2-3 µs at 128k tokens in a decoding loop's cold
+        caches).  ``"always"``: every miss is cached (a plain LRU; the numpy kernel's only
+        policy).  The rows are identical either way.
 
     Raises
     ------
@@ -120,8 +129,11 @@ class MaskExpander:
         delta: bool | None = None,
         kernel: Literal["auto", "c", "numpy"] = "auto",
         adapt: bool = True,
+        cache_admission: Literal["costly", "always"] = "costly",
     ) -> None:
         tc = check_token_class(token_class, num_classes)
+        if cache_admission not in ("costly", "always"):
+            raise EngineError(f"cache_admission must be 'costly' or 'always', got {cache_admission!r}")
         if memory_budget < 0 or cache_bytes < 0:
             raise EngineError("memory_budget and cache_bytes must be >= 0")
         if kernel not in ("auto", "c", "numpy"):
@@ -153,6 +165,7 @@ class MaskExpander:
                 cache_rows=cache_rows,
                 delta=delta,
                 adapt=adapt,
+                cache_admission=cache_admission,
             )
         else:
             self._kernel = NumpyKernel(
@@ -179,6 +192,7 @@ class MaskExpander:
         delta: bool | None = None,
         kernel: Literal["auto", "c", "numpy"] = "auto",
         adapt: bool = True,
+        cache_admission: Literal["costly", "always"] = "costly",
     ) -> MaskExpander:
         """Expander for a :class:`~formalgram_cfgzip.classes.TokenClasses` (all logit indices);
         the options are the constructor's."""
@@ -192,6 +206,7 @@ class MaskExpander:
             delta=delta,
             kernel=kernel,
             adapt=adapt,
+            cache_admission=cache_admission,
         )
 
     @property
@@ -228,8 +243,9 @@ class MaskExpander:
     def cache_stats(self) -> dict[str, int]:
         """Row-cache counters: ``hits`` (with the C kernel, copies of pinned rows too: see
         :meth:`pin_rows`), ``misses`` (of which ``deltas`` were patched from a cached row or,
-        ``set_deltas`` of them with the C kernel, from a kept set: see :meth:`keep_sets`),
-        ``evictions``, ``entries``, ``capacity`` (rows)."""
+        ``set_deltas`` of them with the C kernel, from a kept set: see :meth:`keep_sets`;
+        ``not_cached`` of them with the C kernel, rows cheap to compute left out of the
+        cache: see ``cache_admission``), ``evictions``, ``entries``, ``capacity`` (rows)."""
         return self._kernel.cache_stats()
 
     def clear_cache(self) -> None:

@@ -82,6 +82,21 @@ typedef struct {
     uint32_t pad;
 } Visit;
 
+/* A push-trie node T whose trie below it is one path to a leaf L, with no tail ending on it but L's:
+ * a stack node made for T always has one parent, the node made for the next trie node, down to the
+ * node made for L (made in the same step, just before: its id is len lower).  A walk that starts at
+ * such a node as a top reads the same symbols down to L whatever the stack below, so the pairs it
+ * visits there are the grammar's, not the stack's: summed up once, when the tables are made. */
+typedef struct {
+    int32_t len;     /* edges from T down to L; 0: T is no such node */
+    int32_t end;     /* the domain state at L (the walk goes on from the pair (node of L, end)); -1:
+                      * the walk ends above L */
+    int32_t leaf;    /* L */
+    int32_t outs;    /* the output sets of the pairs above L: chain_outs[outs .. outs + nouts) */
+    int32_t nouts;
+    int32_t pad[3];
+} Chain;
+
 typedef struct {
     PyObject_HEAD
     int32_t nsym, start, accepts_empty, num_classes, stop_class, words;
@@ -98,6 +113,8 @@ typedef struct {
     DEdge *dedges;
     int32_t *root_child; /* per symbol, the root state's edge target (-1: none): every walk starts
                           * there, once per top, and the root has an edge per symbol */
+    Chain *chain;        /* per trie node: the walk down its single path from a top (see Chain) */
+    int32_t *chain_outs;
     int32_t *set_start, *set_class;
     int64_t *set_bits_at; /* offset of a set's bit row in set_bits, -1: OR its list instead */
     uint32_t *set_bits;
@@ -126,7 +143,7 @@ typedef struct {
     int64_t vcount;
     int32_t *stack;
     int64_t stack_cap;
-    int64_t last_pairs;
+    int64_t last_pairs, last_chained; /* the last walk's pairs visited, and those chain summaries stood for */
     int32_t *key;     /* scratch: the memo key of the fill under way (see fill_row) */
     int64_t key_cap;
     uint32_t *crow;   /* scratch: a class row (State.fill_token) */
@@ -152,6 +169,8 @@ Tables_dealloc(Tables *t)
     free(t->dstates);
     free(t->dedges);
     free(t->root_child);
+    free(t->chain);
+    free(t->chain_outs);
     free(t->set_start);
     free(t->set_class);
     free(t->set_bits_at);
@@ -219,6 +238,8 @@ bad(const char *msg)
     PyErr_SetString(PyExc_ValueError, msg);
     return -1;
 }
+
+static int make_chains(Tables *t, int64_t npush);
 
 static int
 Tables_init(Tables *t, PyObject *args, PyObject *kwds)
@@ -380,6 +401,8 @@ Tables_init(Tables *t, PyObject *args, PyObject *kwds)
     if (n_out > 0) /* backwards: where a symbol had two edges, the first is the one dom_child finds */
         for (int64_t e = estart[1] - 1; e >= estart[0]; e--)
             t->root_child[esym[e]] = eto[e];
+    if (make_chains(t, n_tp) < 0)
+        goto done;
     /* class sets: a bit row when ORing it is cheaper than setting its classes one by one */
     t->set_bits_at = malloc(((size_t)t->nsets + 1) * sizeof(int64_t));
     if (t->set_bits_at == NULL) {
@@ -467,6 +490,97 @@ dom_child(const Tables *t, int32_t d, int32_t sym)
     return -1;
 }
 
+/* The longest walk a chain summary is made of: longer chains are walked pair by pair (it bounds the
+ * work of making the summaries by CHAIN_WALK_MAX per trie node). */
+#define CHAIN_WALK_MAX 64
+
+/* t->chain and t->chain_outs (see Chain) from the trie and the domain automaton; -1 on MemoryError */
+static int
+make_chains(Tables *t, int64_t npush)
+{
+    int32_t n = t->ntrie;
+    size_t m = (size_t)(n > 0 ? n : 1);
+    int32_t *kids = calloc(m, sizeof(int32_t)), *only = malloc(m * sizeof(int32_t));
+    int32_t *len = malloc(m * sizeof(int32_t)), *leaf = malloc(m * sizeof(int32_t));
+    uint8_t *tail = calloc(m, 1);
+    int64_t cap = 0, nouts = 0;
+    int rc = -1;
+    t->chain = calloc(m, sizeof(Chain));
+    if (kids == NULL || only == NULL || len == NULL || leaf == NULL || tail == NULL || t->chain == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int32_t i = 0; i < n; i++)
+        only[i] = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (t->trie[i].up >= 0) {
+            kids[t->trie[i].up]++;
+            only[t->trie[i].up] = i;
+        }
+    for (int64_t e = 0; e < npush; e++)
+        if (t->trans_push[e] >= 0)
+            tail[t->trans_push[e]] = 1;
+    /* len: edges down the single path to a leaf with no tail ending above the leaf, -1: none (a node's
+     * children come after it, so backwards sees them first) */
+    for (int32_t i = n - 1; i >= 0; i--) {
+        int32_t c = only[i];
+        if (kids[i] == 0) {
+            len[i] = 0;
+            leaf[i] = i;
+        } else if (kids[i] == 1 && len[c] >= 0 && (len[c] == 0 || !tail[c])) {
+            len[i] = len[c] + 1;
+            leaf[i] = leaf[c];
+        } else {
+            len[i] = -1;
+        }
+    }
+    for (int32_t i = 0; i < n; i++) {
+        if (len[i] < 1 || len[i] > CHAIN_WALK_MAX || tail[i]) /* a tail ending here: more parents */
+            continue;
+        int32_t d = t->root_child[t->trie[i].sym];
+        if (d < 0)
+            continue;
+        Chain *ch = &t->chain[i];
+        int64_t first = nouts;
+        int32_t end = -1, cur = i;
+        for (int32_t k = 0; k < len[i]; k++) {
+            const DState *ds = &t->dstates[d];
+            int seen = ds->out < 0;
+            for (int64_t j = first; j < nouts && !seen; j++)
+                seen = t->chain_outs[j] == ds->out;
+            if (!seen) {
+                if (GROW(t->chain_outs, cap, nouts + 1) < 0)
+                    goto done;
+                t->chain_outs[nouts++] = ds->out;
+            }
+            if (ds->deg == 0)
+                break;
+            cur = only[cur];
+            if ((d = dom_child(t, d, t->trie[cur].sym)) < 0)
+                break;
+            if (k == len[i] - 1)
+                end = d;
+        }
+        if (nouts > INT32_MAX) {
+            PyErr_SetString(PyExc_MemoryError, "chain summaries too large");
+            goto done;
+        }
+        ch->len = len[i];
+        ch->end = end;
+        ch->leaf = leaf[i];
+        ch->outs = (int32_t)first;
+        ch->nouts = (int32_t)(nouts - first);
+    }
+    rc = 0;
+done:
+    free(kids);
+    free(only);
+    free(len);
+    free(leaf);
+    free(tail);
+    return rc;
+}
+
 static uint32_t
 next_step_id(Tables *t)
 {
@@ -485,6 +599,7 @@ typedef struct {
     int32_t sym, plen; /* symbol (-1 for the bottom), number of parents */
     int32_t poff;      /* the parents: arena[poff .. poff + plen) (the arena stays under INT32_MAX) */
     int32_t p0;        /* arena[poff] when plen > 0 (else 0): a chain's walk reads no arena */
+    int32_t tn;        /* the push-trie node it was made for, -1: none (the start, a merge) */
 } Node;
 
 /* node v's parents: arena[off .. off + len), the first kept in the node (set every node's parents
@@ -624,6 +739,7 @@ new_node(State *s, int32_t symbol)
     }
     int64_t i = s->nn++;
     s->nodes[i].sym = symbol;
+    s->nodes[i].tn = -1;
     set_parents(&s->nodes[i], s->arena, 0, 0);
     s->nstamp[i] = 0;
     return (int)i;
@@ -757,6 +873,7 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
             } else {
                 if ((g = step_node(s, t->trie[tau].sym, first_new)) < 0)
                     return -1;
+                s->nodes[g].tn = tau;
                 t->fresh[tau].stamp = id;
                 t->fresh[tau].node = g;
                 int32_t tt = tau, child = g;
@@ -779,6 +896,7 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
                     int32_t h = step_node(s, t->trie[up].sym, first_new);
                     if (h < 0)
                         return -1;
+                    s->nodes[h].tn = up;
                     t->fresh[up].stamp = id;
                     t->fresh[up].node = h;
                     if (add_rec(t, &nrec, first_new, h, child, -1) < 0)
@@ -1106,6 +1224,10 @@ fill_row(State *s, uint32_t *row)
 #define SMALL_WALK_MAX 32
 static int g_small_walk = SMALL_WALK_MAX;
 
+/* Whether a walk takes the chain summaries at its tops (see Chain); `chain_walks(on)` switches them
+ * (tests compare both, and walks of the small list's size across its limit); masks do not depend on it. */
+static int g_chain_walks = 1;
+
 /* `key` into this walk's (generation w) visited table: 1 when new, 0 when there already, -1 on
  * MemoryError (the table doubles, rehashing this walk's pairs, when half full) */
 static int
@@ -1163,7 +1285,7 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
         memset(t->visit, 0, (size_t)(t->vmask + 1) * sizeof(Visit));
         w = t->walk_id = 1;
     }
-    int64_t nhits = 0, n = 0, pairs = 0;
+    int64_t nhits = 0, n = 0, pairs = 0, chained = 0;
     uint64_t small[SMALL_WALK_MAX];
     const int limit = g_small_walk;
     int nsmall = 0; /* limit + 1: the walk's pairs are in the table */
@@ -1171,18 +1293,37 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
     /* a level: n (node, state) pairs in stack[0 .. 2n), each state already past its node's symbol */
     if (GROW(t->stack, t->stack_cap, 2 * (int64_t)ntops + 2) < 0)
         return -1;
+    const Node *nodes = s->nodes;
     for (int32_t i = 0; i < ntops; i++) {
         int32_t v = tops[i];
         if (v == 0)
             continue;
-        int32_t d = dom_child(t, 0, s->nodes[v].sym);
+        int32_t d = dom_child(t, 0, nodes[v].sym);
         if (d < 0)
             continue;
+        int32_t tn = nodes[v].tn;
+        if (tn >= 0 && g_chain_walks && nodes[v].plen == 1) {
+            const Chain *ch = &t->chain[tn];
+            int32_t low = v - ch->len; /* the node made for the chain's leaf, if it is one */
+            if (ch->len > 0 && low > 0 && nodes[low].tn == ch->leaf) {
+                for (int32_t k = ch->outs; k < ch->outs + ch->nouts; k++) {
+                    int32_t o = t->chain_outs[k];
+                    if (t->set_stamp[o] != w) {
+                        t->set_stamp[o] = w;
+                        t->hits[nhits++] = o;
+                    }
+                }
+                chained += ch->len;
+                if (ch->end < 0)
+                    continue;
+                v = low;
+                d = ch->end;
+            }
+        }
         t->stack[2 * n] = v;
         t->stack[2 * n + 1] = d;
         n++;
     }
-    const Node *nodes = s->nodes;
     while (n) {
         int32_t *st = t->stack;
         for (int64_t i = 0; i < n; i++) {
@@ -1267,6 +1408,7 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
         memmove(st, st + 2 * m, (size_t)(q - 2 * m) * sizeof(int32_t));
     }
     t->last_pairs = pairs;
+    t->last_chained = chained;
     int32_t words = t->words;
     for (int64_t i = 0; i < nhits; i++) {
         int32_t o = t->hits[i];
@@ -1516,6 +1658,7 @@ State_compact(State *s, PyObject *arg)
             arena[off + k] = newid[par[k]];
         Node *w = &s->nodes[newid[i]];
         w->sym = v.sym;
+        w->tn = v.tn;
         set_parents(w, arena, (int32_t)off, v.plen); /* off <= the old arena's size */
         off += v.plen;
     }
@@ -1791,10 +1934,11 @@ State_node(State *s, PyObject *arg)
 static PyObject *
 State_info(State *s, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "nodes", (long long)s->nn, "parents",
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "nodes", (long long)s->nn, "parents",
                          (long long)s->an, "position", (long long)(s->hn - 1), "last_pairs",
-                         (long long)s->t->last_pairs, "memo_hits", s->memo_hits, "rows_kept", s->rows_kept,
-                         "prefix_hits", s->prefix_hits, "prefixes", (long long)s->t->pm_n);
+                         (long long)s->t->last_pairs, "last_chained", (long long)s->t->last_chained,
+                         "memo_hits", s->memo_hits, "rows_kept", s->rows_kept, "prefix_hits", s->prefix_hits,
+                         "prefixes", (long long)s->t->pm_n);
 }
 
 /* fill_batch(states, bitmask): row i of a C-contiguous int32 (batch, words) bitmask from states[i] */
@@ -1885,6 +2029,7 @@ static PyMethodDef State_methods[] = {
     {"node", (PyCFunction)State_node, METH_O, "node(i) -> (symbol, parents)"},
     {"info", (PyCFunction)State_info, METH_NOARGS,
      "Sizes: nodes, parents (arena entries), position, last_pairs (pairs of the last walk of the tables),\n"
+     "last_chained (the pairs of that walk that chain summaries stood for, not visited),\n"
      "memo_hits (fills answered by the memo of the last fill), rows_kept (update_token calls that found\n"
      "the memo's row already in place and wrote nothing), prefix_hits (fills answered by the tables'\n"
      "prefix memo), prefixes (its nodes)."},
@@ -1933,12 +2078,27 @@ small_walk(PyObject *self, PyObject *arg)
     return PyLong_FromLong(old);
 }
 
+static PyObject *
+chain_walks(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    int old = g_chain_walks;
+    g_chain_walks = on;
+    return PyBool_FromLong(old);
+}
+
 static PyMethodDef module_methods[] = {
     {"fill_batch", (PyCFunction)(void (*)(void))fill_batch, METH_FASTCALL,
      "fill_batch(states, bitmask)\n\nRow i of a C-contiguous int32 bitmask := class mask of states[i]."},
     {"small_walk", (PyCFunction)small_walk, METH_O,
      "small_walk(n) -> previous n\n\nThe pairs a class walk keeps in a list before it moves them to a hash\n"
      "table (0..32, default 32; the masks do not depend on it)."},
+    {"chain_walks", (PyCFunction)chain_walks, METH_O,
+     "chain_walks(on) -> previous\n\nWhether walks take the chain summaries at their tops (default True;\n"
+     "the masks do not depend on it)."},
     {NULL, NULL, 0, NULL},
 };
 
