@@ -61,3 +61,7 @@ def fill_batch(states: Sequence[State], bitmask: WriteableBuffer, /) -> None:
 def small_walk(n: int, /) -> int:
     """The pairs a class walk keeps in a list before it moves them to a hash table (0..32,
     default 32; the masks do not depend on it); returns the previous value."""
+
+def chain_walks(on: object, /) -> bool:
+    """Whether class walks take the chain summaries at their tops (default ``True``; the masks
+    do not depend on it); returns the previous setting."""
