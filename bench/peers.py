@@ -395,9 +395,13 @@ def timed_pass(
     perf = time.perf_counter
     rng = np.random.default_rng(seed)
     memo = 0
-    for walk in walks:
+    # each walk's own row for the update variant, made and written before the timed steps (a
+    # decoding loop's bitmask is allocated once, its pages already mapped; GLRMask's `gb` too)
+    own_rows = [update.allocate_token_bitmask(1) for _ in walks]
+    for r in own_rows:
+        r.fill(-1)
+    for walk, bm_u in zip(walks, own_rows, strict=True):
         mn, ms, mu = native.matcher(), split.matcher(), update.matcher()
-        bm_u = update.allocate_token_bitmask(1)  # the walk's own row
         state = glr.start() if glr is not None else None
         for tok in walk:
             for j in rng.permutation(len(variants)):
