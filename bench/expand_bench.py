@@ -228,7 +228,7 @@ def real_rows_report(
         # MaskExpander(cache_bytes=0, delta=False, kernel="c") builds it
         kernel = CKernel(
             kernel_module, tc, classes, memory_budget=32 << 20, max_dense=None, dense=None,
-            cache_rows=0, delta=False, adapt=True,
+            cache_rows=0, delta=False, adapt=True, cache_admission="costly",
         ).raw  # fmt: skip
         base = None
         if base_module is not None:  # positional: (token_class, classes, budget, -1, cache 0, delta 0, adapt)

@@ -1,10 +1,13 @@
-"""Vocabularies and an automaton reader shared by the native engine's tests (no tests here)."""
+"""Vocabularies, compression of a drawn grammar and an automaton reader shared by the native engine's tests (no tests here)."""
 
 from __future__ import annotations
 
 import random
 
-from formalgram_cfgzip import Vocabulary
+from hypothesis import assume
+
+from formalgram import EmptyLanguageError, Grammar
+from formalgram_cfgzip import TokenClasses, Vocabulary, compress
 from formalgram_cfgzip.search.domains import DomainAutomaton
 
 
@@ -12,6 +15,15 @@ def small_vocab(tokens: list[bytes]) -> Vocabulary:
     """``tokens`` plus a special token and a stop token."""
     n = len(tokens)
     return Vocabulary([*tokens, b"<s>", b"</s>"], special_ids=[n, n + 1], stop_ids=[n + 1])
+
+
+def compressed_or_rejected(g: Grammar, vocab: Vocabulary) -> TokenClasses:
+    """``compress(g, vocab)``; a grammar of the empty language rejects the Hypothesis example."""
+    try:
+        return compress(g, vocab, progress=False)
+    except EmptyLanguageError:
+        assume(False)
+        raise  # not reached: assume(False) raises
 
 
 def sample_vocab(n: int, seed: int) -> Vocabulary:

@@ -27,12 +27,12 @@ import pytest
 from _build import PURE_PYTHON, c_param, expected_kernels, require_kernel
 from _counted import checks_at_least, gave_up
 from _engine_oracle import row_tokens
-from _native_helpers import accepted_words, sample_vocab, small_vocab
-from hypothesis import HealthCheck, assume, given, settings
+from _native_helpers import accepted_words, compressed_or_rejected, sample_vocab, small_vocab
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import formalgram
-from formalgram import PDA, EarleyRecognizer, EmptyLanguageError, Grammar, accepts
+from formalgram import PDA, EarleyRecognizer, Grammar, accepts
 from formalgram.errors import GrammarTooLarge
 from formalgram.testing import grammars
 from formalgram_cfgzip import TokenClasses, Vocabulary, compress, engines
@@ -176,11 +176,7 @@ token_lists = st.lists(
 def test_mask_equals_earley_on_random_grammars(g: Grammar, tokens: list[bytes], seed: int) -> None:
     """proofs/native_engine.md, Theorem 1: every token at every step, against Earley."""
     vocab = small_vocab(tokens)
-    try:
-        classes = compress(g, vocab, progress=False)
-    except EmptyLanguageError:
-        assume(False)
-        return
+    classes = compressed_or_rejected(g, vocab)
     tables = build_tables(classes, g)
     grammars_ = [NativeCompiled(classes, tables, kernel=k) for k in BOTH]
     # peers that forget all but the last token (compacting every other step): same masks
@@ -189,7 +185,7 @@ def test_mask_equals_earley_on_random_grammars(g: Grammar, tokens: list[bytes], 
 
 
 @checks_at_least(40)
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(grammars(max_nonterminals=4, max_rhs=6, alphabet=ALPHABET), token_lists, st.integers(0, 2**32 - 1))
 def test_chain_summaries_keep_masks_exact_on_random_grammars(
     g: Grammar, tokens: list[bytes], seed: int
@@ -200,11 +196,7 @@ def test_chain_summaries_keep_masks_exact_on_random_grammars(
     summary are not counted."""
     require_kernel("native")
     vocab = small_vocab(tokens)
-    try:
-        classes = compress(g, vocab, progress=False)
-    except EmptyLanguageError:
-        assume(False)
-        return
+    classes = compressed_or_rejected(g, vocab)
     tables = build_tables(classes, g)
     c, py = NativeCompiled(classes, tables, kernel="c"), NativeCompiled(classes, tables, kernel="python")
     rng, trie = random.Random(seed), VocabTrie(vocab)
@@ -236,11 +228,7 @@ def test_chain_summaries_keep_masks_exact_on_random_grammars(
 def test_gss_holds_exactly_the_pda_stacks(g: Grammar, letters: list[int]) -> None:
     """proofs/native_engine.md, Lemma 2: the GSS's stacks equal the explicit PDA simulation."""
     vocab = small_vocab([bytes([b]) for b in ALPHABET])
-    try:
-        classes = compress(g, vocab, progress=False)
-    except EmptyLanguageError:
-        assume(False)
-        return
+    classes = compressed_or_rejected(g, vocab)
     gnf = searched_gnf(g, specialized=bool(classes.stats["specialized"]))
     tables = build_tables(classes, g, gnf=gnf)
     pda = PDA.from_gnf(gnf)
@@ -283,11 +271,7 @@ def _stacks(state: StateLike) -> set[tuple[int, ...]]:
 def test_domain_automaton_reads_exactly_the_popped_sequences(g: Grammar, tokens: list[bytes]) -> None:
     """proofs/native_engine.md, Lemma 3: class k's words are dom(k) of the explicit displacement."""
     vocab = small_vocab(tokens)
-    try:
-        classes = compress(g, vocab, progress=False)
-    except EmptyLanguageError:
-        assume(False)
-        return
+    classes = compressed_or_rejected(g, vocab)
     gnf = searched_gnf(g, specialized=bool(classes.stats["specialized"]))
     tables = build_tables(classes, g, gnf=gnf)
     search = DisplacementSearch(gnf)

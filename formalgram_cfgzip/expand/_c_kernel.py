@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -93,7 +93,7 @@ class CKernel:
         cache_rows: int,
         delta: bool | None,
         adapt: bool,
-        cache_admission: str = "costly",
+        cache_admission: Literal["costly", "always"],
     ) -> None:
         rows = -1 if dense is None else max(0, dense)
         max_rows = -1 if max_dense is None else max(0, max_dense)

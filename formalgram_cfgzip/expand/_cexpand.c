@@ -1160,15 +1160,24 @@ plan_costs(const Kernel *k, const Stats *st, double *model, int *bigs)
         model[p] = compose_cost(k, p, st, &bigs[p]);
 }
 
+/* The least of the modelled costs of plans 0-3 in `model` */
+static double
+min_plan_cost(const double *model)
+{
+    double cost = HUGE_VAL;
+    for (int p = 0; p < PLAN_DELTA; p++)
+        cost = model[p] < cost ? model[p] : cost;
+    return cost;
+}
+
 /* The most a delta may cost by the model (delta_cost) and still be chosen over plans 0-3 of
  * modelled costs `model` (without `pre`, the part every plan pays), whether the choice is
  * corrected (see learn) or not. */
 static double
 delta_limit(const Kernel *k, const double *model, double pre)
 {
-    double raw = HUGE_VAL, corrected = HUGE_VAL;
+    double raw = min_plan_cost(model), corrected = HUGE_VAL;
     for (int p = 0; p < PLAN_DELTA; p++) {
-        raw = model[p] < raw ? model[p] : raw;
         double c = (model[p] + pre) * k->corr[p];
         corrected = c < corrected ? c : corrected;
     }
@@ -1500,11 +1509,7 @@ cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out, 
         plan = compute_row(k, k->c_key, NULL, NULL, NULL, &st, out, -1, -1);
     if (plan == PLAN_DELTA)
         k->deltas++;
-    double cheapest = model[0];
-    for (int p = 1; p < 4; p++)
-        if (model[p] < cheapest)
-            cheapest = model[p];
-    if (!k->admit_all && cheapest < NS_ADMIT_WORD * (double)nw) { /* cheap: cached when it comes back */
+    if (!k->admit_all && min_plan_cost(model) < NS_ADMIT_WORD * (double)nw) { /* cheap: cached when it comes back */
         uint64_t *door = &k->door[(h >> 17) & (uint64_t)k->door_mask];
         if (base_row != NULL || *door != (h | 1)) {
             if (base_row == NULL)
@@ -1739,10 +1744,7 @@ cheapest_cost(const Kernel *k, const Stats *st)
     double model[5];
     int bigs[5];
     plan_costs(k, st, model, bigs);
-    double cost = HUGE_VAL;
-    for (int p = 0; p < PLAN_DELTA; p++)
-        cost = model[p] < cost ? model[p] : cost;
-    return cost + NS_FIXED + NS_SCAN_WORD * (double)k->cw;
+    return min_plan_cost(model) + NS_FIXED + NS_SCAN_WORD * (double)k->cw;
 }
 
 /* Kernel.keep_sets(set_start, set_class, max_sets, min_ns) -> int: the kept sets (see the

@@ -1098,20 +1098,33 @@ memo_key(State *s, const int32_t *tops, int32_t ntops, int64_t *max)
 
 static int fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops);
 
+/* the prefix memo's edge key of (parent, cls) */
+static inline int64_t
+pm_key(int32_t parent, int32_t cls)
+{
+    return ((int64_t)parent << 32) | (uint32_t)cls;
+}
+
+/* the slot of `key` in an edge table of mask + 1 slots (keys -1: empty), or of the empty slot where
+ * it would go */
+static inline uint64_t
+pm_slot(const int64_t *keys, uint64_t mask, int64_t key)
+{
+    uint64_t h = mix64((uint64_t)key) & mask;
+    while (keys[h] >= 0 && keys[h] != key)
+        h = (h + 1) & mask;
+    return h;
+}
+
 /* the prefix memo's child of node `parent` by class `cls`, -1: none */
 static int32_t
 pm_find(const Tables *t, int32_t parent, int32_t cls)
 {
     if (t->pm_hmask == 0 || parent < 0)
         return -1;
-    int64_t key = ((int64_t)parent << 32) | (uint32_t)cls;
-    uint64_t h = mix64((uint64_t)key) & t->pm_hmask;
-    while (t->pm_keys[h] >= 0) {
-        if (t->pm_keys[h] == key)
-            return t->pm_child[h];
-        h = (h + 1) & t->pm_hmask;
-    }
-    return -1;
+    int64_t key = pm_key(parent, cls);
+    uint64_t h = pm_slot(t->pm_keys, t->pm_hmask, key);
+    return t->pm_keys[h] == key ? t->pm_child[h] : -1;
 }
 
 /* the edge (parent, cls) -> child into the prefix memo's table (absent before); -1 on MemoryError */
@@ -1133,9 +1146,7 @@ pm_link(Tables *t, int32_t parent, int32_t cls, int32_t child)
         memset(keys, 0xff, size * sizeof(int64_t));
         for (uint64_t i = 0; t->pm_hmask != 0 && i <= t->pm_hmask; i++)
             if (t->pm_keys[i] >= 0) {
-                uint64_t h = mix64((uint64_t)t->pm_keys[i]) & (size - 1);
-                while (keys[h] >= 0)
-                    h = (h + 1) & (size - 1);
+                uint64_t h = pm_slot(keys, size - 1, t->pm_keys[i]);
                 keys[h] = t->pm_keys[i];
                 kids[h] = t->pm_child[i];
             }
@@ -1145,10 +1156,8 @@ pm_link(Tables *t, int32_t parent, int32_t cls, int32_t child)
         t->pm_child = kids;
         t->pm_hmask = size - 1;
     }
-    int64_t key = ((int64_t)parent << 32) | (uint32_t)cls;
-    uint64_t h = mix64((uint64_t)key) & t->pm_hmask;
-    while (t->pm_keys[h] >= 0)
-        h = (h + 1) & t->pm_hmask;
+    int64_t key = pm_key(parent, cls);
+    uint64_t h = pm_slot(t->pm_keys, t->pm_hmask, key);
     t->pm_keys[h] = key;
     t->pm_child[h] = child;
     return 0;
@@ -1432,14 +1441,22 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
 /* ------------------------------------------------------------------------------------ */
 /* Python methods                                                                        */
 
+/* accept_bytes with the bytes of a buffer object: 1, 0 or -1 (an error set) */
+static int
+accept_buffer(State *s, PyObject *data)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(data, &v, PyBUF_SIMPLE) < 0)
+        return -1;
+    int r = accept_bytes(s, (const uint8_t *)v.buf, v.len);
+    PyBuffer_Release(&v);
+    return r;
+}
+
 static PyObject *
 State_accept_bytes(State *s, PyObject *arg)
 {
-    Py_buffer v;
-    if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0)
-        return NULL;
-    int r = accept_bytes(s, (const uint8_t *)v.buf, v.len);
-    PyBuffer_Release(&v);
+    int r = accept_buffer(s, arg);
     if (r < 0)
         return NULL;
     return PyBool_FromLong(r);
@@ -1461,11 +1478,7 @@ State_accept_class(State *s, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_ValueError, "class %ld is outside 0..%d", cls, s->t->num_classes - 1);
         return NULL;
     }
-    Py_buffer v;
-    if (PyObject_GetBuffer(args[0], &v, PyBUF_SIMPLE) < 0)
-        return NULL;
-    int r = accept_bytes(s, (const uint8_t *)v.buf, v.len);
-    PyBuffer_Release(&v);
+    int r = accept_buffer(s, args[0]);
     if (r < 0)
         return NULL;
     if (r) {
