@@ -339,6 +339,11 @@ def main() -> None:
         help="with --prewarm: the paths of token classes from the start whose class masks the "
         "prefix memo holds (max_prefixes; 1: the start's only; default 1024)",
     )
+    peers.add_argument(
+        "--kinds",
+        action="store_true",
+        help="also break the update's steps down by what its call did (an untimed replay after the passes)",
+    )
     args = ap.parse_args()
     if args.peers:
         from bench.peers import main_peers

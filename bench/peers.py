@@ -53,7 +53,9 @@ step's minimum over the passes and the total (the sum of those minima), which dr
 preemptions of a loaded machine (XGrammar's from its one pass), of each,
 the ratios native / GLRMask, the class-fill / expansion split and the expander's plans; a
 Markdown table at the end, and with ``--plot`` a figure of the per-step times (each step's
-minimum over the passes) per engine.
+minimum over the passes) per engine.  With ``--kinds`` an untimed cold replay sorts the update's
+steps by what its call did (:func:`update_kinds`), with both engines' medians over each kind: where
+the update's median lies.
 """
 
 from __future__ import annotations
@@ -438,6 +440,56 @@ def timed_pass(
     return times, plans, memo
 
 
+def update_kinds(loaded: Loaded, walks: list[list[int]]) -> list[str]:
+    """What the update variant's call did at every step of a cold pass, replayed untimed (its
+    row cache emptied, fresh matchers, the same walks): ``kept`` (the tops did not move, so the
+    last fill's class mask and the row in place stand: nothing done), ``unchanged`` (a class
+    fill whose mask equals the last), ``in place`` (the differing classes flipped where the row
+    lies), ``hit`` (a copy from the row cache or a pinned row), ``built`` (a miss computed class
+    by class) or ``patched`` (a miss patched from a cached row or kept set); `` (memo)`` is
+    appended where the class mask came from the prefix memo."""
+    update = loaded.update
+    ex = update.expander
+    assert ex is not None
+    ex.clear_cache()
+    kinds: list[str] = []
+    names = (("unchanged", "unchanged"), ("in_place", "in place"), ("hits", "hit"), ("deltas", "patched"))
+    for walk in walks:
+        m = update.matcher()
+        bm = update.allocate_token_bitmask(1)
+        for tok in walk:
+            before, memo = ex.cache_stats, m.info().get("prefix_hits", 0)
+            m.update_next_token_bitmask(bm, 0)
+            after = ex.cache_stats
+            moved = {k for k in after if after[k] != before.get(k)}
+            kind = next(
+                (label for key, label in names if key in moved), "built" if "misses" in moved else "kept"
+            )
+            kinds.append(
+                kind + (" (memo)" if m.info().get("prefix_hits", 0) > memo and kind != "kept" else "")
+            )
+            m.accept_token(tok)
+    return kinds
+
+
+def kinds_table(
+    kinds: list[str], update: npt.NDArray[np.float64], glr: npt.NDArray[np.float64] | None
+) -> list[str]:
+    """Lines of a table: per kind of update step (:func:`update_kinds`), its steps, the update's
+    and GLRMask's medians over those steps (each step's minimum over the passes, µs), and the
+    steps at or below the overall median of the update."""
+    median = float(np.median(update))
+    out = []
+    for kind, n in Counter(kinds).most_common():
+        at = np.array([k == kind for k in kinds])
+        g = f"{np.median(glr[at]) * 1e6:6.2f}" if glr is not None else "     -"
+        out.append(
+            f"    {kind:18} {n:4d} steps  update {np.median(update[at]) * 1e6:6.2f} µs  GLRMask {g} µs  "
+            f"at or below the update's median: {int(np.sum(update[at] <= median))}"
+        )
+    return out
+
+
 def row_copy_us(vocab: Vocabulary) -> float:
     """One ``np.copyto`` of a token row of ``vocab`` (its fastest of 5 x 20,000), in µs: the
     floor of a fill that copies a stored row, call included, on the machine as it is now."""
@@ -597,6 +649,10 @@ def main_peers(args: Any) -> None:
                 f"{p99f.get(k, float('nan')):9.1f} µs  total {total.get(k, float('nan')):10.2f} ms"
             )
         print(f"  expansion plans: {dict(plans)}; update fills from the prefix memo: {memo_fills}")
+        if args.kinds and "update" in floors and len(floors["update"]) == sum(map(len, walks)):
+            print("  the update's steps by kind (medians of the step minima):")
+            for line in kinds_table(update_kinds(loaded, walks), floors["update"], floors.get("glrmask")):
+                print(line)
 
         def cell(k: str, digits: int = 1, st: Any = stats, pf: Any = p99f, tot: Any = total) -> str:
             med, p99, _ = st[k]

@@ -191,6 +191,61 @@ def test_cost_corrections_are_learnt_from_chosen_rows_only() -> None:
     assert all(0.2 <= v <= 5.0 for v in learnt.values()), learnt
 
 
+@settings(max_examples=120, deadline=None)
+@given(
+    width=st.integers(1, 3_000),
+    classes=st.integers(1, 300),
+    seed=st.integers(0, 2**32 - 1),
+    rows=st.integers(-1, 120),
+    flips=st.integers(0, 70),
+)
+def test_patch_in_place_equals_the_oracle(width: int, classes: int, seed: int, rows: int, flips: int) -> None:
+    """``Kernel.patch``, the in-place step of the native engine's row update: a base token row
+    with the classes that differ flipped where it lies equals the oracle's row of the new class
+    row, whichever of the differing classes have precomputed rows (``rows``: none, some, all);
+    past its lists (256 small, 64 large classes) or over the limit it writes nothing."""
+    rng = np.random.default_rng(seed)
+    tc = skewed(rng, width, classes, float(rng.random() * 3), float(rng.random() * 0.3))
+    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 30, rows)
+    base_row = class_row(rng, classes, float(rng.random()), junk=False)
+    row = base_row.copy()
+    bits = row.view(np.uint32)
+    flipped = rng.choice(classes, size=min(flips, classes), replace=False)
+    for c in flipped:
+        bits[c // 32] ^= np.uint32(1 << (c % 32))
+    if rng.random() < 0.3:  # bits past num_classes are not classes
+        bits[-1] |= np.uint32((0xFFFFFFFF << (classes % 32)) & 0xFFFFFFFF) if classes % 32 else np.uint32(0)
+    base = oracle_row(tc, base_row, classes).copy()
+    out = base.copy()
+    differ = bool(np.isin(flipped, tc).any())  # a class with tokens differs
+    # a limit of 0 ns refuses any patch that flips a token, and a refused patch writes nothing
+    # (one that flips only classes without tokens may go through)
+    refused = not kernel.patch(row, base_row, out, 0.0)
+    assert np.array_equal(out, base) and (refused or np.array_equal(base, oracle_row(tc, row, classes)))
+    assert refused or not differ
+    if kernel.patch(row, base_row, out):
+        assert np.array_equal(out, oracle_row(tc, row, classes))
+    else:  # more differing classes with precomputed rows than one patch lists
+        assert np.array_equal(out, base) and len(flipped) > 64
+
+
+def test_patch_flips_precomputed_rows() -> None:
+    """Every class with a precomputed row: the patch XORs those rows (a pass of up to eight),
+    across more than one pass, and lists the tail's classes past one batch of 32."""
+    rng = np.random.default_rng(11)
+    tc = skewed(rng, 50_000, 400, 0.0, 0.02)
+    for rows, flips in ((400, 20), (0, 200), (30, 60)):
+        kernel = cexpand.Kernel(tc.astype(np.int32), 400, 1 << 30, rows)
+        assert kernel.info()["rows"] == rows
+        base_row = class_row(rng, 400, 0.5, junk=False)
+        row = base_row.copy()
+        for c in rng.choice(400, size=flips, replace=False):
+            row.view(np.uint32)[c // 32] ^= np.uint32(1 << (c % 32))
+        out = oracle_row(tc, base_row, 400).copy()
+        assert kernel.patch(row, base_row, out)
+        assert np.array_equal(out, oracle_row(tc, row, 400)), (rows, flips)
+
+
 def test_delta_into_its_own_base() -> None:
     """``out`` may be the base row itself (patched in place)."""
     rng = np.random.default_rng(5)

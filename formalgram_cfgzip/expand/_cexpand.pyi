@@ -27,6 +27,14 @@ class Kernel:
         big: int = -1,
         /,
     ) -> int: ...
+    def patch(
+        self,
+        class_row: ReadableBuffer,
+        base_class: ReadableBuffer,
+        out: WriteableBuffer,
+        limit_ns: float = ...,
+        /,
+    ) -> bool: ...
     def expand_rows(
         self,
         class_bitmask: ReadableBuffer,

@@ -303,8 +303,7 @@ class MaskExpander:
         >>> ex.keep_sets([0, 3, 40], list(range(3)) + list(range(3, 40)), min_cost_ns=0.0) <= 2
         True
         """
-        if memory_budget < 0 or not min_cost_ns >= 0:
-            raise EngineError("memory_budget and min_cost_ns must be >= 0")
+        budget_rows = self._rows_within(memory_budget, min_cost_ns)
         start = np.asarray(set_start)
         classes = np.asarray(set_class)
         if (
@@ -325,11 +324,10 @@ class MaskExpander:
                 f"set_start must be non-decreasing within set_class, whose classes must lie in "
                 f"0 .. {self.num_classes - 1}"
             )
-        row_bytes = -(-4 * self.num_words // 64) * 64
         return self._kernel.keep_sets(
             np.ascontiguousarray(start, dtype=np.int32),
             np.ascontiguousarray(classes, dtype=np.int32),
-            memory_budget // row_bytes,
+            budget_rows,
             float(min_cost_ns),
         )
 
@@ -382,14 +380,19 @@ class MaskExpander:
         >>> ex.pin_rows(rows, min_cost_ns=0.0) <= 2  # the first two are one class row
         True
         """
-        if memory_budget < 0 or not min_cost_ns >= 0:
-            raise EngineError("memory_budget and min_cost_ns must be >= 0")
+        budget_rows = self._rows_within(memory_budget, min_cost_ns)
         rows = np.asarray(class_rows)
         if rows.ndim != 2 or rows.shape[1] != self.class_words or not np.issubdtype(rows.dtype, np.integer):
             raise EngineError(f"class_rows must be an integer array of shape (n, {self.class_words})")
-        row_bytes = -(-4 * self.num_words // 64) * 64
         bits = np.ascontiguousarray(rows.astype(np.int32))  # the bits of each word, as int32
-        return self._kernel.pin_rows(bits, memory_budget // row_bytes, float(min_cost_ns))
+        return self._kernel.pin_rows(bits, budget_rows, float(min_cost_ns))
+
+    def _rows_within(self, memory_budget: int, min_cost_ns: float) -> int:
+        """The token rows (64-byte aligned) that ``memory_budget`` bytes hold, after the check
+        of :meth:`keep_sets` and :meth:`pin_rows` on their budget and cost arguments."""
+        if memory_budget < 0 or not min_cost_ns >= 0:
+            raise EngineError("memory_budget and min_cost_ns must be >= 0")
+        return memory_budget // (-(-4 * self.num_words // 64) * 64)
 
     @property
     def num_pinned_rows(self) -> int:

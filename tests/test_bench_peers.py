@@ -1,0 +1,98 @@
+"""The step breakdown of ``bench/peers.py`` (``--kinds``) on a small grammar and vocabulary.
+
+No timing asserts.  The labels are checked against what the rows show: a step labelled
+``kept`` or ``unchanged`` leaves the full-vocabulary mask of the step before, every other
+label changes it (a class row that differs names at least one token more or less), and the
+oracle for each mask is a fresh matcher's fill after the same prefix, written into a new row.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from formalgram_cfgzip import Vocabulary
+from formalgram_cfgzip.engines.native.matcher import NativeCompiled, c_module
+from formalgram_cfgzip.expand._c_kernel import load_c_module
+
+pytestmark = pytest.mark.skipif(
+    load_c_module() is None or c_module() is None, reason="the C kernels are not built"
+)
+
+GBNF = r"""
+root ::= "[" ws ( item ( ws "," ws item )* )? ws "]"
+item ::= "\"" [a-c]* "\"" | [0-9]+ | root
+ws ::= " "?
+"""
+# structure, the quote with a letter on either side, every string of a-c up to five letters
+# and every number up to three digits, and tokens no text takes: rows of a few hundred words, string and number
+# interiors that keep their mask, classes that come and go between steps
+TOKENS = (
+    [b"[", b"]", b",", b" ", b'"', b'"a', b'c"', b"[[", b"]]", b", ", b'"]']
+    + sorted(
+        {bytes(w) for n in range(1, 6) for w in itertools.product(b"abc", repeat=n)}
+        | {str(i).encode() for i in range(1000)}
+    )
+    + [b"~%d" % i for i in range(40_000)]
+)  # never allowed: rows wide enough to patch in place
+
+
+def _walk(native: NativeCompiled, vocab: Vocabulary, seed: int, steps: int) -> list[int]:
+    """A seeded walk of allowed tokens (the native engine's own masks)."""
+    rng = np.random.default_rng(seed)
+    m = native.matcher()
+    bm = native.allocate_token_bitmask(1)
+    walk: list[int] = []
+    for _ in range(steps):
+        m.fill_next_token_bitmask(bm, 0)
+        bits = np.unpackbits(bm[0].view(np.uint8), bitorder="little")[: len(vocab.tokens)]
+        allowed = [t for t in np.flatnonzero(bits) if t not in vocab.stop_ids]
+        if not allowed:
+            break
+        tok = int(rng.choice(allowed))
+        assert m.accept_token(tok)
+        walk.append(tok)
+    return walk
+
+
+@pytest.mark.parametrize("prewarm", [False, True])
+def test_update_kinds_follow_the_rows(tmp_path: Path, prewarm: bool) -> None:
+    from bench import peers
+
+    vocab = Vocabulary.from_bytes(TOKENS)
+    case = peers.PeerCase("tiny", "lark", "tiny.lark")
+    loaded = peers.load_case(case, GBNF, "", vocab, tmp_path)
+    if prewarm:  # the prefix memo answers the first steps of every walk
+        assert loaded.update.prewarm(max_rows=8, max_prefixes=64) >= 0
+    walks = [_walk(loaded.native, vocab, seed, 40) for seed in range(4)]
+    kinds = peers.update_kinds(loaded, walks)
+    assert len(kinds) == sum(map(len, walks))
+    bare = [k.removesuffix(" (memo)") for k in kinds]
+    # every kind is met on these walks, and the memo's only when it holds paths
+    assert set(bare) == {"kept", "unchanged", "in place", "hit", "built", "patched"}
+    assert any(k.endswith(" (memo)") for k in kinds) == prewarm
+    assert "kept (memo)" not in kinds
+    labels = iter(bare)
+    for walk in walks:
+        previous = None
+        for i in range(len(walk)):
+            m = loaded.native.matcher()
+            for tok in walk[:i]:
+                assert m.accept_token(tok)
+            row = loaded.native.allocate_token_bitmask(1)
+            m.fill_next_token_bitmask(row, 0)
+            kind = next(labels)
+            if previous is not None:
+                assert bool(np.array_equal(row, previous)) == (kind in ("kept", "unchanged")), (i, kind)
+            previous = row
+    steps = sum(map(len, walks))
+    times = np.linspace(1e-6, 2e-6, steps)
+    lines = peers.kinds_table(kinds, times, None)
+    counted = [int(line.split(" steps ")[0].split()[-1]) for line in lines]
+    assert sum(counted) == steps and counted == sorted(counted, reverse=True)
+    # the steps at or below the median: as many as the times say, over all kinds
+    below = sum(int(line.rsplit(":", 1)[1]) for line in lines)
+    assert below == int(np.sum(times <= np.median(times)))
