@@ -11,6 +11,7 @@ Needs both C kernels (the compiled install); skipped otherwise, where the shared
 from __future__ import annotations
 
 import random
+import weakref
 from typing import Any
 
 import numpy as np
@@ -179,6 +180,56 @@ def test_fused_path_falls_back_with_the_typed_errors(compiled: tuple[NativeCompi
     tensor = torch.zeros((1, native.token_words), dtype=torch.int32)
     m.fill_next_token_bitmask(tensor, 0)
     assert np.array_equal(tensor.numpy(), want)
+
+
+def test_bound_entries_equal_fill_token_and_check_their_arguments(
+    compiled: tuple[NativeCompiled, Any],
+) -> None:
+    """A matcher's fill methods are its state's ``fill_bound`` / ``update_bound`` (``bind`` keeps
+    the kernel and the shared path): the same rows as ``fill_token`` called with them, typed
+    errors for a state never bound and for bad ``bind`` arguments, and a matcher dropped is freed
+    at once (the state holds the shared path, which holds the matcher weakly: no cycle)."""
+    native, _ = compiled
+    module = c_module()
+    m = native.matcher()
+    assert m.fill_next_token_bitmask == m._state.fill_bound  # type: ignore[attr-defined]
+    assert m.update_next_token_bitmask == m._state.update_bound  # type: ignore[attr-defined]
+    assert native.expander is not None
+    kernel = native.expander.c_kernel
+    calls: list[int] = []
+    plain = module.State(native._ctables)  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="not bound"):
+        plain.fill_bound(native.allocate_token_bitmask(1), 0)
+    with pytest.raises(TypeError, match="Kernel"):
+        plain.bind(object(), lambda bm, i: None)
+    with pytest.raises(TypeError, match="callable"):
+        plain.bind(kernel, None)
+    with pytest.raises(TypeError):
+        plain.bind(kernel)
+    plain.bind(kernel, lambda bm, i: calls.append(i))
+    rng = random.Random(2)
+    for _ in range(12):
+        a, b, c = (native.allocate_token_bitmask(2) for _ in range(3))
+        plain.fill_bound(a, 1)
+        plain.fill_token(kernel, lambda bm, i: calls.append(i), b, 1)
+        m.fill_next_token_bitmask(c, 1)
+        assert np.array_equal(a, b) and np.array_equal(a, c) and not a[0].any()
+        plain.update_bound(a, 1)
+        assert np.array_equal(a, b)
+        plain.fill_bound(a, 5)  # out of range: the bound fallback takes it
+        with pytest.raises(TypeError):
+            plain.fill_bound(a, 0, 1, 2)  # more arguments than a fill takes: the fallback's error
+        text = allowed(a[1], native.logit_width, sorted(native.vocab.stop_ids))
+        if not text:
+            break
+        tok = rng.choice(text)
+        assert m.accept_token(tok)
+        cls = native.engine_id(tok)
+        assert plain.accept_class(native.engine_tokens[cls], cls)
+    assert calls == [5] * len(calls) and calls
+    ref = weakref.ref(m)
+    del m
+    assert ref() is None
 
 
 @pytest.mark.parametrize("admission", ["always", "costly"])

@@ -650,6 +650,7 @@ typedef struct {
     uint32_t *r_crow;
     uint64_t r_mgen; /* mgen when r_crow was the memo's row (0: it was not): while mgen stays, a memo
                       * hit is that row */
+    PyObject *b_kernel, *b_fallback; /* bind(kernel, fallback): fill_bound / update_bound's (NULL: none) */
 } State;
 
 static void
@@ -672,6 +673,8 @@ State_dealloc(State *s)
     if (s->r_view.obj != NULL)
         PyBuffer_Release(&s->r_view);
     Py_XDECREF(s->r_kernel);
+    Py_XDECREF(s->b_kernel);
+    Py_XDECREF(s->b_fallback);
     Py_XDECREF(s->t);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -1743,6 +1746,23 @@ State_fill_into(State *s, PyObject *const *args, Py_ssize_t nargs)
 
 static const CExpandAPI *g_expand_api;
 
+/* the expansion kernel's C API, imported on first use; NULL with ImportError */
+static const CExpandAPI *
+expand_api(void)
+{
+    if (g_expand_api == NULL) {
+        const CExpandAPI *api = PyCapsule_Import(CEXPAND_CAPSULE, 0);
+        if (api == NULL)
+            return NULL;
+        if (api->version != CEXPAND_API_VERSION) {
+            PyErr_SetString(PyExc_ImportError, "the expansion kernel's C API has another version");
+            return NULL;
+        }
+        g_expand_api = api;
+    }
+    return g_expand_api;
+}
+
 /* forget the row update_token may patch */
 static void
 forget_row(State *s)
@@ -1780,16 +1800,8 @@ fused_fill(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames
         forget_row(s);
         return PyObject_Vectorcall(args[1], args + 2, (size_t)(nargs - 2), kwnames);
     }
-    if (g_expand_api == NULL) {
-        const CExpandAPI *api = PyCapsule_Import(CEXPAND_CAPSULE, 0);
-        if (api == NULL)
-            return NULL;
-        if (api->version != CEXPAND_API_VERSION) {
-            PyErr_SetString(PyExc_ImportError, "the expansion kernel's C API has another version");
-            return NULL;
-        }
-        g_expand_api = api;
-    }
+    if (expand_api() == NULL)
+        return NULL;
     Tables *t = s->t;
     Py_ssize_t cw, nw;
     if (g_expand_api->sizes(args[0], &cw, &nw) < 0)
@@ -1880,6 +1892,67 @@ static PyObject *
 State_update_token(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
     return fused_fill(s, args, nargsf, kwnames, 1);
+}
+
+/* bind(kernel, fallback): the first two arguments of fill_token / update_token, kept for
+ * fill_bound / update_bound (a matcher binds those as its fill methods: one call from Python
+ * into fused_fill, no partial in between).  The state holds both; neither may hold the state
+ * (the fallback holds its matcher weakly), or the three would wait for the cyclic collector. */
+static PyObject *
+State_bind(State *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "bind(kernel, fallback)");
+        return NULL;
+    }
+    Py_ssize_t cw, nw;
+    if (expand_api() == NULL || g_expand_api->sizes(args[0], &cw, &nw) < 0)
+        return NULL;
+    if (!PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "bind(kernel, fallback): fallback must be callable");
+        return NULL;
+    }
+    Py_INCREF(args[0]);
+    Py_INCREF(args[1]);
+    Py_XSETREF(s->b_kernel, args[0]);
+    Py_XSETREF(s->b_fallback, args[1]);
+    Py_RETURN_NONE;
+}
+
+/* fill_bound(bitmask, index=0) / update_bound(...): fill_token / update_token(kernel, fallback,
+ * bitmask, index) with the bound kernel and fallback */
+static PyObject *
+bound_fill(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames, int update)
+{
+    PyObject *kernel = s->b_kernel, *fallback = s->b_fallback;
+    if (kernel == NULL) {
+        PyErr_SetString(PyExc_TypeError, "the state is not bound: bind(kernel, fallback) first");
+        return NULL;
+    }
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t all = nargs + (kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0);
+    if (all > 4) /* the fallback's own error */
+        return PyObject_Vectorcall(fallback, args, (size_t)nargs, kwnames);
+    PyObject *argv[6] = {kernel, fallback};
+    memcpy(argv + 2, args, (size_t)all * sizeof(PyObject *));
+    Py_INCREF(kernel); /* a fallback may bind others while it runs */
+    Py_INCREF(fallback);
+    PyObject *r = fused_fill(s, argv, nargs + 2, kwnames, update);
+    Py_DECREF(kernel);
+    Py_DECREF(fallback);
+    return r;
+}
+
+static PyObject *
+State_fill_bound(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    return bound_fill(s, args, nargsf, kwnames, 0);
+}
+
+static PyObject *
+State_update_bound(State *s, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
+{
+    return bound_fill(s, args, nargsf, kwnames, 1);
 }
 
 static PyObject *
@@ -2034,6 +2107,13 @@ static PyMethodDef State_methods[] = {
      "update_token(kernel, fallback, bitmask, index=0)\n\nAs fill_token; when bitmask and index are the\n"
      "object and row of this state's last fill_token / update_token (same kernel), the row must still\n"
      "hold what that call wrote, and only what changed is written."},
+    {"bind", (PyCFunction)(void (*)(void))State_bind, METH_FASTCALL,
+     "bind(kernel, fallback)\n\nKeep the first two arguments of fill_token / update_token for\n"
+     "fill_bound / update_bound."},
+    {"fill_bound", (PyCFunction)(void (*)(void))State_fill_bound, METH_FASTCALL | METH_KEYWORDS,
+     "fill_bound(bitmask, index=0)\n\nfill_token with the kernel and fallback of bind()."},
+    {"update_bound", (PyCFunction)(void (*)(void))State_update_bound, METH_FASTCALL | METH_KEYWORDS,
+     "update_bound(bitmask, index=0)\n\nupdate_token with the kernel and fallback of bind()."},
     {"forget_row", (PyCFunction)State_forget_row, METH_NOARGS,
      "forget_row()\n\nForget the row update_token may patch (the next call writes a whole row)."},
     {"stop_allowed", (PyCFunction)State_stop_allowed, METH_NOARGS, "Whether the prefix is in the language."},

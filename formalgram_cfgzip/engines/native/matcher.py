@@ -168,16 +168,17 @@ class NativeMatcher(EngineMatcher):
         # take itself goes to the shared path, which raises the typed errors.
         ex = compiled.expander
         kernel = ex.c_kernel if ex is not None else None
-        fill_token = getattr(self._state, "fill_token", None)
-        update_token = getattr(self._state, "update_token", None)
-        if kernel is not None and fill_token is not None and update_token is not None:
+        bind = getattr(self._state, "bind", None)
+        fill_bound = getattr(self._state, "fill_bound", None)
+        update_bound = getattr(self._state, "update_bound", None)
+        if kernel is not None and bind is not None and fill_bound is not None and update_bound is not None:
             # the shared path held weakly: a bound method kept in this matcher's own dict would
             # make a reference cycle, and every matcher, with its compiled grammar and their C
             # buffers, would wait for the cyclic collector (then freed in whichever request's
             # time that collection falls: a new schema's first mask, on MaskBench)
-            shared = partial(_shared_path, weakref.ref(self))
-            self.__dict__["fill_next_token_bitmask"] = partial(fill_token, kernel, shared)
-            self.__dict__["update_next_token_bitmask"] = partial(update_token, kernel, shared)
+            bind(kernel, partial(_shared_path, weakref.ref(self)))
+            self.__dict__["fill_next_token_bitmask"] = fill_bound
+            self.__dict__["update_next_token_bitmask"] = update_bound
 
     def fill_next_token_bitmask(self, bitmask: Any, index: int = 0) -> None:
         """Write the full-vocabulary mask (XGrammar layout) into row ``index`` of ``bitmask``.
@@ -188,9 +189,10 @@ class NativeMatcher(EngineMatcher):
 
         Notes
         -----
-        With both C kernels each matcher binds this name to the fused C entry
-        ``State.fill_token``: a 2-D int32 numpy bitmask in shape and a plain int row take one
-        call into C, the class fill (answered from the state's memo when the stack's tops are
+        With both C kernels each matcher binds this name to its state's fused C entry
+        ``State.fill_bound`` (``State.fill_token`` with the grammar's expansion kernel and the
+        shared path kept by ``State.bind``, so no Python callable stands between the call and
+        C): a 2-D int32 numpy bitmask in shape and a plain int row take one call into C, the class fill (answered from the state's memo when the stack's tops are
         those of its last fill) and the expansion through the compiled grammar's row cache.
         That call holds the GIL throughout, so it needs no
         :attr:`~formalgram_cfgzip.engines.base.CompiledGrammar.expander_lock`: no other
@@ -211,8 +213,9 @@ class NativeMatcher(EngineMatcher):
 
         Notes
         -----
-        With both C kernels each matcher binds this name to the fused C entry
-        ``State.update_token``: on the array object and row of this matcher's last fused fill
+        With both C kernels each matcher binds this name to its state's fused C entry
+        ``State.update_bound`` (``State.update_token``, bound as for
+        :meth:`fill_next_token_bitmask`): on the array object and row of this matcher's last fused fill
         or update (it keeps a reference to the array), the class fill, then nothing written
         when the class mask is that fill's, the differing classes' tokens flipped where the
         row lies when the cost model finds that cheaper than copying a whole row, else the
