@@ -246,6 +246,29 @@ def test_patch_flips_precomputed_rows() -> None:
         assert np.array_equal(out, oracle_row(tc, row, 400)), (rows, flips)
 
 
+@pytest.mark.parametrize("invalid", ["none", "few", "every word"])
+def test_rows_from_the_valid_tokens_equal_the_oracle(invalid: str) -> None:
+    """Plan 3 (the valid tokens less the disallowed classes) writes the valid tokens' row by
+    hand when it is all ones but for at most 256 words, and copies it otherwise: every plan and
+    mode equals the oracle either way."""
+    rng = np.random.default_rng(21)
+    width, classes = 40_000, 300
+    tc = skewed(rng, width, classes, 1.0, 0.0)
+    if invalid == "few":
+        tc[[0, 5, 31, 32, 20_000, width - 1]] = -1
+    elif invalid == "every word":  # 1,250 words, each with a token no class holds
+        tc[::32] = -1
+    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 30, 20)
+    for density in (0.2, 0.9, 0.99, 1.0):
+        row = class_row(rng, classes, density, junk=True)
+        want = oracle_row(tc, row, classes)
+        for plan in (2, 3):
+            for big in (0, 1):
+                out = np.full((width + 31) // 32, 0x5A5A5A5A, dtype=np.int32)
+                kernel.expand(row, out, None, None, plan, big)
+                assert np.array_equal(out, want), (invalid, density, plan, big)
+
+
 def test_delta_into_its_own_base() -> None:
     """``out`` may be the base row itself (patched in place)."""
     rng = np.random.default_rng(5)

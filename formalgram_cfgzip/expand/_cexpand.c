@@ -136,6 +136,7 @@ now_ns(void)
 #define SET_CANDIDATES 8       /* kept sets anchored in a class row that a miss compares */
 #define ROWS_PER_PASS 8        /* precomputed rows combined in one pass over the output */
 #define BLOCK_WORDS 8          /* class words a scan skips at once (see block_empty) */
+#define VALID_HOLES_MAX 256    /* words of the valid tokens' row not all ones, written by hand (start_row) */
 
 enum { PLAN_GATHER = 0, PLAN_SPLIT = 1, PLAN_SET = 2, PLAN_CLEAR = 3, PLAN_DELTA = 4, PLAN_FEWER = 5 };
 #define PLAN_CACHE_HIT 8
@@ -168,6 +169,9 @@ typedef struct {
     uint32_t *csr_tok;      /* valid tokens, grouped by class, ascending in each */
     ClassSpan *span;        /* C: each class's tokens, held in place when it has one or two */
     uint32_t *valid;        /* nw words: bits of every valid token */
+    int32_t *holes;         /* the words of `valid` that are not all ones, n_holes of them (see
+                             * VALID_HOLES_MAX); NULL when there are more */
+    Py_ssize_t n_holes;
     Py_ssize_t n_valid;
     /* large classes: one precomputed row each */
     Py_ssize_t n_rows;
@@ -357,6 +361,7 @@ Kernel_dealloc(Kernel *self)
     PyMem_Free(self->csr_tok);
     PyMem_Free(self->span);
     PyMem_Free(self->valid);
+    PyMem_Free(self->holes);
     PyMem_Free(self->row_of);
     PyMem_Free(self->rows_raw);
     PyMem_Free(self->big_classes);
@@ -518,6 +523,18 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         if (hi - lo == 1 || hi - lo == 2) /* token ids lie below 2**31 (checked above) */
             sp = (ClassSpan){SPAN_INLINE | self->csr_tok[lo], hi - lo == 2 ? self->csr_tok[lo + 1] : SPAN_NONE};
         self->span[c] = sp;
+    }
+    Py_ssize_t holes = 0;
+    for (Py_ssize_t w = 0; w < nw && holes <= VALID_HOLES_MAX; w++)
+        holes += self->valid[w] != ~(uint32_t)0;
+    if (holes <= VALID_HOLES_MAX) {
+        if (!(self->holes = PyMem_Malloc(((size_t)holes + 1) * sizeof(int32_t)))) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t w = 0; w < nw; w++)
+            if (self->valid[w] != ~(uint32_t)0)
+                self->holes[self->n_holes++] = (int32_t)w;
     }
     /* the large classes: largest first, while a row pass is cheaper than listing the class
      * and the budget holds one more row; `rows` >= 0 forces their number */
@@ -827,11 +844,30 @@ next_word(const uint32_t *row, const uint32_t *other, int mode, Py_ssize_t w, Py
     return w;
 }
 
+/* `out` := the valid tokens' row, written without reading it when it is all ones but for a few
+ * words (k->holes): most vocabularies have no token a grammar's classes leave out but the
+ * special ones, and a row of most of the vocabulary (a string's interior) starts from it, where
+ * reading 16 KiB out of the CPU's caches cost more than the rest of the row. */
+static void
+valid_into(const Kernel *k, uint32_t *out)
+{
+    if (k->holes == NULL) {
+        memcpy(out, k->valid, (size_t)k->nw * 4);
+        return;
+    }
+    memset(out, 0xff, (size_t)k->nw * 4);
+    for (Py_ssize_t i = 0; i < k->n_holes; i++)
+        out[k->holes[i]] = k->valid[k->holes[i]];
+}
+
 /* One pass of apply_rows over the n rows in k->pass: the first (`used` 0) reads `start`. */
 static inline void
 first_or_next_pass(Kernel *k, uint32_t *out, const uint32_t *start, Py_ssize_t used, int n, int op)
 {
-    if (used == 0 && start != out)
+    if (used == 0 && start == k->valid && k->holes != NULL) { /* written, then the pass in place */
+        valid_into(k, out);
+        rows_pass(out, NULL, k->pass, n, k->nw, op);
+    } else if (used == 0 && start != out)
         rows_pass(out, start, k->pass, n, k->nw, start == NULL ? OP_SET : op);
     else
         rows_pass(out, NULL, k->pass, n, k->nw, op);
@@ -868,6 +904,8 @@ apply_rows(Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int 
     if (used == 0 && start != out) {
         if (start == NULL)
             memset(out, 0, (size_t)k->nw * 4);
+        else if (start == k->valid)
+            valid_into(k, out);
         else
             memcpy(out, start, (size_t)k->nw * 4);
     }
