@@ -424,7 +424,7 @@ def test_a_cheap_row_is_cached_when_it_comes_back() -> None:
         info = kernel.cache_info()
         return plan, info["entries"], info["not_cached"]
 
-    door = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 20, -1, 16, 1)
+    door = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 20, -1, 16, 1, adapt=False)  # by the model alone
     assert run(door, "cheap")[1:] == (0, 1)  # met once: computed, not cached
     assert run(door, "costly")[1:] == (1, 1)  # costly: cached at once
     assert run(door, "cheap")[1:] == (2, 1)  # back: cached
@@ -435,6 +435,17 @@ def test_a_cheap_row_is_cached_when_it_comes_back() -> None:
     every = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 20, -1, 16, 1, admit_all=True)
     assert run(every, "cheap")[1:] == (1, 0)
     assert run(every, "cheap")[0] == 8
+    # timed plans (adapt, the default): a row the model finds cheap is cached at its first miss
+    # when its plan took longer than the admission's bound (0.4 ns per token word) by the clock
+    bound = 0.4 * ((width + 31) // 32)
+    for seed in range(20):
+        timed = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 20, -1, 16, 1)
+        cheap = np.zeros_like(cheap)
+        cheap[(classes - 1 - seed) >> 5] = np.int32(1 << ((classes - 1 - seed) & 31))
+        rows["cheap"], wants["cheap"] = cheap, oracle_row(tc, cheap, classes)
+        _, entries, not_cached = run(timed, "cheap")
+        took = timed.info()["last_plan_ns"]
+        assert took > 0 and (entries, not_cached) == ((1, 0) if took >= bound else (0, 1)), (took, entries)
 
 
 def blocky_row(

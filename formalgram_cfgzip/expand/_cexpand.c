@@ -131,9 +131,13 @@ now_ns(void)
  * copy: the slot is rarely in the CPU's caches, so its 64-byte lines are fetched before they are
  * written (2-3 us for 16 KiB on the development VM, in the peers benchmark's cold passes).  Unless
  * the kernel admits every row, a row whose cheapest plan the model puts under NS_ADMIT_WORD per
- * token word is cached only when it comes back: the second time it misses (the door keeps the
- * hashes of such rows met once), and never on the path that patches a caller's row
- * (expand_row_over), whose caller keeps its own last row and rewrites it only when it changed. */
+ * token word, and whose plan (when timed: adapt) took less than that by the clock, is cached only
+ * when it comes back: the second time it misses (the door keeps the hashes of such rows met
+ * once), and never on the path that patches a caller's row (expand_row_over), whose caller keeps
+ * its own last row and rewrites it only when it changed.  The clock overrules the model for the
+ * rows it prices low and that take far longer out of the CPU's caches (most of the vocabulary
+ * less a few hundred listed tokens: 2-4 us in the cold passes where the model said 1.3); on that
+ * path their slots are written by streaming stores (slot_store). */
 #define NS_ADMIT_WORD 0.4
 #define DELTA_CANDIDATES 4     /* most recently used cached rows a miss may be patched from */
 #define SET_CANDIDATES 8       /* kept sets anchored in a class row that a miss compares */
@@ -225,6 +229,7 @@ typedef struct {
     uint64_t *door;                /* hashes of cheap rows met once (| 1; 0: empty), door_mask + 1 */
     Py_ssize_t door_mask;
     long long not_cached;          /* misses computed and not cached (cheap) */
+    double last_ns;                /* compute_row's measured time of its last chosen plan, -1: not timed */
     /* kept sets (keep_sets): class sets whose token rows are kept beside the cache and outlive
      * it; a miss may be patched from one like from a cached row.  Set g is anchored at one of its
      * classes, the one in fewest kept sets: only a class row holding a set's anchor looks at it */
@@ -1307,6 +1312,7 @@ compute_row(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint
         Stats st = allowed ? *allowed : row_stats(k, row, NULL);
         force = 2 * st.small <= k->n_small_classes ? PLAN_SET : PLAN_CLEAR;
     }
+    k->last_ns = -1.0;
     if (force >= 0) {
         run_plan(k, force, big, row, base_cls, base_out, out);
         return force;
@@ -1344,8 +1350,10 @@ compute_row(Kernel *k, const uint32_t *row, const uint32_t *base_cls, const uint
         run_plan(k, best, -1, row, base_cls, base_out, out);
     else
         plan_compose(k, best, bigs[best], row, out);
-    if (k->adapt)
-        learn(k, best, now_ns() - t0, model[best]);
+    if (k->adapt) {
+        k->last_ns = now_ns() - t0;
+        learn(k, best, k->last_ns, model[best]);
+    }
     return best;
 }
 
@@ -1619,7 +1627,10 @@ cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out, 
         plan = compute_row(k, k->c_key, NULL, NULL, NULL, &st, out, -1, -1);
     if (plan == PLAN_DELTA)
         k->deltas++;
-    if (!k->admit_all && min_plan_cost(model) < NS_ADMIT_WORD * (double)nw) { /* cheap: cached when it comes back */
+    /* cheap by the model, and by the clock where the row's plan was timed: cached when it comes
+     * back (a row the model prices low may take far longer out of the CPU's caches) */
+    double cheap = NS_ADMIT_WORD * (double)nw;
+    if (!k->admit_all && min_plan_cost(model) < cheap && k->last_ns < cheap) {
         uint64_t *door = &k->door[(h >> 17) & (uint64_t)k->door_mask];
         if (base_row != NULL || *door != (h | 1)) {
             if (base_row == NULL)
@@ -2169,12 +2180,13 @@ static PyObject *
 Kernel_info(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
     const double *c = k->corr;
-    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:d,s:i,s:i,s:{s:d,s:d,s:d,s:d,s:d}}", "rows",
+    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:d,s:d,s:i,s:i,s:{s:d,s:d,s:d,s:d,s:d}}", "rows",
                          k->n_rows, "row_bytes", (Py_ssize_t)(k->n_rows * k->nwp * 4), "sets", k->n_sets,
                          "set_bytes", (Py_ssize_t)(k->n_sets * k->nwp * 4), "pinned", k->n_pinned,
                          "pinned_bytes", (Py_ssize_t)(k->n_pinned * k->nwp * 4), "small_classes",
                          k->n_small_classes, "small_tokens", k->n_small_tokens, "valid_tokens", k->n_valid,
-                         "cost_gather_ns", k->cost_gather, "adapt", k->adapt, "avx2", g_has_avx2 > 0,
+                         "cost_gather_ns", k->cost_gather, "last_plan_ns", k->last_ns, "adapt", k->adapt,
+                         "avx2", g_has_avx2 > 0,
                          "corrections", "gather", c[0], "split", c[1], "set", c[2], "clear", c[3], "delta",
                          c[4]);
 }
