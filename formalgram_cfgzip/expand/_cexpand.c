@@ -143,6 +143,14 @@ now_ns(void)
 #define SET_CANDIDATES 8       /* kept sets anchored in a class row that a miss compares */
 #define ROWS_PER_PASS 8        /* precomputed rows combined in one pass over the output */
 #define BLOCK_WORDS 8          /* class words a scan skips at once (see block_empty) */
+#define SMALL_BATCH 32         /* small classes whose token lists are read together (apply_batch) */
+/* A large class below this many tokens is listed, not OR-ed by its row, in a row built whole: a
+ * row pass reads 16 KiB of the precomputed row, a list 4 bytes a token and the output's words
+ * (in the CPU's caches by then); in a decoding loop the precomputed rows are out of the caches,
+ * and the rows of most large classes (a few hundred tokens: numbers, whitespace runs) cost more
+ * than their lists (peers benchmark, cold passes: update p99 on four schemas 2-38 % lower).  The
+ * row update's in-place patch keeps the rows (patch_in_place). */
+#define ROW_LIST_TOKENS 1024
 #define VALID_HOLES_MAX 256    /* words of the valid tokens' row not all ones, written by hand (start_row) */
 
 enum { PLAN_GATHER = 0, PLAN_SPLIT = 1, PLAN_SET = 2, PLAN_CLEAR = 3, PLAN_DELTA = 4, PLAN_FEWER = 5 };
@@ -913,15 +921,19 @@ first_or_next_pass(Kernel *k, uint32_t *out, const uint32_t *start, Py_ssize_t u
         rows_pass(out, NULL, k->pass, n, k->nw, op);
 }
 
-/* out = start OP (the rows of the large classes of the set of `mode`), eight rows per pass, where
- * `start` is `out` itself (in place), another row, or NULL for a row of zeros (then `op` is
- * OP_OR); the first pass reads `start` and writes `out`, so that no pass only initialises it.
- * Returns the number of rows. */
+static void apply_batch(const Kernel *k, const uint32_t *ids, int n, int op, uint32_t *out);
+
+/* out = start OP (the large classes of the set of `mode`), where `start` is `out` itself (in
+ * place), another row, or NULL for a row of zeros (then `op` is OP_OR).  A large class of fewer
+ * than ROW_LIST_TOKENS tokens (up to SMALL_BATCH of them) has its tokens listed, once `out` is
+ * started; the others' rows are combined eight per pass, the first pass reading `start` and
+ * writing `out`, so that no pass only initialises it.  Returns the number of classes applied. */
 static Py_ssize_t
 apply_rows(Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int op, uint32_t *out,
            const uint32_t *start)
 {
-    int n = 0;
+    int n = 0, nl = 0;
+    uint32_t listed[SMALL_BATCH];
     Py_ssize_t used = 0;
     Py_ssize_t cw = k->n_rows ? k->cw : 0; /* no large class: nothing to scan */
     for (Py_ssize_t w = next_word(row, other, mode, 0, cw); w < cw; w = next_word(row, other, mode, w + 1, cw)) {
@@ -929,6 +941,11 @@ apply_rows(Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int 
         while (x) {
             uint32_t c = (uint32_t)(32 * w) + (uint32_t)ctz32(x);
             x &= x - 1;
+            ClassSpan sp = k->span[c];
+            if (nl < SMALL_BATCH && !(sp.a & SPAN_INLINE) && sp.b - sp.a < ROW_LIST_TOKENS) {
+                listed[nl++] = c;
+                continue;
+            }
             k->pass[n++] = k->rows + (size_t)k->row_of[c] * (size_t)k->nwp;
             if (n == ROWS_PER_PASS) {
                 first_or_next_pass(k, out, start, used, n, op);
@@ -949,7 +966,9 @@ apply_rows(Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int 
         else
             memcpy(out, start, (size_t)k->nw * 4);
     }
-    return used;
+    if (nl)
+        apply_batch(k, listed, nl, op, out);
+    return used + nl;
 }
 
 #if defined(__GNUC__)
@@ -957,12 +976,6 @@ apply_rows(Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int 
 #else
 #define PREFETCH(p) ((void)0)
 #endif
-
-/* Small classes are listed in batches of SMALL_BATCH, and each batch's token lists are read in
- * three passes (their offsets fetched, then their tokens, then the tokens applied): a class's
- * offsets and tokens lie at random in arrays of the vocabulary's size, out of the CPU's caches
- * in a decoding loop, and the passes let those reads overlap instead of waiting one by one. */
-#define SMALL_BATCH 32
 
 static inline void
 apply_token(uint32_t *out, uint32_t tok, int op)
@@ -976,6 +989,10 @@ apply_token(uint32_t *out, uint32_t tok, int op)
         out[tok >> 5] ^= bit;
 }
 
+/* Small classes are listed in batches of SMALL_BATCH, and each batch's token lists are read in
+ * three passes (their offsets fetched, then their tokens, then the tokens applied): a class's
+ * offsets and tokens lie at random in arrays of the vocabulary's size, out of the CPU's caches
+ * in a decoding loop, and the passes let those reads overlap instead of waiting one by one. */
 static void
 apply_batch(const Kernel *k, const uint32_t *ids, int n, int op, uint32_t *out)
 {
