@@ -115,10 +115,11 @@ class CKernel:
         self._apply_bitmask: Any = module.apply_bitmask
 
     def info(self) -> KernelInfo:
-        """Sizes of the precomputed rows (no subset tables) and the tail."""
+        """Sizes of the precomputed rows (no subset tables) and the tail: the dense classes are
+        the large ones, combined by their rows in every plan."""
         info = self.raw.info()
         return KernelInfo(
-            0, int(info["rows"]), int(info["small_tokens"]), int(info["sets"]), int(info["pinned"])
+            0, int(info["large"]), int(info["small_tokens"]), int(info["sets"]), int(info["pinned"])
         )
 
     def cache_stats(self) -> dict[str, int]:

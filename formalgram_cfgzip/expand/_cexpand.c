@@ -144,12 +144,13 @@ now_ns(void)
 #define ROWS_PER_PASS 8        /* precomputed rows combined in one pass over the output */
 #define BLOCK_WORDS 8          /* class words a scan skips at once (see block_empty) */
 #define SMALL_BATCH 32         /* small classes whose token lists are read together (apply_batch) */
-/* A large class below this many tokens is listed, not OR-ed by its row, in a row built whole: a
- * row pass reads 16 KiB of the precomputed row, a list 4 bytes a token and the output's words
- * (in the CPU's caches by then); in a decoding loop the precomputed rows are out of the caches,
- * and the rows of most large classes (a few hundred tokens: numbers, whitespace runs) cost more
- * than their lists (peers benchmark, cold passes: update p99 on four schemas 2-38 % lower).  The
- * row update's in-place patch keeps the rows (patch_in_place). */
+/* A class with a precomputed row but fewer tokens than this is listed like the small classes in
+ * every plan and in the cost model (mid_rows); only the row update's in-place patch flips it by its
+ * row.  A row pass reads 16 KiB of the precomputed row, a list 4 bytes a token and the output's
+ * words (in the CPU's caches by then); in a decoding loop the precomputed rows are out of the
+ * caches, and the rows of classes of a few hundred tokens (numbers, whitespace runs) cost more
+ * than their lists (peers benchmark, cold passes: update p99 on four schemas 2-38 % lower).  A
+ * kernel whose rows are forced (`rows` >= 0) keeps all of them large. */
 #define ROW_LIST_TOKENS 1024
 #define VALID_HOLES_MAX 256    /* words of the valid tokens' row not all ones, written by hand (start_row) */
 
@@ -193,11 +194,15 @@ typedef struct {
     int32_t *row_of;        /* C entries: index of the class's row, -1 for a small class */
     void *rows_raw;         /* allocation holding `rows` */
     uint32_t *rows;         /* n_rows * nwp words, 64-byte aligned */
-    uint32_t *big_classes;  /* cw words: bit c set for a class with a row */
+    uint32_t *big_classes;  /* cw words: bit c set for a large class: a row, combined by row passes */
+    Py_ssize_t n_big;
+    uint32_t *mid_rows;     /* cw words: bit c set for a class with a row that is listed like the small
+                             * ones (fewer than ROW_LIST_TOKENS tokens) but for in-place patches */
     uint32_t *big_union;    /* nw words: the tokens of every large class */
     /* small classes: their tokens listed (csr), gathered (tail_*), or cleared from their union */
     uint32_t *small_classes; /* cw words: bit c set for a non-empty class without a row */
     float *small_mean;      /* cw floats: mean size of the small classes of each class word */
+    float *patch_mean;      /* cw floats: the same without the classes of mid_rows (patch_in_place) */
     /* per block of BLOCK_WORDS class words: its large classes, small classes and their tokens
      * (as row_stats estimates them), so that a block of all classes counts in one step */
     int32_t *block_big, *block_small;
@@ -381,9 +386,11 @@ Kernel_dealloc(Kernel *self)
     PyMem_Free(self->row_of);
     PyMem_Free(self->rows_raw);
     PyMem_Free(self->big_classes);
+    PyMem_Free(self->mid_rows);
     PyMem_Free(self->big_union);
     PyMem_Free(self->small_classes);
     PyMem_Free(self->small_mean);
+    PyMem_Free(self->patch_mean);
     PyMem_Free(self->block_big);
     PyMem_Free(self->block_small);
     PyMem_Free(self->block_tokens);
@@ -579,11 +586,13 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
     self->n_rows = n_rows;
     self->rows_raw = PyMem_Malloc((size_t)n_rows * (size_t)row_bytes + 64);
     self->big_classes = PyMem_Calloc((size_t)cw + 1, sizeof(uint32_t));
+    self->mid_rows = PyMem_Calloc((size_t)cw + 1, sizeof(uint32_t));
     self->small_classes = PyMem_Calloc((size_t)cw + 1, sizeof(uint32_t));
     self->small_mean = PyMem_Calloc((size_t)cw + 1, sizeof(float));
+    self->patch_mean = PyMem_Calloc((size_t)cw + 1, sizeof(float));
     self->big_union = PyMem_Calloc((size_t)nw, sizeof(uint32_t));
     self->small_union = PyMem_Calloc((size_t)nw, sizeof(uint32_t));
-    if (!self->rows_raw || !self->big_classes || !self->small_classes || !self->small_mean ||
+    if (!self->rows_raw || !self->big_classes || !self->mid_rows || !self->small_classes || !self->small_mean || !self->patch_mean ||
         !self->big_union || !self->small_union) {
         PyErr_NoMemory();
         goto done;
@@ -594,22 +603,32 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         uint32_t c = order[r];
         uint32_t *dst = self->rows + (size_t)r * (size_t)self->nwp;
         self->row_of[c] = (int32_t)r;
-        self->big_classes[c >> 5] |= (uint32_t)1 << (c & 31);
+        if (force_rows >= 0 || sizes[c] >= ROW_LIST_TOKENS) { /* forced rows: all of them large */
+            self->big_classes[c >> 5] |= (uint32_t)1 << (c & 31);
+            self->n_big++;
+        } else {
+            self->mid_rows[c >> 5] |= (uint32_t)1 << (c & 31);
+        }
         for (uint32_t q = self->csr_start[c]; q < self->csr_start[c + 1]; q++)
             dst[self->csr_tok[q] >> 5] |= (uint32_t)1 << (self->csr_tok[q] & 31);
     }
     for (Py_ssize_t w = 0; w < cw; w++) {
-        double tok = 0;
-        int n = 0;
+        double tok = 0, listed_tok = 0;
+        int n = 0, listed = 0;
         for (Py_ssize_t c = 32 * w; c < 32 * w + 32 && c < C; c++)
-            if (self->row_of[c] < 0 && sizes[c] > 0) {
+            if (!(self->big_classes[w] >> (c & 31) & 1) && sizes[c] > 0) {
                 self->small_classes[w] |= (uint32_t)1 << (c & 31);
                 tok += sizes[c];
                 n++;
+                if (!(self->mid_rows[w] >> (c & 31) & 1)) {
+                    listed_tok += sizes[c];
+                    listed++;
+                }
             }
         self->n_small_classes += n;
         self->n_small_tokens += (Py_ssize_t)tok;
         self->small_mean[w] = n ? (float)(tok / n) : 0.0f;
+        self->patch_mean[w] = listed ? (float)(listed_tok / listed) : 0.0f;
     }
     Py_ssize_t nblocks = cw / BLOCK_WORDS;
     self->block_big = PyMem_Calloc((size_t)nblocks + 1, sizeof(int32_t));
@@ -640,7 +659,7 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
             uint32_t c = cls_at(self, i);
             if (c >= (uint32_t)C)
                 continue;
-            if (self->row_of[c] >= 0) {
+            if (self->big_classes[c >> 5] >> (c & 31) & 1) {
                 self->big_union[w] |= (uint32_t)1 << (i & 31);
                 continue;
             }
@@ -921,31 +940,22 @@ first_or_next_pass(Kernel *k, uint32_t *out, const uint32_t *start, Py_ssize_t u
         rows_pass(out, NULL, k->pass, n, k->nw, op);
 }
 
-static void apply_batch(const Kernel *k, const uint32_t *ids, int n, int op, uint32_t *out);
-
-/* out = start OP (the large classes of the set of `mode`), where `start` is `out` itself (in
- * place), another row, or NULL for a row of zeros (then `op` is OP_OR).  A large class of fewer
- * than ROW_LIST_TOKENS tokens (up to SMALL_BATCH of them) has its tokens listed, once `out` is
- * started; the others' rows are combined eight per pass, the first pass reading `start` and
- * writing `out`, so that no pass only initialises it.  Returns the number of classes applied. */
+/* out = start OP (the rows of the large classes of the set of `mode`), eight rows per pass, where
+ * `start` is `out` itself (in place), another row, or NULL for a row of zeros (then `op` is
+ * OP_OR); the first pass reads `start` and writes `out`, so that no pass only initialises it.
+ * Returns the number of rows. */
 static Py_ssize_t
 apply_rows(Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int op, uint32_t *out,
            const uint32_t *start)
 {
-    int n = 0, nl = 0;
-    uint32_t listed[SMALL_BATCH];
+    int n = 0;
     Py_ssize_t used = 0;
-    Py_ssize_t cw = k->n_rows ? k->cw : 0; /* no large class: nothing to scan */
+    Py_ssize_t cw = k->n_big ? k->cw : 0; /* no large class: nothing to scan */
     for (Py_ssize_t w = next_word(row, other, mode, 0, cw); w < cw; w = next_word(row, other, mode, w + 1, cw)) {
         uint32_t x = set_word(row, other, mode, k->big_classes, w);
         while (x) {
             uint32_t c = (uint32_t)(32 * w) + (uint32_t)ctz32(x);
             x &= x - 1;
-            ClassSpan sp = k->span[c];
-            if (nl < SMALL_BATCH && !(sp.a & SPAN_INLINE) && sp.b - sp.a < ROW_LIST_TOKENS) {
-                listed[nl++] = c;
-                continue;
-            }
             k->pass[n++] = k->rows + (size_t)k->row_of[c] * (size_t)k->nwp;
             if (n == ROWS_PER_PASS) {
                 first_or_next_pass(k, out, start, used, n, op);
@@ -966,9 +976,7 @@ apply_rows(Kernel *k, const uint32_t *row, const uint32_t *other, int mode, int 
         else
             memcpy(out, start, (size_t)k->nw * 4);
     }
-    if (nl)
-        apply_batch(k, listed, nl, op, out);
-    return used + nl;
+    return used;
 }
 
 #if defined(__GNUC__)
@@ -1229,7 +1237,7 @@ row_stats(const Kernel *k, const uint32_t *row, const uint32_t *other)
 static double
 compose_cost(const Kernel *k, int plan, const Stats *st, int *big)
 {
-    Py_ssize_t nb = st->big, nb_off = k->n_rows - st->big;
+    Py_ssize_t nb = st->big, nb_off = k->n_big - st->big;
     *big = nb_off < nb;
     double cost = NS_INIT_WORD * (double)k->nw + NS_ROW_WORD * (double)k->nw * (double)(*big ? nb_off : nb);
     if (plan == PLAN_SPLIT)
@@ -1276,7 +1284,7 @@ run_plan(Kernel *k, int plan, int big, const uint32_t *row, const uint32_t *base
     } else {
         if (big < 0) {
             Stats st = row_stats(k, row, NULL);
-            big = k->n_rows - st.big < st.big;
+            big = k->n_big - st.big < st.big;
         }
         plan_compose(k, plan, big, row, out);
     }
@@ -1985,7 +1993,7 @@ Kernel_keep_sets(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
                 PyErr_Format(PyExc_ValueError, "set_class holds class %d, not below num_classes=%zd", (int)c, C);
                 goto done;
             }
-            if (k->row_of[c] >= 0)
+            if (k->big_classes[c >> 5] >> (c & 31) & 1)
                 st.big++;
             else if (k->csr_start[c + 1] > k->csr_start[c]) {
                 st.small++;
@@ -2197,8 +2205,8 @@ static PyObject *
 Kernel_info(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
     const double *c = k->corr;
-    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:d,s:d,s:i,s:i,s:{s:d,s:d,s:d,s:d,s:d}}", "rows",
-                         k->n_rows, "row_bytes", (Py_ssize_t)(k->n_rows * k->nwp * 4), "sets", k->n_sets,
+    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:d,s:d,s:i,s:i,s:{s:d,s:d,s:d,s:d,s:d}}", "rows",
+                         k->n_rows, "large", k->n_big, "row_bytes", (Py_ssize_t)(k->n_rows * k->nwp * 4), "sets", k->n_sets,
                          "set_bytes", (Py_ssize_t)(k->n_sets * k->nwp * 4), "pinned", k->n_pinned,
                          "pinned_bytes", (Py_ssize_t)(k->n_pinned * k->nwp * 4), "small_classes",
                          k->n_small_classes, "small_tokens", k->n_small_tokens, "valid_tokens", k->n_valid,
@@ -2333,7 +2341,8 @@ static PyMethodDef Kernel_methods[] = {
      "`max_sets` (each class set once), replacing the sets kept so far.  Returns how many\n"
      "were kept."},
     {"info", (PyCFunction)Kernel_info, METH_NOARGS,
-     "Sizes of the precomputed structures (rows of the large classes, small classes and\n"
+     "Sizes of the precomputed structures (rows, of which `large` are combined as rows by\n"
+     "every plan and the rest only by in-place patches; small classes and\n"
      "tokens), the modelled cost of plan 0, whether AVX2 is used, and the cost-model\n"
      "corrections learnt so far (measured / modelled time per plan)."},
     {NULL, NULL, 0, NULL},
@@ -2436,7 +2445,7 @@ patch_in_place(Kernel *k, const uint32_t *row, const uint32_t *base, uint32_t *o
             continue;
         }
         uint32_t x = row[w] ^ base[w];
-        uint32_t xb = x & k->big_classes[w], xs = x & k->small_classes[w];
+        uint32_t xb = x & (k->big_classes[w] | k->mid_rows[w]), xs = x & k->small_classes[w] & ~k->mid_rows[w];
         if ((xb | xs) == 0)
             continue;
         int before = ns;
@@ -2450,7 +2459,7 @@ patch_in_place(Kernel *k, const uint32_t *row, const uint32_t *base, uint32_t *o
                 return 0;
             big[nb++] = (uint32_t)(32 * w) + (uint32_t)ctz32(xb);
         }
-        tokens += (double)(ns - before) * (double)k->small_mean[w];
+        tokens += (double)(ns - before) * (double)k->patch_mean[w];
         if (per_big * (double)nb + list_cost((double)ns, tokens) >= limit)
             return 0;
     }

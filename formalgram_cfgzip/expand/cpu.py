@@ -224,8 +224,10 @@ class MaskExpander:
 
     @property
     def num_dense(self) -> int:
-        """Number of dense classes: with a precomputed row each (C kernel) or covered by the
-        subset tables (numpy kernel)."""
+        """Number of dense classes: combined by a precomputed row each in every plan (C kernel;
+        a class with a row but fewer than 1,024 tokens is listed like the tail, and flipped by its
+        row only where the row update patches a row in place) or covered by the subset tables
+        (numpy kernel)."""
         return self._kernel.info().dense_classes
 
     @property
