@@ -82,7 +82,7 @@ def measure(tc: npt.NDArray[np.int32], classes: int, rows: list[Array], runs: in
     module = load_c_module()
     assert module is not None, "needs the C kernel (a compiled build)"
     kernel = module.Kernel(tc, classes, 32 << 20, -1, 0, 1, False)
-    n_rows = int(kernel.info()["rows"])
+    n_rows = int(kernel.info()["large"])  # the classes every plan combines by rows (the largest)
     sizes = np.bincount(tc[tc >= 0], minlength=classes)
     order = np.argsort(-sizes, kind="stable")
     dense = np.zeros(classes, dtype=bool)
