@@ -152,7 +152,7 @@ now_ns(void)
  * than their lists (peers benchmark, cold passes: update p99 on four schemas 2-38 % lower).  A
  * kernel whose rows are forced (`rows` >= 0) keeps all of them large. */
 #define ROW_LIST_TOKENS 1024
-#define VALID_HOLES_MAX 256    /* words of the valid tokens' row not all ones, written by hand (start_row) */
+#define VALID_HOLES_MAX 256    /* words of the valid tokens' row not all ones, written by hand (valid_into) */
 
 enum { PLAN_GATHER = 0, PLAN_SPLIT = 1, PLAN_SET = 2, PLAN_CLEAR = 3, PLAN_DELTA = 4, PLAN_FEWER = 5 };
 #define PLAN_CACHE_HIT 8
@@ -592,7 +592,8 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
     self->patch_mean = PyMem_Calloc((size_t)cw + 1, sizeof(float));
     self->big_union = PyMem_Calloc((size_t)nw, sizeof(uint32_t));
     self->small_union = PyMem_Calloc((size_t)nw, sizeof(uint32_t));
-    if (!self->rows_raw || !self->big_classes || !self->mid_rows || !self->small_classes || !self->small_mean || !self->patch_mean ||
+    if (!self->rows_raw || !self->big_classes || !self->mid_rows || !self->small_classes || !self->small_mean ||
+        !self->patch_mean ||
         !self->big_union || !self->small_union) {
         PyErr_NoMemory();
         goto done;
@@ -2206,7 +2207,8 @@ Kernel_info(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
     const double *c = k->corr;
     return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:d,s:d,s:i,s:i,s:{s:d,s:d,s:d,s:d,s:d}}", "rows",
-                         k->n_rows, "large", k->n_big, "row_bytes", (Py_ssize_t)(k->n_rows * k->nwp * 4), "sets", k->n_sets,
+                         k->n_rows, "large", k->n_big, "row_bytes", (Py_ssize_t)(k->n_rows * k->nwp * 4), "sets",
+                         k->n_sets,
                          "set_bytes", (Py_ssize_t)(k->n_sets * k->nwp * 4), "pinned", k->n_pinned,
                          "pinned_bytes", (Py_ssize_t)(k->n_pinned * k->nwp * 4), "small_classes",
                          k->n_small_classes, "small_tokens", k->n_small_tokens, "valid_tokens", k->n_valid,
