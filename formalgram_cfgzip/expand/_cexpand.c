@@ -1697,19 +1697,29 @@ cached_row(Kernel *k, const uint32_t *row, uint32_t *out)
     return cached_row_at(k, row, out, NULL, NULL, NULL);
 }
 
+/* The start of a Kernel method: 0, or -1 with RuntimeError for a kernel never initialised and
+ * TypeError (`usage`) for fewer than `lo` or more than `hi` positional arguments */
+static int
+kernel_call(const Kernel *k, Py_ssize_t nargs, Py_ssize_t lo, Py_ssize_t hi, const char *usage)
+{
+    if (k->cls_of == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Kernel is not initialised");
+        return -1;
+    }
+    if (nargs < lo || nargs > hi) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    return 0;
+}
+
 /* Kernel.expand_rows(class_bitmask, out, indices=None) -> last row's plan (8: cache hit);
  * `indices` is an int64 buffer (one output row per class row) or, for one class row, an int */
 static PyObject *
 Kernel_expand_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (k->cls_of == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Kernel is not initialised");
+    if (kernel_call(k, nargs, 2, 3, "expand_rows(class_bitmask, out, indices=None)") < 0)
         return NULL;
-    }
-    if (nargs < 2 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError, "expand_rows(class_bitmask, out, indices=None)");
-        return NULL;
-    }
     Py_buffer cv = {0}, ov = {0}, iv = {0};
     int have_idx = nargs == 3 && args[2] != Py_None;
     int64_t single = 0; /* an int index: one class row into that output row */
@@ -1801,15 +1811,9 @@ get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t words, const
 static PyObject *
 Kernel_expand(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (k->cls_of == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Kernel is not initialised");
+    const char *usage = "expand(class_row, out, base_out=None, base_class=None, plan=-1, big=-1)";
+    if (kernel_call(k, nargs, 2, 6, usage) < 0)
         return NULL;
-    }
-    if (nargs < 2 || nargs > 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "expand(class_row, out, base_out=None, base_class=None, plan=-1, big=-1)");
-        return NULL;
-    }
     long force = -1, big = -1;
     if (nargs >= 5) {
         force = PyLong_AsLong(args[4]);
@@ -1863,14 +1867,8 @@ static int patch_in_place(Kernel *k, const uint32_t *row, const uint32_t *base, 
 static PyObject *
 Kernel_patch(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (k->cls_of == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Kernel is not initialised");
+    if (kernel_call(k, nargs, 3, 4, "patch(class_row, base_class, out, limit_ns=inf)") < 0)
         return NULL;
-    }
-    if (nargs < 3 || nargs > 4) {
-        PyErr_SetString(PyExc_TypeError, "patch(class_row, base_class, out, limit_ns=inf)");
-        return NULL;
-    }
     double limit = HUGE_VAL;
     if (nargs == 4 && (limit = PyFloat_AsDouble(args[3])) == -1.0 && PyErr_Occurred())
         return NULL;
@@ -1942,14 +1940,8 @@ cheapest_cost(const Kernel *k, const Stats *st)
 static PyObject *
 Kernel_keep_sets(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (k->cls_of == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Kernel is not initialised");
+    if (kernel_call(k, nargs, 4, 4, "keep_sets(set_start, set_class, max_sets, min_ns)") < 0)
         return NULL;
-    }
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "keep_sets(set_start, set_class, max_sets, min_ns)");
-        return NULL;
-    }
     Py_ssize_t max_sets;
     double min_ns;
     if (budget_args(args + 2, &max_sets, &min_ns, "max_sets") < 0)
@@ -2112,14 +2104,8 @@ done:
 static PyObject *
 Kernel_pin_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (k->cls_of == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "Kernel is not initialised");
+    if (kernel_call(k, nargs, 3, 3, "pin_rows(class_rows, max_rows, min_ns)") < 0)
         return NULL;
-    }
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "pin_rows(class_rows, max_rows, min_ns)");
-        return NULL;
-    }
     Py_ssize_t max_rows;
     double min_ns;
     if (budget_args(args + 1, &max_rows, &min_ns, "max_rows") < 0)
