@@ -107,6 +107,17 @@ def oracle_mask(rec: EarleyRecognizer, trie: VocabTrie, vocab: Vocabulary) -> se
     return out
 
 
+def checked_next_token(
+    row: np.ndarray[Any, Any], rec: EarleyRecognizer, trie: VocabTrie, vocab: Vocabulary, rng: random.Random
+) -> int | None:
+    """Assert that the token row holds Earley's mask; then a random allowed text token, or
+    ``None`` when none is allowed (the walk ends)."""
+    want = oracle_mask(rec, trie, vocab)
+    assert row_tokens(row, vocab.logit_width) == want
+    text = sorted(want - set(vocab.stop_ids))
+    return rng.choice(text) if text else None
+
+
 def check_walk(
     g: Grammar,
     grammar: NativeCompiled,
@@ -209,12 +220,9 @@ def test_chain_summaries_keep_masks_exact_on_random_grammars(
         p.fill_next_class_bitmask(pm)
         assert np.array_equal(cm, pm)
         m.fill_next_token_bitmask(bm)
-        want = oracle_mask(rec, trie, vocab)
-        assert row_tokens(bm[0], vocab.logit_width) == want
-        text = sorted(want - set(vocab.stop_ids))
-        if not text:
+        tok = checked_next_token(bm[0], rec, trie, vocab, rng)
+        if tok is None:
             break
-        tok = rng.choice(text)
         data = vocab.tokens[tok]
         assert data is not None
         assert m.accept_token(tok) and p.accept_token(tok) and rec.feed_bytes(data)
@@ -559,12 +567,9 @@ def test_row_updates_take_every_path() -> None:
         rec = EarleyRecognizer(g)
         for _ in range(40):
             m.update_next_token_bitmask(rows, 0)
-            want = oracle_mask(rec, trie, vocab)
-            assert row_tokens(rows[0], vocab.logit_width) == want
-            text = sorted(want - set(vocab.stop_ids))
-            if not text:
+            tok = checked_next_token(rows[0], rec, trie, vocab, rng)
+            if tok is None:
                 break
-            tok = rng.choice(text)
             assert m.accept_token(tok)
             assert rec.feed_bytes(vocab.tokens[tok] or b"")
         kept += m._state.info()["rows_kept"]
