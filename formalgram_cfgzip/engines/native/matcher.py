@@ -192,8 +192,9 @@ class NativeMatcher(EngineMatcher):
         With both C kernels each matcher binds this name to its state's fused C entry
         ``State.fill_bound`` (``State.fill_token`` with the grammar's expansion kernel and the
         shared path kept by ``State.bind``, so no Python callable stands between the call and
-        C): a 2-D int32 numpy bitmask in shape and a plain int row take one call into C, the class fill (answered from the state's memo when the stack's tops are
-        those of its last fill) and the expansion through the compiled grammar's row cache.
+        C): a 2-D int32 numpy bitmask in shape and a plain int row take one call into C, the
+        class fill (answered from the state's memo when the stack's tops are those of its last
+        fill) and the expansion through the compiled grammar's row cache.
         That call holds the GIL throughout, so it needs no
         :attr:`~formalgram_cfgzip.engines.base.CompiledGrammar.expander_lock`: no other
         thread can use the expander in between.  Other arguments (torch tensors, 1-D rows,
@@ -215,8 +216,8 @@ class NativeMatcher(EngineMatcher):
         -----
         With both C kernels each matcher binds this name to its state's fused C entry
         ``State.update_bound`` (``State.update_token``, bound as for
-        :meth:`fill_next_token_bitmask`): on the array object and row of this matcher's last fused fill
-        or update (it keeps a reference to the array), the class fill, then nothing written
+        :meth:`fill_next_token_bitmask`): on the array object and row of this matcher's last
+        fused fill or update (it keeps a reference to the array), the class fill, then nothing written
         when the class mask is that fill's, the differing classes' tokens flipped where the
         row lies when the cost model finds that cheaper than copying a whole row, else the
         whole row; on any other array or row, the fused fill.  Any write by another path (a
