@@ -209,28 +209,27 @@ def remember_prefixes(
     row = np.zeros(words, dtype=np.int32)
     rows: dict[bytes, npt.NDArray[np.int32]] = {}
 
-    def keep() -> None:
+    def keep() -> npt.NDArray[np.int32]:
+        """The state's class mask, kept among the distinct ones met."""
         state.fill(row)
-        rows.setdefault(row.tobytes(), row.copy())
+        return rows.setdefault(row.tobytes(), row.copy())
 
     if remember(most) < 0:
         return state.info()["prefixes"], np.zeros((0, words), dtype=np.int32)
-    keep()
-    queue: deque[tuple[int, ...]] = deque([()])
+    # each path waits with its class mask, filled when it was stored
+    queue: deque[tuple[tuple[int, ...], npt.NDArray[np.int32]]] = deque([((), keep())])
     full = False
     while queue and not full:
-        path = queue.popleft()
+        path, mask = queue.popleft()
         state.reset()
         for c in path:
             state.accept_class(tokens[c], c)
-        state.fill(row)
-        for c in _allowed(row, n):
+        for c in _allowed(mask, n):
             if c == stop or never[c] or not state.accept_class(tokens[c], c):
                 continue
             full = remember(most) < 0 or time.perf_counter() >= deadline
             if not full:
-                keep()
-                queue.append((*path, c))
+                queue.append(((*path, c), keep()))
             state.rollback(1)
             if full:
                 break
