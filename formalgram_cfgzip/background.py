@@ -42,7 +42,7 @@ from typing import Any
 
 from formalgram_cfgzip.classes import TokenClasses
 from formalgram_cfgzip.engines.native.tables import NativeTables
-from formalgram_cfgzip.errors import EngineError
+from formalgram_cfgzip.errors import EngineError, without_frames
 from formalgram_cfgzip.vocabulary import Vocabulary
 
 __all__ = ["BackgroundCompressor", "CompressionJob"]
@@ -108,8 +108,13 @@ class CompressionJob:
         """
         if not self._done.wait(timeout):
             raise TimeoutError("the compression has not finished")
-        if self.error is not None:
-            raise self.error
+        error = self.error
+        if error is not None:
+            try:
+                raise error
+            finally:
+                # the frame raising it, held by the error's traceback, holds the job
+                del error, self
         assert self.classes is not None
         return self.classes
 
@@ -118,7 +123,8 @@ class CompressionJob:
     ) -> None:
         if self._done.is_set():  # a cancelled job keeps its "cancelled" error
             return
-        self.classes, self.error, self.tables = classes, error, tables
+        self.classes, self.tables = classes, tables
+        self.error = None if error is None else without_frames(error)
         self.seconds = time.perf_counter() - self.submitted
         self._done.set()
 
@@ -399,7 +405,7 @@ class BackgroundCompressor:
                 made = self._spawn()
             except BaseException as exc:  # the jobs waiting for a worker fail with it (see _take)
                 made = None
-                self._spawn_error = exc
+                self._spawn_error = without_frames(exc)
             with self._lock:
                 self._starting -= 1
                 if made is not None and not self._closed:

@@ -12,15 +12,19 @@ nothing unreachable.
 from __future__ import annotations
 
 import gc
+import time
+import weakref
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 from _native_helpers import small_vocab
 
 from formalgram import Grammar, Nonterminal, Production, parse_lark, to_gnf
 from formalgram.byteset import ByteSet
 from formalgram_cfgzip import engines
 from formalgram_cfgzip.compress import Compressor
+from formalgram_cfgzip.errors import EngineError
 
 # a counted repetition, a macro's arguments with blanks, a negated class: each read by a
 # helper of the lexer
@@ -67,6 +71,39 @@ def _request() -> None:
 def test_a_request_leaves_no_cycle() -> None:
     _request()  # first calls (imports, per-vocabulary caches) outside the check
     found = _unreachable_after(_request)
+    assert not found, found
+
+
+def _failed_progressive() -> None:
+    """Progressive grammars whose engines fail, each error stored by the thread that caught
+    it: both engines (an undefined rule), and the compression alone (past its time limit).
+    Once both engines have ended, the grammars are dropped, and the threads given time to
+    let go of them (a grammar in a cycle stays until the collector runs)."""
+    from formalgram_cfgzip.engines.progressive import compile_progressive
+
+    compressor = Compressor(small_vocab(VOCAB), cache_size=0, domains=True)
+    broken = compile_progressive(compressor, 'root ::= "a" undefined_rule', head_start=0.0)
+    with pytest.raises(EngineError, match="neither engine"):
+        broken.matcher().fill_next_token_bitmask(broken.allocate_token_bitmask())
+    late = compile_progressive(compressor, 'root ::= "a"+', compress_timeout=1e-9, head_start=0.0)
+    kept = []
+    for grammar in (broken, late):
+        assert grammar.wait_full(timeout=60) is (grammar is late)
+        assert not grammar.wait()
+        while grammar.compressed_error is None:  # past compress_timeout: ended on its thread
+            time.sleep(0.01)
+        kept.append(weakref.ref(grammar))
+    del broken, late, grammar
+    deadline = time.monotonic() + 10
+    while any(ref() is not None for ref in kept) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_failed_engine_leaves_no_cycle() -> None:
+    """An error stored for another thread holds no frame (whose locals hold the grammar)."""
+    pytest.importorskip("xgrammar")
+    _failed_progressive()
+    found = _unreachable_after(_failed_progressive)
     assert not found, found
 
 

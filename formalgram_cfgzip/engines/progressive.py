@@ -58,7 +58,7 @@ import numpy as np
 import numpy.typing as npt
 
 from formalgram_cfgzip.compress import CollectorPaused
-from formalgram_cfgzip.errors import EngineError
+from formalgram_cfgzip.errors import EngineError, without_frames
 
 if TYPE_CHECKING:
     from formalgram_cfgzip.background import BackgroundCompressor, CompressionJob
@@ -428,7 +428,7 @@ class ProgressiveGrammar:
                 compiled = compile_full(self.vocab, self.grammar_text, root=root, max_threads=max_threads)
         except BaseException as exc:  # reported through full_error, never raised on this thread
             with self._changed:
-                self.full_error = exc
+                self.full_error = without_frames(exc)
                 self._full_done = True
                 self._changed.notify_all()
                 self._may_start.notify_all()
@@ -499,7 +499,7 @@ class ProgressiveGrammar:
             compiled = compile_grammar(classes, text, engine=engine, check=False, tables=tables)
         except BaseException as exc:  # reported through compressed_error
             with self._changed:
-                self.compressed_error = exc
+                self.compressed_error = without_frames(exc)
                 self._compressed_done = True
                 self._changed.notify_all()
             return
