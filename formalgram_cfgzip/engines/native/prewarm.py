@@ -1,5 +1,4 @@
-"""The class masks a native grammar reaches first: a bounded breadth-first exploration from the
-start, whose token rows the expander can keep before the first request (a cold start without
+"""The class masks a native grammar reaches first: a bounded exploration from the start, whose token rows the expander can keep before the first request (a cold start without
 row-cache misses on the masks every sequence meets first).
 
 A decoding loop's first masks of a freshly compiled grammar all miss the expander's row cache;
@@ -7,11 +6,13 @@ the costliest of them (a string's interior: most of the vocabulary, a few dozen 
 cost several microseconds each where a cached row costs one copy.  Those first masks are the
 same for every sequence of the grammar, and a class mask depends only on the state, so the
 compile step can meet them ahead of time: :func:`reachable_class_rows` walks the grammar's
-states from the start over one representative token per allowed class, and
+states from the start over one representative token per allowed class (each stack once, the
+states that show a new mask first, so that a stretch of equal masks, such as a string's
+interior or the digits of a counted repetition, does not hide the masks beyond it), and
 :meth:`NativeCompiled.prewarm <formalgram_cfgzip.engines.native.matcher.NativeCompiled.prewarm>`
-hands the class masks it met to :meth:`MaskExpander.keep_sets
-<formalgram_cfgzip.expand.cpu.MaskExpander.keep_sets>`, beside the domain automaton's sets.  A
-row-cache miss whose class mask is one of them is then one copy of its kept token row.
+hands the class masks it met to :meth:`MaskExpander.pin_rows
+<formalgram_cfgzip.expand.cpu.MaskExpander.pin_rows>`.  A row-cache miss whose class mask is one
+of them is then one copy of its pinned token row.
 
 The class masks themselves cost a walk of the stack, and a new sequence's first walks are the
 longest ones (at the start of a JSON object every key the schema allows is open, each a chain of
@@ -23,6 +24,7 @@ the grammar follows while its accepted classes are a path of it, filling without
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import deque
 from typing import TYPE_CHECKING
@@ -33,7 +35,7 @@ import numpy.typing as npt
 from formalgram_cfgzip.errors import EngineError
 
 if TYPE_CHECKING:
-    from formalgram_cfgzip.engines.native.matcher import NativeCompiled
+    from formalgram_cfgzip.engines.native.matcher import NativeCompiled, StateLike
 
 __all__ = ["reachable_class_rows", "remember_prefixes"]
 
@@ -52,20 +54,57 @@ def _allowed(row: npt.NDArray[np.int32], n: int) -> list[int]:
     return [int(c) for c in np.flatnonzero(bits)]
 
 
+def _stack_key(
+    state: StateLike, canon: dict[tuple[int, tuple[int, ...]], int], known: dict[int, int], old: int
+) -> tuple[int, ...]:
+    """The stack of ``state`` under a canonical name: the sorted canonical ids of its tops.
+
+    A node's canonical id names its symbol and its parents' ids (interned in ``canon``), so two
+    states have one key exactly when their stacks hold the same paths, and then the same
+    future: the class mask of every continuation.  ``known`` keeps the ids of the nodes below
+    ``old`` (those of the state explored, shared by its successors); the ids of newer nodes
+    (a successor's pushes, numbered again after each rollback) are not kept.
+    """
+    local: dict[int, int] = {}
+
+    def cid(v: int) -> int:
+        """Node ``v``'s canonical id, -1 before it is named."""
+        return (known if v < old else local).get(v, -1)
+
+    tops = state.tops()
+    todo = list(tops)
+    while todo:  # post-order without recursion: a node after its parents
+        v = todo[-1]
+        if cid(v) >= 0:
+            todo.pop()
+            continue
+        sym, parents = state.node(v)
+        missing = [u for u in parents if cid(u) < 0]
+        if missing:
+            todo.extend(missing)
+            continue
+        todo.pop()
+        ids = tuple(sorted({cid(u) for u in parents}))
+        (known if v < old else local)[v] = canon.setdefault((sym, ids), len(canon))
+    return tuple(sorted({cid(v) for v in tops}))
+
+
 def reachable_class_rows(
     compiled: NativeCompiled,
     *,
     max_rows: int = 256,
     max_seconds: float = 1.0,
 ) -> npt.NDArray[np.int32]:
-    """Distinct class masks reachable from the start, breadth first.
+    """Distinct class masks reachable from the start, the states that show a new one first.
 
     From the initial state, every allowed class (the stop class aside) is accepted by its
-    representative in turn; each class mask not met before is kept, and the state that first
-    showed it is explored later.  States with a class mask already met are not explored again:
-    a heuristic that keeps the exploration within the number of distinct masks (two states
-    with one mask usually lie at one place of the grammar), so that some reachable masks may be
-    missed; every mask returned is exact.
+    representative in turn.  Each state met is named by its stack (two states with the same
+    stack have the same future) and explored once: a state whose class mask is new before any
+    whose mask was met already, and among those, the fewer steps since its path last met a new
+    mask the sooner, then the shallower.  So the exploration goes through a stretch of equal
+    masks (the digits of a counted repetition, a string's interior) to the masks beyond it
+    without being held up by the states of the stretch.  Every mask returned is exact; which
+    ones are met within the budget is a heuristic.
 
     Parameters
     ----------
@@ -79,8 +118,8 @@ def reachable_class_rows(
     Returns
     -------
     numpy.ndarray
-        ``(n, compiled.engine_words)`` int32 class masks, in the order met (by depth), the
-        start's first; ``n <= max_rows``.
+        ``(n, compiled.engine_words)`` int32 class masks, in the order met, the start's first;
+        ``n <= max_rows``.
 
     Raises
     ------
@@ -89,11 +128,10 @@ def reachable_class_rows(
 
     Notes
     -----
-    Cost: per explored state, one replay of its path from the start (its depth in tokens),
-    then per allowed class one token accepted, one class fill and one rollback; within
-    ``max_seconds`` (checked after every accepted token) and ``max_rows`` class masks of
-    memory.  A grammar compiled with ``max_rollback_tokens=0`` replays the path per class
-    instead of rolling back.
+    Cost: per explored state, one replay of its path from the start (its length in tokens),
+    then per allowed class one token accepted, the new stack nodes named, one class fill and
+    one rollback; within ``max_seconds`` (checked after every accepted token), ``max_rows``
+    class masks and a name per state met of memory.
 
     Examples
     --------
@@ -107,35 +145,44 @@ def reachable_class_rows(
     3
     """
     deadline = _check_bounds("max_rows", max_rows, max_seconds)
-    n, stop = compiled.engine_size, compiled.stop_class
-    can_roll = compiled.max_rollback_tokens is None or compiled.max_rollback_tokens >= 1
-    cm = compiled.allocate_class_bitmask(1)
-    start = compiled.matcher()
-    start.fill_next_class_bitmask(cm, 0)
-    seen: dict[bytes, int] = {cm[0].tobytes(): 0}
-    rows = [cm[0].copy()]
-    queue: deque[tuple[int, ...]] = deque([()])
-    while queue and len(rows) < max_rows and time.perf_counter() < deadline:
-        path = queue.popleft()
-        m = compiled.matcher()
+    n, stop, never, tokens = (
+        compiled.engine_size,
+        compiled.stop_class,
+        compiled.never_list,
+        compiled.engine_tokens,
+    )
+    row = np.zeros(compiled.engine_words, dtype=np.int32)
+    canon: dict[tuple[int, tuple[int, ...]], int] = {}
+    state = compiled.new_state()
+    state.fill(row)
+    seen: dict[bytes, int] = {row.tobytes(): 0}
+    rows = [row.copy()]
+    met = {_stack_key(state, canon, {}, 0)}
+    # (steps since the path last met a new mask, path length, order met, path)
+    todo: list[tuple[int, int, int, tuple[int, ...]]] = [(0, 0, 0, ())]
+    order = 1
+    while todo and len(rows) < max_rows and time.perf_counter() < deadline:
+        stale, _, _, path = heapq.heappop(todo)
+        state = compiled.new_state()
         for c in path:
-            m._accept_engine_id(c)
-        m.fill_next_class_bitmask(cm, 0)
-        for c in _allowed(cm[0], n):
-            if c == stop or not m._accept_engine_id(c):
+            state.accept_class(tokens[c], c)
+        state.fill(row)
+        old = state.info()["nodes"]
+        known: dict[int, int] = {}  # names of the explored state's nodes, kept for its successors
+        for c in _allowed(row, n):
+            if c == stop or never[c] or not state.accept_class(tokens[c], c):
                 continue
-            m.fill_next_class_bitmask(cm, 0)
-            key = cm[0].tobytes()
-            if key not in seen:
-                seen[key] = len(rows)
-                rows.append(cm[0].copy())
-                queue.append((*path, c))
-            if can_roll:
-                m.rollback(1)
-            else:
-                m = compiled.matcher()
-                for p in path:
-                    m._accept_engine_id(p)
+            key = _stack_key(state, canon, known, old)
+            if key not in met:
+                met.add(key)
+                state.fill(row)
+                new = row.tobytes() not in seen
+                if new:
+                    seen[row.tobytes()] = len(rows)
+                    rows.append(row.copy())
+                heapq.heappush(todo, (0 if new else stale + 1, len(path) + 1, order, (*path, c)))
+                order += 1
+            state.rollback(1)
             if len(rows) >= max_rows or time.perf_counter() >= deadline:
                 break
     return np.stack(rows).astype(np.int32, copy=False)
