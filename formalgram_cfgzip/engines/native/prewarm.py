@@ -130,8 +130,8 @@ def reachable_class_rows(
     -----
     Cost: per explored state, one replay of its path from the start (its length in tokens),
     then per allowed class one token accepted, the new stack nodes named, one class fill and
-    one rollback; within ``max_seconds`` (checked after every accepted token), ``max_rows``
-    class masks and a name per state met of memory.
+    one rollback; within ``max_seconds`` (checked after every accepted token); memory for
+    ``max_rows`` class masks, and a name and a path per state met.
 
     Examples
     --------
