@@ -90,8 +90,10 @@ def _failed_progressive() -> None:
     for grammar in (broken, late):
         assert grammar.wait_full(timeout=60) is (grammar is late)
         assert not grammar.wait()
-        while grammar.compressed_error is None:  # past compress_timeout: ended on its thread
-            time.sleep(0.01)
+        ended = time.monotonic() + 60
+        while grammar.compressed_error is None and time.monotonic() < ended:
+            time.sleep(0.01)  # past compress_timeout: the compression ends on its thread
+        assert grammar.compressed_error is not None
         kept.append(weakref.ref(grammar))
     del broken, late, grammar
     deadline = time.monotonic() + 10

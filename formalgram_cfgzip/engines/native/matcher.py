@@ -415,7 +415,8 @@ class NativeCompiled(CompiledGrammar):
         masks of the first paths of token classes in the C kernel's prefix memo (a matcher
         on one of those paths fills without walking its stack);
         :func:`~formalgram_cfgzip.engines.native.prewarm.reachable_class_rows` goes deeper,
-        each distinct stack once, the states that show a new class mask first.  The class masks of both go to the expander's
+        each distinct stack once, the states that show a new class mask first.  The class
+        masks of both go to the expander's
         :meth:`~formalgram_cfgzip.expand.cpu.MaskExpander.pin_rows` (the memo's first,
         replacing the rows pinned so far): a row-cache miss on one of them is one copy of its
         pinned token row.  The memo and the pinned rows outlive

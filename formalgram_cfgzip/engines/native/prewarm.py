@@ -1,5 +1,6 @@
-"""The class masks a native grammar reaches first: a bounded exploration from the start, whose token rows the expander can keep before the first request (a cold start without
-row-cache misses on the masks every sequence meets first).
+"""The class masks a native grammar reaches first: a bounded exploration from the start, whose
+token rows the expander can keep before the first request (a cold start without row-cache
+misses on the masks every sequence meets first).
 
 A decoding loop's first masks of a freshly compiled grammar all miss the expander's row cache;
 the costliest of them (a string's interior: most of the vocabulary, a few dozen class lists)
@@ -155,7 +156,7 @@ def reachable_class_rows(
     canon: dict[tuple[int, tuple[int, ...]], int] = {}
     state = compiled.new_state()
     state.fill(row)
-    seen: dict[bytes, int] = {row.tobytes(): 0}
+    seen = {row.tobytes()}
     rows = [row.copy()]
     met = {_stack_key(state, canon, {}, 0)}
     # (steps since the path last met a new mask, path length, order met, path)
@@ -163,7 +164,7 @@ def reachable_class_rows(
     order = 1
     while todo and len(rows) < max_rows and time.perf_counter() < deadline:
         stale, _, _, path = heapq.heappop(todo)
-        state = compiled.new_state()
+        state.reset()
         for c in path:
             state.accept_class(tokens[c], c)
         state.fill(row)
@@ -176,9 +177,10 @@ def reachable_class_rows(
             if key not in met:
                 met.add(key)
                 state.fill(row)
-                new = row.tobytes() not in seen
+                mask = row.tobytes()
+                new = mask not in seen
                 if new:
-                    seen[row.tobytes()] = len(rows)
+                    seen.add(mask)
                     rows.append(row.copy())
                 heapq.heappush(todo, (0 if new else stale + 1, len(path) + 1, order, (*path, c)))
                 order += 1
