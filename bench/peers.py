@@ -35,7 +35,10 @@ decoding many requests of one grammar):
 * ``class-fill``  / ``expansion``  the same split in two (another compiled grammar and
   expander, so that neither shares the other's row cache): ``fill_next_class_bitmask``,
   then :meth:`~formalgram_cfgzip.expand.MaskExpander.expand_at`;
-* ``glrmask``     GLRMask's ``fill_mask`` into a 128k-bit int32 row.
+* ``glrmask``     GLRMask's ``fill_mask`` into a 128k-bit int32 row;
+* ``accept`` / ``commit``  after every variant's mask, the walk's token accepted by the update
+  variant's matcher (``accept_token``) and by GLRMask (``commit_token``): a third table puts
+  them side by side, and per token the mask and the acceptance together.
 
 With ``--evict MIB`` every variant's step follows an untimed rewrite of a buffer of that size
 (the split's expansion follows its class fill), the same for every engine: the rest of a serving
@@ -377,8 +380,10 @@ def timed_pass(
     ``cold`` the native row caches are emptied first (the caller gives GLRMask a freshly loaded
     constraint ``glr``), else both keep what earlier passes left.  With ``evict`` (a buffer)
     every variant's step follows an untimed rewrite of that buffer: the memory traffic of the
-    rest of a serving step between two masks of one sequence.  Returns the times, the split's
-    expansion plans and the update's fills answered by the prefix memo."""
+    rest of a serving step between two masks of one sequence.  The walk's token is then accepted
+    by every matcher: the update variant's ``accept_token`` is timed (``accept``), and GLRMask's
+    ``commit_token`` (``commit``).  Returns the times, the split's expansion plans and the
+    update's fills answered by the prefix memo."""
     native, split, update = loaded.native, loaded.split, loaded.update
     if cold:
         for c in (native, split, update):
@@ -391,7 +396,7 @@ def timed_pass(
     gb = np.zeros(max(native.token_words, glr.mask_len() if glr is not None else 0), np.int32)
     variants = ["native", "update", "split"] + (["glrmask"] if glr is not None else [])
     times: dict[str, list[float]] = {
-        k: [] for k in ("native", "update", "class-fill", "expansion", "glrmask")
+        k: [] for k in ("native", "update", "class-fill", "expansion", "glrmask", "accept", "commit")
     }
     plans: Counter[str] = Counter()
     perf = time.perf_counter
@@ -433,9 +438,13 @@ def timed_pass(
                     times["glrmask"].append(perf() - t)
             mn.accept_token(tok)
             ms.accept_token(tok)
+            t = perf()
             mu.accept_token(tok)
+            times["accept"].append(perf() - t)
             if state is not None:
+                t = perf()
                 state.commit_token(tok)
+                times["commit"].append(perf() - t)
         memo += mu.info().get("prefix_hits", 0)
     return times, plans, memo
 
@@ -576,6 +585,7 @@ def main_peers(args: Any) -> None:
     evict = np.zeros(int(args.evict * (1 << 18)), np.int32) if args.evict > 0 else None
     rows: list[str] = []
     split_rows: list[str] = []
+    accept_rows: list[str] = []
     per_step: dict[str, dict[str, npt.NDArray[np.float64]]] = {}
     for case in CASES:
         if only and case.name not in only and case.kind not in only:
@@ -672,6 +682,23 @@ def main_peers(args: Any) -> None:
             f"{counts['native_mismatch']}, {counts['update_mismatch']} | "
             f"{native_compile:.1f} / {glr_compile} / {comp['xgrammar']:.1f} |"
         )
+        if "accept" in floors and "commit" in floors and len(floors["commit"]) == len(floors["update"]):
+            # per token: the mask and the token's acceptance, each step's minima summed
+            per_token = {
+                "native": floors["update"] + floors["accept"],
+                "glrmask": floors["glrmask"] + floors["commit"],
+            }
+            pt = {
+                k: (float(np.median(v)) * 1e6, float(np.percentile(v, 99)) * 1e6, float(v.sum()) * 1e3)
+                for k, v in per_token.items()
+            }
+            accept_rows.append(
+                f"| {case.name} | {cell('accept')} | {cell('commit')} | {stats['accept'][0] / stats['commit'][0]:.2f} | "
+                + " | ".join(
+                    f"{pt[k][0]:,.1f} / {pt[k][1]:,.1f} / {pt[k][2]:,.1f}" for k in ("native", "glrmask")
+                )
+                + f" | {pt['native'][0] / pt['glrmask'][0]:.2f}, {pt['native'][2] / pt['glrmask'][2]:.2f} |"
+            )
         split_rows.append(
             f"| {case.name} | {cell('class-fill')} | {cell('expansion')} | {cell('native')} | "
             + ", ".join(f"{k} {v}" for k, v in plans.most_common())
@@ -706,5 +733,18 @@ def main_peers(args: Any) -> None:
     print("|---|---:|---:|---:|---|")
     for row in split_rows:
         print(row)
+    if accept_rows:
+        print(
+            "\n# accepting the walk's token (the update variant's accept_token, GLRMask's commit_token: median / p99 / "
+            "total as above), and per token the mask and the acceptance together (each step's minima summed: median "
+            "/ p99 / total)"
+        )
+        print(
+            "| grammar | native accept | GLRMask commit | median: accept / commit | per token, native update + accept | "
+            "per token, GLRMask fill + commit | per token / GLRMask: median, total |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for row in accept_rows:
+            print(row)
     if args.plot and per_step:
         plot(per_step, args.plot)

@@ -98,3 +98,22 @@ def test_update_kinds_follow_the_rows(tmp_path: Path, prewarm: bool) -> None:
     # the steps at or below the median: as many as the times say, over all kinds
     below = sum(int(line.rsplit(":", 1)[1]) for line in lines)
     assert below == int(np.sum(times <= np.median(times)))
+
+
+def test_a_timed_pass_times_every_step_and_acceptance(tmp_path: Path) -> None:
+    """One timed pass without GLRMask: a time per step for every native variant and for the
+    update matcher's acceptance of the walk's token, none for GLRMask's fill or commit (no
+    timing is asserted, only what was timed)."""
+    from bench import peers
+
+    vocab = Vocabulary.from_bytes(TOKENS)
+    case = peers.PeerCase("tiny", "lark", "tiny.lark")
+    loaded = peers.load_case(case, GBNF, "", vocab, tmp_path)
+    walks = [_walk(loaded.native, vocab, seed, 20) for seed in range(3)]
+    steps = sum(map(len, walks))
+    times, plans, _ = peers.timed_pass(loaded, walks, 0, None, cold=True)
+    for k in ("native", "update", "class-fill", "expansion", "accept"):
+        assert len(times[k]) == steps, k
+        assert all(t >= 0 for t in times[k])
+    assert times["glrmask"] == [] and times["commit"] == []
+    assert sum(plans.values()) == steps
