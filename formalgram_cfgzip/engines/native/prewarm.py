@@ -129,9 +129,9 @@ def reachable_class_rows(
 
     Notes
     -----
-    Cost: per explored state, one replay of its path from the start (its length in tokens),
-    then per allowed class one token accepted, the new stack nodes named, one class fill and
-    one rollback; within ``max_seconds`` (checked after every accepted token); memory for
+    Cost: per explored state, one replay of its path from the start (its length in tokens;
+    its class mask is the one filled when it was met), then per allowed class one token
+    accepted, the new stack nodes named, one class fill and one rollback; within ``max_seconds`` (checked after every accepted token); memory for
     ``max_rows`` class masks, and a name and a path per state met.
 
     Examples
@@ -156,21 +156,21 @@ def reachable_class_rows(
     canon: dict[tuple[int, tuple[int, ...]], int] = {}
     state = compiled.new_state()
     state.fill(row)
-    seen = {row.tobytes()}
+    seen = {row.tobytes(): 0}  # each distinct mask met: its index in rows
     rows = [row.copy()]
     met = {_stack_key(state, canon, {}, 0)}
-    # (steps since the path last met a new mask, path length, order met, path)
-    todo: list[tuple[int, int, int, tuple[int, ...]]] = [(0, 0, 0, ())]
+    # (steps since the path last met a new mask, path length, order met, path, its mask's index
+    # in rows): a path waits with the class mask filled when it was met
+    todo: list[tuple[int, int, int, tuple[int, ...], int]] = [(0, 0, 0, (), 0)]
     order = 1
     while todo and len(rows) < max_rows and time.perf_counter() < deadline:
-        stale, _, _, path = heapq.heappop(todo)
+        stale, _, _, path, at = heapq.heappop(todo)
         state.reset()
         for c in path:
             state.accept_class(tokens[c], c)
-        state.fill(row)
         old = state.info()["nodes"]
         known: dict[int, int] = {}  # names of the explored state's nodes, kept for its successors
-        for c in _allowed(row, n):
+        for c in _allowed(rows[at], n):
             if c == stop or never[c] or not state.accept_class(tokens[c], c):
                 continue
             key = _stack_key(state, canon, known, old)
@@ -180,9 +180,10 @@ def reachable_class_rows(
                 mask = row.tobytes()
                 new = mask not in seen
                 if new:
-                    seen.add(mask)
+                    seen[mask] = len(rows)
                     rows.append(row.copy())
-                heapq.heappush(todo, (0 if new else stale + 1, len(path) + 1, order, (*path, c)))
+                entry = (0 if new else stale + 1, len(path) + 1, order, (*path, c), seen[mask])
+                heapq.heappush(todo, entry)
                 order += 1
             state.rollback(1)
             if len(rows) >= max_rows or time.perf_counter() >= deadline:
