@@ -631,6 +631,52 @@ def test_class_walks_of_every_size_equal_the_python_kernel(limit: int, chains: b
         module.small_walk(33)
 
 
+@pytest.mark.parametrize("dense", [True, False])
+def test_dense_edge_words_leave_the_class_masks_those_of_the_python_kernel(dense: bool) -> None:
+    """A domain state with nine edges or more, its symbols rising, also has bit words over the
+    symbols (``dense_edges``): a walk asks it for a parent's symbol with one word instead of a
+    search of its edge list.  On random walks of c.gbnf, whose walks ask such states hundreds of
+    times, every class mask equals the pure-Python kernel's (which keeps the edges in a dict)
+    with the words and without, the Earley recognizer accepts every prefix, and the walks asked
+    the words exactly when they are on."""
+    module = require_kernel("native")
+    c, py, g = _dense_case()
+    vocab = c.vocab
+    rng = random.Random(5)
+    asked: list[int] = []
+    cm, pm = c.allocate_class_bitmask(), py.allocate_class_bitmask()
+    bm = c.allocate_token_bitmask()
+    previous = module.dense_edges(dense)
+    try:
+        for _ in range(4):
+            mc, mp = c.matcher(), py.matcher()
+            rec = EarleyRecognizer(g)
+            for _ in range(40):
+                mc.fill_next_class_bitmask(cm)
+                mp.fill_next_class_bitmask(pm)
+                assert np.array_equal(cm, pm)
+                asked.append(mc.info()["last_dense"])
+                mc.fill_next_token_bitmask(bm)
+                text = sorted(row_tokens(bm[0], vocab.logit_width) - set(vocab.stop_ids))
+                if not text:
+                    break
+                tok = rng.choice(text)
+                data = vocab.tokens[tok]
+                assert data is not None
+                assert mc.accept_token(tok) and mp.accept_token(tok)
+                assert rec.feed_bytes(data)  # the walk stays in the language
+    finally:
+        module.dense_edges(previous)
+    assert (sum(asked) > 0) == dense, sum(asked)
+
+
+@functools.cache
+def _dense_case() -> tuple[NativeCompiled, NativeCompiled, Grammar]:
+    """c.gbnf over 20,000 Llama-3 tokens, compiled for the C and Python kernels."""
+    classes, tables, _, g = _real_tables(REAL_FAST[0])
+    return NativeCompiled(classes, tables, kernel="c"), NativeCompiled(classes, tables, kernel="python"), g
+
+
 @functools.cache
 def _walk_size_case() -> tuple[NativeCompiled, NativeCompiled, Grammar]:
     """calendar_event.gbnf over 20,000 Llama-3 tokens, compiled for the C and Python kernels."""

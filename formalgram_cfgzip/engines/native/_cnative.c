@@ -64,6 +64,14 @@ typedef struct {
     int32_t sym, to;
 } DEdge;
 
+/* 64 symbols of a dense state's edges: bit x - 64 * w set when the state has an edge on symbol x,
+ * and the edges on lower symbols (the rank of the first edge in this word, from the state's a) */
+typedef struct {
+    uint64_t bits;
+    int32_t rank;
+    int32_t pad;
+} DenseWord;
+
 typedef struct {
     uint32_t stamp; /* the byte step that made `node` for this trie node */
     int32_t node;
@@ -113,6 +121,13 @@ typedef struct {
     DEdge *dedges;
     int32_t *root_child; /* per symbol, the root state's edge target (-1: none): every walk starts
                           * there, once per top, and the root has an edge per symbol */
+    /* per state, the first of its dense_words DenseWords in dense (-1: none; see make_dense): a
+     * state of many edges, its symbols rising strictly, answers dom_child with one word instead
+     * of a search of its edge list (the walks of an ambiguous code grammar ask such states for
+     * hundreds of parents' symbols, most of which they have no edge on) */
+    int64_t *dense_at;
+    DenseWord *dense;
+    int32_t dense_words;
     Chain *chain;        /* per trie node: the walk down its single path from a top (see Chain) */
     int32_t *chain_outs;
     int32_t *set_start, *set_class;
@@ -144,6 +159,7 @@ typedef struct {
     int32_t *stack;
     int64_t stack_cap;
     int64_t last_pairs, last_chained; /* the last walk's pairs visited, and those chain summaries stood for */
+    int64_t last_dense;               /* the last walk's edge lookups at dense states (parents asked) */
     int32_t *key;     /* scratch: the memo key of the fill under way (see fill_row) */
     int64_t key_cap;
     uint32_t *crow;   /* scratch: a class row (State.fill_token) */
@@ -169,6 +185,8 @@ Tables_dealloc(Tables *t)
     free(t->dstates);
     free(t->dedges);
     free(t->root_child);
+    free(t->dense_at);
+    free(t->dense);
     free(t->chain);
     free(t->chain_outs);
     free(t->set_start);
@@ -240,6 +258,7 @@ bad(const char *msg)
 }
 
 static int make_chains(Tables *t, int64_t npush);
+static int make_dense(Tables *t);
 
 static int
 Tables_init(Tables *t, PyObject *args, PyObject *kwds)
@@ -401,6 +420,8 @@ Tables_init(Tables *t, PyObject *args, PyObject *kwds)
     if (n_out > 0) /* backwards: where a symbol had two edges, the first is the one dom_child finds */
         for (int64_t e = estart[1] - 1; e >= estart[0]; e--)
             t->root_child[esym[e]] = eto[e];
+    if (make_dense(t) < 0)
+        goto done;
     if (make_chains(t, n_tp) < 0)
         goto done;
     /* class sets: a bit row when ORing it is cheaper than setting its classes one by one */
@@ -464,6 +485,20 @@ trans_lookup(const Tables *t, int64_t key)
     }
 }
 
+/* set bits of x (no instruction set assumed) */
+static inline int
+popcount64(uint64_t x)
+{
+    x = x - ((x >> 1) & 0x5555555555555555ULL);
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+    return (int)((x * 0x0101010101010101ULL) >> 56);
+}
+
+/* Whether dom_child reads the dense states' words (see Tables.dense_at); `dense_edges(on)` switches
+ * them (tests compare both); the states found do not depend on it. */
+static int g_dense_edges = 1;
+
 static inline int32_t
 dom_child(const Tables *t, int32_t d, int32_t sym)
 {
@@ -472,6 +507,16 @@ dom_child(const Tables *t, int32_t d, int32_t sym)
     const DState *ds = &t->dstates[d];
     if (ds->deg == 1)
         return ds->a == sym ? ds->b : -1;
+    int64_t at = t->dense_at != NULL ? t->dense_at[d] : -1;
+    if (at >= 0 && g_dense_edges) {
+        if ((uint32_t)sym >= (uint32_t)t->nsym)
+            return -1;
+        const DenseWord *dw = &t->dense[at + (sym >> 6)];
+        uint64_t below = ((uint64_t)1 << (sym & 63)) - 1;
+        if (!(dw->bits >> (sym & 63) & 1))
+            return -1;
+        return t->dedges[ds->a + dw->rank + popcount64(dw->bits & below)].to;
+    }
     int32_t lo = ds->a, hi = ds->b;
     const DEdge *es = t->dedges;
     while (hi - lo > 8) {
@@ -488,6 +533,52 @@ dom_child(const Tables *t, int32_t d, int32_t sym)
             return -1;
     }
     return -1;
+}
+
+/* The dense states (see Tables.dense_at): those of DENSE_MIN edges or more whose words take at
+ * most twice the memory of their edge list (a DenseWord per 64 symbols against 8 bytes an edge: at
+ * least as many edges as words), so the words never take more than twice the edges' memory; -1
+ * on MemoryError */
+#define DENSE_MIN 9
+static int
+make_dense(Tables *t)
+{
+    int32_t words = (t->nsym + 63) / 64;
+    int64_t n = 0;
+    t->dense_words = words;
+    t->dense_at = malloc(((size_t)t->nstates + 1) * sizeof(int64_t));
+    if (t->dense_at == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int32_t d = 0; d < t->nstates; d++) {
+        const DState *ds = &t->dstates[d];
+        int rising = d > 0 && ds->deg >= DENSE_MIN && ds->deg >= words;
+        for (int32_t e = ds->a + 1; rising && e < ds->b; e++)
+            rising = t->dedges[e - 1].sym < t->dedges[e].sym;
+        t->dense_at[d] = rising ? n++ * words : -1;
+    }
+    t->dense = calloc(n > 0 ? (size_t)(n * words) : 1, sizeof(DenseWord));
+    if (t->dense == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int32_t d = 0; d < t->nstates; d++) {
+        if (t->dense_at[d] < 0)
+            continue;
+        DenseWord *dw = t->dense + t->dense_at[d];
+        const DState *ds = &t->dstates[d];
+        for (int32_t e = ds->a; e < ds->b; e++) {
+            int32_t x = t->dedges[e].sym;
+            dw[x >> 6].bits |= (uint64_t)1 << (x & 63);
+        }
+        int32_t rank = 0;
+        for (int32_t w = 0; w < words; w++) {
+            dw[w].rank = rank;
+            rank += popcount64(dw[w].bits);
+        }
+    }
+    return 0;
 }
 
 /* The longest walk a chain summary is made of: longer chains are walked pair by pair (it bounds the
@@ -1297,7 +1388,7 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
         memset(t->visit, 0, (size_t)(t->vmask + 1) * sizeof(Visit));
         w = t->walk_id = 1;
     }
-    int64_t nhits = 0, n = 0, pairs = 0, chained = 0;
+    int64_t nhits = 0, n = 0, pairs = 0, chained = 0, dense = 0;
     uint64_t small[SMALL_WALK_MAX];
     const int limit = g_small_walk;
     int nsmall = 0; /* limit + 1: the walk's pairs are in the table */
@@ -1405,6 +1496,8 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
             int32_t v = st[2 * i], d = st[2 * i + 1];
             int32_t len = nodes[v].plen;
             const int32_t *par = len == 1 ? &nodes[v].p0 : s->arena + nodes[v].poff;
+            if (g_dense_edges && t->dense_at != NULL && t->dense_at[d] >= 0)
+                dense += len;
             for (int32_t k = 0; k < len; k++) {
                 int32_t u = par[k];
                 if (u == 0)
@@ -1421,6 +1514,7 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
     }
     t->last_pairs = pairs;
     t->last_chained = chained;
+    t->last_dense = dense;
     int32_t words = t->words;
     for (int64_t i = 0; i < nhits; i++) {
         int32_t o = t->hits[i];
@@ -2020,9 +2114,10 @@ State_node(State *s, PyObject *arg)
 static PyObject *
 State_info(State *s, PyObject *Py_UNUSED(ignored))
 {
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "nodes", (long long)s->nn, "parents",
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L,s:L}", "nodes", (long long)s->nn, "parents",
                          (long long)s->an, "position", (long long)(s->hn - 1), "last_pairs",
                          (long long)s->t->last_pairs, "last_chained", (long long)s->t->last_chained,
+                         "last_dense", (long long)s->t->last_dense,
                          "memo_hits", s->memo_hits, "rows_kept", s->rows_kept, "prefix_hits", s->prefix_hits,
                          "prefixes", (long long)s->t->pm_n);
 }
@@ -2122,7 +2217,8 @@ static PyMethodDef State_methods[] = {
     {"node", (PyCFunction)State_node, METH_O, "node(i) -> (symbol, parents)"},
     {"info", (PyCFunction)State_info, METH_NOARGS,
      "Sizes: nodes, parents (arena entries), position, last_pairs (pairs of the last walk of the tables),\n"
-     "last_chained (the pairs of that walk that chain summaries stood for, not visited),\n"
+     "last_chained (the pairs of that walk that chain summaries stood for, not visited), last_dense (the\n"
+     "parents of that walk's pairs whose edge a dense state's bit words gave),\n"
      "memo_hits (fills answered by the memo of the last fill), rows_kept (update_token calls that found\n"
      "the memo's row already in place and wrote nothing), prefix_hits (fills answered by the tables'\n"
      "prefix memo), prefixes (its nodes)."},
@@ -2183,12 +2279,26 @@ chain_walks(PyObject *self, PyObject *arg)
     return PyBool_FromLong(old);
 }
 
+static PyObject *
+dense_edges(PyObject *self, PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    int old = g_dense_edges;
+    g_dense_edges = on;
+    return PyBool_FromLong(old);
+}
+
 static PyMethodDef module_methods[] = {
     {"fill_batch", (PyCFunction)(void (*)(void))fill_batch, METH_FASTCALL,
      "fill_batch(states, bitmask)\n\nRow i of a C-contiguous int32 bitmask := class mask of states[i]."},
     {"small_walk", (PyCFunction)small_walk, METH_O,
      "small_walk(n) -> previous n\n\nThe pairs a class walk keeps in a list before it moves them to a hash\n"
      "table (0..32, default 32; the masks do not depend on it)."},
+    {"dense_edges", (PyCFunction)dense_edges, METH_O,
+     "dense_edges(on) -> previous\n\nWhether class walks find a many-edged domain state's edge by its bit\n"
+     "words instead of a search of its edge list (default True; the masks do not depend on it)."},
     {"chain_walks", (PyCFunction)chain_walks, METH_O,
      "chain_walks(on) -> previous\n\nWhether walks take the chain summaries at their tops (default True;\n"
      "the masks do not depend on it)."},

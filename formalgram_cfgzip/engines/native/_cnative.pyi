@@ -65,6 +65,11 @@ def small_walk(n: int, /) -> int:
     """The pairs a class walk keeps in a list before it moves them to a hash table (0..32,
     default 32; the masks do not depend on it); returns the previous value."""
 
+def dense_edges(on: object, /) -> bool:
+    """Whether class walks find a many-edged domain state's edge by its bit words instead of a
+    search of its edge list (default ``True``; the masks do not depend on it); returns the
+    previous setting."""
+
 def chain_walks(on: object, /) -> bool:
     """Whether class walks take the chain summaries at their tops (default ``True``; the masks
     do not depend on it); returns the previous setting."""
