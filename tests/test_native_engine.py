@@ -593,36 +593,14 @@ def test_class_walks_of_every_size_equal_the_python_kernel(limit: int, chains: b
     and the Earley recognizer accepts every prefix.  (The C kernel's token masks are checked
     against Earley's by the tests above.)"""
     module = require_kernel("native")
-    c, py, g = _walk_size_case()
-    chained: list[int] = []
-    vocab = c.vocab
-    rng = random.Random(3)
-    pairs: list[int] = []
-    cm, pm = c.allocate_class_bitmask(), py.allocate_class_bitmask()
-    bm = c.allocate_token_bitmask()
     previous, previous_chains = module.small_walk(limit), module.chain_walks(chains)
     try:
-        for _ in range(6):
-            mc, mp = c.matcher(), py.matcher()
-            rec = EarleyRecognizer(g)
-            for _ in range(40):
-                mc.fill_next_class_bitmask(cm)
-                mp.fill_next_class_bitmask(pm)
-                assert np.array_equal(cm, pm)
-                pairs.append(mc.info()["last_pairs"])
-                chained.append(mc.info()["last_chained"])
-                mc.fill_next_token_bitmask(bm)
-                text = sorted(row_tokens(bm[0], vocab.logit_width) - set(vocab.stop_ids))
-                if not text:
-                    break
-                tok = rng.choice(text)
-                data = vocab.tokens[tok]
-                assert data is not None
-                assert mc.accept_token(tok) and mp.accept_token(tok)
-                assert rec.feed_bytes(data)  # the walk stays in the language
+        infos = _walks_against_the_python_kernel("json_schemas/calendar_event.gbnf", seed=3, walks=6)
     finally:
         module.small_walk(previous)
         module.chain_walks(previous_chains)
+    pairs = [i["last_pairs"] for i in infos]
+    chained = [i["last_chained"] for i in infos]
     if chains:  # the summaries stood for most of the pairs
         assert sum(chained) > sum(pairs), (sum(chained), sum(pairs))
     else:
@@ -640,47 +618,50 @@ def test_dense_edge_words_leave_the_class_masks_those_of_the_python_kernel(dense
     with the words and without, the Earley recognizer accepts every prefix, and the walks asked
     the words exactly when they are on."""
     module = require_kernel("native")
-    c, py, g = _dense_case()
-    vocab = c.vocab
-    rng = random.Random(5)
-    asked: list[int] = []
-    cm, pm = c.allocate_class_bitmask(), py.allocate_class_bitmask()
-    bm = c.allocate_token_bitmask()
     previous = module.dense_edges(dense)
     try:
-        for _ in range(4):
-            mc, mp = c.matcher(), py.matcher()
-            rec = EarleyRecognizer(g)
-            for _ in range(40):
-                mc.fill_next_class_bitmask(cm)
-                mp.fill_next_class_bitmask(pm)
-                assert np.array_equal(cm, pm)
-                asked.append(mc.info()["last_dense"])
-                mc.fill_next_token_bitmask(bm)
-                text = sorted(row_tokens(bm[0], vocab.logit_width) - set(vocab.stop_ids))
-                if not text:
-                    break
-                tok = rng.choice(text)
-                data = vocab.tokens[tok]
-                assert data is not None
-                assert mc.accept_token(tok) and mp.accept_token(tok)
-                assert rec.feed_bytes(data)  # the walk stays in the language
+        infos = _walks_against_the_python_kernel(REAL_FAST[0], seed=5, walks=4)
     finally:
         module.dense_edges(previous)
+    asked = [i["last_dense"] for i in infos]
     assert (sum(asked) > 0) == dense, sum(asked)
 
 
-@functools.cache
-def _dense_case() -> tuple[NativeCompiled, NativeCompiled, Grammar]:
-    """c.gbnf over 20,000 Llama-3 tokens, compiled for the C and Python kernels."""
-    classes, tables, _, g = _real_tables(REAL_FAST[0])
-    return NativeCompiled(classes, tables, kernel="c"), NativeCompiled(classes, tables, kernel="python"), g
+def _walks_against_the_python_kernel(rel: str, seed: int, walks: int) -> list[dict[str, int]]:
+    """Random walks of up to 40 tokens on the real grammar ``rel``, each token drawn from the C
+    kernel's token mask: at every step the C kernel's class mask equals the pure-Python kernel's
+    and the Earley recognizer accepts the prefix.  Returns the C state's ``info()`` after each
+    class fill."""
+    c, py, g = _c_and_python_case(rel)
+    vocab = c.vocab
+    rng = random.Random(seed)
+    infos: list[dict[str, int]] = []
+    cm, pm = c.allocate_class_bitmask(), py.allocate_class_bitmask()
+    bm = c.allocate_token_bitmask()
+    for _ in range(walks):
+        mc, mp = c.matcher(), py.matcher()
+        rec = EarleyRecognizer(g)
+        for _ in range(40):
+            mc.fill_next_class_bitmask(cm)
+            mp.fill_next_class_bitmask(pm)
+            assert np.array_equal(cm, pm)
+            infos.append(mc.info())
+            mc.fill_next_token_bitmask(bm)
+            text = sorted(row_tokens(bm[0], vocab.logit_width) - set(vocab.stop_ids))
+            if not text:
+                break
+            tok = rng.choice(text)
+            data = vocab.tokens[tok]
+            assert data is not None
+            assert mc.accept_token(tok) and mp.accept_token(tok)
+            assert rec.feed_bytes(data)  # the walk stays in the language
+    return infos
 
 
 @functools.cache
-def _walk_size_case() -> tuple[NativeCompiled, NativeCompiled, Grammar]:
-    """calendar_event.gbnf over 20,000 Llama-3 tokens, compiled for the C and Python kernels."""
-    classes, tables, _, g = _real_tables("json_schemas/calendar_event.gbnf")
+def _c_and_python_case(rel: str) -> tuple[NativeCompiled, NativeCompiled, Grammar]:
+    """The real grammar ``rel`` over 20,000 Llama-3 tokens, compiled for the C and Python kernels."""
+    classes, tables, _, g = _real_tables(rel)
     return NativeCompiled(classes, tables, kernel="c"), NativeCompiled(classes, tables, kernel="python"), g
 
 

@@ -2267,27 +2267,30 @@ small_walk(PyObject *self, PyObject *arg)
     return PyLong_FromLong(old);
 }
 
+/* a module switch set to the truth of arg; returns its previous setting */
+static PyObject *
+set_switch(int *flag, PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    int old = *flag;
+    *flag = on;
+    return PyBool_FromLong(old);
+}
+
 static PyObject *
 chain_walks(PyObject *self, PyObject *arg)
 {
     (void)self;
-    int on = PyObject_IsTrue(arg);
-    if (on < 0)
-        return NULL;
-    int old = g_chain_walks;
-    g_chain_walks = on;
-    return PyBool_FromLong(old);
+    return set_switch(&g_chain_walks, arg);
 }
 
 static PyObject *
 dense_edges(PyObject *self, PyObject *arg)
 {
-    int on = PyObject_IsTrue(arg);
-    if (on < 0)
-        return NULL;
-    int old = g_dense_edges;
-    g_dense_edges = on;
-    return PyBool_FromLong(old);
+    (void)self;
+    return set_switch(&g_dense_edges, arg);
 }
 
 static PyMethodDef module_methods[] = {
