@@ -71,10 +71,11 @@ def test_update_kinds_follow_the_rows(tmp_path: Path, prewarm: bool) -> None:
     kinds = peers.update_kinds(loaded, walks)
     assert len(kinds) == sum(map(len, walks))
     bare = [k.removesuffix(" (memo)") for k in kinds]
-    # the kinds of a decoding loop are met on these walks (a patch from a cached row may be), and
-    # the memo's only when it holds paths
+    # the kinds of a decoding loop are met on these walks (a patch from a cached row may be; a
+    # prewarm pins every row it meets, so a miss may not be left), and the memo's only when it
+    # holds paths
     known = {"kept", "unchanged", "in place", "hit", "built", "patched"}
-    assert known - {"patched"} <= set(bare) <= known
+    assert known - {"patched"} - ({"built"} if prewarm else set()) <= set(bare) <= known
     assert any(k.endswith(" (memo)") for k in kinds) == prewarm
     assert "kept (memo)" not in kinds
     labels = iter(bare)

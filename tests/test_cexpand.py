@@ -873,7 +873,9 @@ def test_a_pinned_row_is_a_hit_that_outlives_the_cache() -> None:
     assert kernel.pin_rows(row, 0, 0.0) == 0
     assert kernel.pin_rows(row, 4, 1e12) == 0
     assert kernel.pin_rows(np.concatenate([row, row]), 4, 0.0) == 1
-    assert kernel.info()["pinned_bytes"] == 4 * ((width // 32 + 15) // 16 * 16)
+    lines = distinct_lines([oracle_row(tc, row[0], classes)])
+    assert kernel.info()["pinned_lines"] == lines
+    assert kernel.info()["pinned_bytes"] == 64 * lines + 2 * ((width // 32 + 15) // 16)
     out = np.zeros((1, width // 32), dtype=np.int32)
     for _ in range(2):
         assert kernel.expand_rows(row, out) == 8
@@ -884,6 +886,49 @@ def test_a_pinned_row_is_a_hit_that_outlives_the_cache() -> None:
     assert kernel.pin_rows(set_rows_of([np.arange(3)], classes), 4, 0.0) == 1  # replaced
     assert kernel.expand_rows(row, out) != 8 and kernel.cache_info()["misses"] == 1
     assert np.array_equal(out[0], oracle_row(tc, row[0], classes))
+
+
+def distinct_lines(rows: list[npt.NDArray[np.int32]]) -> int:
+    """The distinct 64-byte lines of token rows, each padded with zero words to whole lines
+    (numpy, independent of the kernel's pool)."""
+    nw = rows[0].shape[0]
+    padded = np.zeros((len(rows), (nw + 15) // 16 * 16), dtype=np.int32)
+    padded[:, :nw] = np.stack(rows)
+    return len(np.unique(padded.reshape(-1, 16), axis=0))
+
+
+def test_pinned_rows_share_their_lines_and_stop_when_the_pool_is_full() -> None:
+    """Pinned rows are kept as their distinct 64-byte lines: rows alike but for the classes of
+    their first line take little more than one row, and each copies back bit for bit (oracle rows); random
+    rows whose distinct lines would pass 65,536 are pinned up to the last that fits, those
+    after it miss."""
+    rng = np.random.default_rng(9)
+    width, classes = 40_000, 400
+    tc = skewed(rng, width, 20, 0.6, 0.05)
+    tc[:380] = np.arange(20, 400)  # one-token classes in the first 12 words
+    small = np.arange(20, 400)
+    alike = set_rows_of(
+        [np.concatenate([np.arange(20), rng.choice(small, 200, replace=False)]) for _ in range(30)], classes
+    )
+    kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 18, -1, 8, 1, False)
+    pinned = kernel.pin_rows(alike, 64, 0.0)
+    truth = [oracle_row(tc, r, classes) for r in alike]
+    per_row = (width // 32 + 15) // 16
+    assert pinned == len({t.tobytes() for t in truth}) == 30
+    assert kernel.info()["pinned_lines"] == distinct_lines(truth) < 2 * per_row
+    out = np.zeros((1, width // 32), dtype=np.int32)
+    for r, t in zip(alike, truth, strict=True):
+        assert kernel.expand_rows(r[None, :], out) == 8 and np.array_equal(out[0], t)
+    # random rows: about 79 new lines each, so the pool fills after about 830 of them
+    noisy = np.stack([class_row(rng, classes, 0.5, False) for _ in range(900)])
+    kept = kernel.pin_rows(noisy, 1000, 0.0)
+    truth = [oracle_row(tc, r, classes) for r in noisy]
+    assert 780 < kept < 900 and distinct_lines(truth[:kept]) == kernel.info()["pinned_lines"] <= 65_536
+    assert distinct_lines(truth[: kept + 1]) > 65_536
+    kernel.clear_cache()
+    for i in (0, kept // 2, kept - 1):
+        assert kernel.expand_rows(noisy[i][None, :], out) == 8 and np.array_equal(out[0], truth[i])
+    assert kernel.expand_rows(noisy[kept][None, :], out) != 8 and np.array_equal(out[0], truth[kept])
 
 
 def test_pin_rows_errors() -> None:

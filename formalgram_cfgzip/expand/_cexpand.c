@@ -152,6 +152,7 @@ now_ns(void)
  * than their lists (peers benchmark, cold passes: update p99 on four schemas 2-38 % lower).  A
  * kernel whose rows are forced (`rows` >= 0) keeps all of them large. */
 #define ROW_LIST_TOKENS 1024
+#define PIN_LINES_MAX 65536     /* distinct lines of the pinned rows (pin_rows): their numbers are uint16 */
 #define VALID_HOLES_MAX 256    /* words of the valid tokens' row not all ones, written by hand (valid_into) */
 
 enum { PLAN_GATHER = 0, PLAN_SPLIT = 1, PLAN_SET = 2, PLAN_CLEAR = 3, PLAN_DELTA = 4, PLAN_FEWER = 5 };
@@ -255,10 +256,17 @@ typedef struct {
     int32_t *g_rank;        /* n_sets: a set's place in the order of modelled cost, dearest first */
     long long set_deltas;   /* misses patched from a kept set */
     /* pinned rows (pin_rows): class rows whose token rows are kept beside the cache and outlive
-     * it, found by their exact class row (a prewarm: the class rows a grammar meets first) */
+     * it, found by their exact class row (a prewarm: the class rows a grammar meets first).  A
+     * token row is kept as its 64-byte lines, each distinct line once in a pool: the rows a grammar
+     * meets first share most of their lines (all of a string's interior but a few words), and the
+     * pool of 150-260 such rows is 8-12 % of the rows (300-420 KiB of 2.4-4.0 MiB at 128k tokens,
+     * JSON schemas and code grammars), small enough to stay in the CPU's caches between two masks of
+     * a decoding loop where the rows themselves came from memory */
     Py_ssize_t n_pinned;
-    void *p_raw;            /* allocation holding p_rows */
-    uint32_t *p_rows;       /* n_pinned * nwp words, 64-byte aligned */
+    Py_ssize_t n_lines;     /* distinct lines in the pool, at most PIN_LINES_MAX */
+    void *p_raw;            /* allocation holding p_lines */
+    uint32_t *p_lines;      /* n_lines * 16 words, 64-byte aligned */
+    uint16_t *p_index;      /* n_pinned * (nwp / 16): the pool line of each line of each row */
     uint32_t *p_keys;       /* n_pinned * cw words */
     uint64_t *p_hash;       /* n_pinned: key_hash of each */
     int32_t *p_table;       /* open addressing (linear probing) on p_hash, p_tmask + 1 slots, -1 empty */
@@ -412,6 +420,7 @@ Kernel_dealloc(Kernel *self)
     PyMem_Free(self->g_first);
     PyMem_Free(self->g_rank);
     PyMem_Free(self->p_raw);
+    PyMem_Free(self->p_index);
     PyMem_Free(self->p_keys);
     PyMem_Free(self->p_hash);
     PyMem_Free(self->p_table);
@@ -1564,6 +1573,31 @@ nearest_set(Kernel *k, Stats *best_diff, double limit)
     return best;
 }
 
+/* The hash of a 64-byte line of a pinned row (pin_rows: equal lines are pooled). */
+static uint64_t
+line_hash(const uint32_t *line)
+{
+    uint64_t h = 0x3c6ef372fe94f82bULL;
+    for (int w = 0; w < 16; w += 2) {
+        uint64_t x;
+        memcpy(&x, line + w, 8);
+        x = (x ^ (x >> 31) ^ (uint64_t)(w + 1)) * 0x9e3779b97f4a7c15ULL;
+        h = (h ^ x ^ (x >> 29)) * 0xbf58476d1ce4e5b9ULL;
+    }
+    return h ^ (h >> 32);
+}
+
+/* `out` := the token row of pinned row p, line by line out of the pool. */
+static void
+pinned_copy(const Kernel *k, int32_t p, uint32_t *out)
+{
+    Py_ssize_t nl = k->nwp / 16, nw = k->nw;
+    const uint16_t *ix = k->p_index + (size_t)p * (size_t)nl;
+    for (Py_ssize_t j = 0; j < nl - 1; j++)
+        memcpy(out + 16 * j, k->p_lines + 16 * (size_t)ix[j], 64);
+    memcpy(out + 16 * (nl - 1), k->p_lines + 16 * (size_t)ix[nl - 1], (size_t)(nw - 16 * (nl - 1)) * 4);
+}
+
 /* The pinned row whose class row is c_key (of hash h), -1 if none. */
 static int32_t
 pinned_at(const Kernel *k, uint64_t h)
@@ -1608,7 +1642,7 @@ cached_row_at(Kernel *k, const uint32_t *row, uint32_t *out, int32_t *slot_out, 
     }
     int32_t pinned = pinned_at(k, h);
     if (pinned >= 0) { /* a hit outside the cache: the row is copied, not cached again */
-        memcpy(out, k->p_rows + (size_t)pinned * (size_t)k->nwp, (size_t)nw * 4);
+        pinned_copy(k, pinned, out);
         k->hits++;
         return PLAN_CACHE_HIT;
     }
@@ -2099,8 +2133,9 @@ done:
 /* Kernel.pin_rows(class_rows, max_rows, min_ns) -> int: the pinned rows (see the Kernel's
  * fields) replaced by the token rows of the class rows in `class_rows` (an int32 buffer of whole
  * class rows; bits past num_classes ignored) whose cheapest plan costs at least min_ns by the
- * cost model, in their order, each class row once, at most max_rows; their token rows are
- * computed now.  Returns how many were pinned. */
+ * cost model, in their order, each class row once, at most max_rows, and while their distinct
+ * lines fit in the pool (PIN_LINES_MAX); their token rows are computed now.  Returns how many
+ * were pinned. */
 static PyObject *
 Kernel_pin_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -2115,9 +2150,10 @@ Kernel_pin_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     Py_ssize_t cw = k->cw, crow = cw * 4;
     PyObject *result = NULL;
-    uint32_t *keys = NULL;
+    uint32_t *keys = NULL, *rows = NULL, *first = NULL;
     uint64_t *hash = NULL;
-    int32_t *table = NULL;
+    int32_t *table = NULL, *lines = NULL;
+    uint16_t *index = NULL;
     void *raw = NULL;
     if (rv.len % crow != 0) {
         PyErr_Format(PyExc_ValueError, "class_rows must hold whole class rows of %zd int32 words", cw);
@@ -2152,23 +2188,72 @@ Kernel_pin_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
         hash[m] = h;
         table[i] = (int32_t)m++;
     }
-    raw = PyMem_Malloc((size_t)m * (size_t)k->nwp * 4 + 64);
+    /* the rows, then their distinct lines: the pool, and each row's line numbers in it */
+    Py_ssize_t nl = k->nwp / 16, nlines = 0, lsize = 4;
+    int shrunk = 0;
+    while (lsize < 2 * m * nl)
+        lsize *= 2;
+    rows = PyMem_Malloc(((size_t)m * (size_t)k->nwp + 1) * 4);
+    index = PyMem_Malloc(((size_t)m * (size_t)nl + 1) * sizeof(uint16_t));
+    first = PyMem_Malloc(((size_t)(m * nl < PIN_LINES_MAX ? m * nl : PIN_LINES_MAX) + 1) * sizeof(uint32_t));
+    lines = PyMem_Malloc((size_t)lsize * sizeof(int32_t));
+    if (!rows || !index || !first || !lines) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < lsize; i++)
+        lines[i] = -1;
+    for (Py_ssize_t p = 0; p < m; p++) {
+        uint32_t *out = rows + (size_t)p * (size_t)k->nwp;
+        memset(out, 0, (size_t)k->nwp * 4);
+        compute_row(k, keys + (size_t)p * (size_t)cw, NULL, NULL, NULL, NULL, out, -1, -1);
+        Py_ssize_t before = nlines;
+        for (Py_ssize_t j = 0; j < nl && p < m; j++) {
+            const uint32_t *line = out + 16 * j;
+            Py_ssize_t i = (Py_ssize_t)(line_hash(line) & (uint64_t)(lsize - 1));
+            while (lines[i] >= 0 && memcmp(rows + 16 * (size_t)first[lines[i]], line, 64) != 0)
+                i = (i + 1) & (lsize - 1);
+            if (lines[i] < 0) {
+                if (nlines == PIN_LINES_MAX) { /* the pool is full: rows p.. are not pinned */
+                    nlines = before;
+                    m = p;
+                    shrunk = 1;
+                    break;
+                }
+                first[nlines] = (uint32_t)(p * nl + j);
+                lines[i] = (int32_t)nlines++;
+            }
+            index[p * nl + j] = (uint16_t)lines[i];
+        }
+    }
+    raw = PyMem_Malloc((size_t)nlines * 64 + 64);
     if (raw == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    uint32_t *prow = (uint32_t *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
-    for (Py_ssize_t p = 0; p < m; p++) {
-        uint32_t *out = prow + (size_t)p * (size_t)k->nwp;
-        memset(out, 0, (size_t)k->nwp * 4);
-        compute_row(k, keys + (size_t)p * (size_t)cw, NULL, NULL, NULL, NULL, out, -1, -1);
+    uint32_t *pool = (uint32_t *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    for (Py_ssize_t q = 0; q < nlines; q++)
+        memcpy(pool + 16 * q, rows + 16 * (size_t)first[q], 64);
+    if (shrunk) { /* the table again, of the rows pinned */
+        for (Py_ssize_t i = 0; i < tsize; i++)
+            table[i] = -1;
+        for (Py_ssize_t p = 0; p < m; p++) {
+            Py_ssize_t i = (Py_ssize_t)(hash[p] & (uint64_t)(tsize - 1));
+            while (table[i] >= 0)
+                i = (i + 1) & (tsize - 1);
+            table[i] = (int32_t)p;
+        }
     }
     PyMem_Free(k->p_raw);
+    PyMem_Free(k->p_index);
     PyMem_Free(k->p_keys);
     PyMem_Free(k->p_hash);
     PyMem_Free(k->p_table);
     k->p_raw = raw;
-    k->p_rows = prow;
+    k->p_lines = pool;
+    k->n_lines = nlines;
+    k->p_index = index;
+    index = NULL;
     k->p_keys = keys;
     k->p_hash = hash;
     k->p_table = table;
@@ -2184,6 +2269,10 @@ done:
     PyMem_Free(keys);
     PyMem_Free(hash);
     PyMem_Free(table);
+    PyMem_Free(rows);
+    PyMem_Free(index);
+    PyMem_Free(first);
+    PyMem_Free(lines);
     PyBuffer_Release(&rv);
     return result;
 }
@@ -2192,11 +2281,12 @@ static PyObject *
 Kernel_info(Kernel *k, PyObject *Py_UNUSED(ignored))
 {
     const double *c = k->corr;
-    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:d,s:d,s:i,s:i,s:{s:d,s:d,s:d,s:d,s:d}}", "rows",
+    return Py_BuildValue("{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:d,s:d,s:i,s:i,s:{s:d,s:d,s:d,s:d,s:d}}", "rows",
                          k->n_rows, "large", k->n_big, "row_bytes", (Py_ssize_t)(k->n_rows * k->nwp * 4), "sets",
                          k->n_sets,
                          "set_bytes", (Py_ssize_t)(k->n_sets * k->nwp * 4), "pinned", k->n_pinned,
-                         "pinned_bytes", (Py_ssize_t)(k->n_pinned * k->nwp * 4), "small_classes",
+                         "pinned_bytes", (Py_ssize_t)(k->n_lines * 64 + k->n_pinned * (k->nwp / 16) * 2),
+                         "pinned_lines", k->n_lines, "small_classes",
                          k->n_small_classes, "small_tokens", k->n_small_tokens, "valid_tokens", k->n_valid,
                          "cost_gather_ns", k->cost_gather, "last_plan_ns", k->last_ns, "adapt", k->adapt,
                          "avx2", g_has_avx2 > 0,
@@ -2319,7 +2409,9 @@ static PyMethodDef Kernel_methods[] = {
      "a miss whose class row is one of them copies its row.  Of the class rows in `class_rows`\n"
      "(an int32 buffer of whole class rows), those whose cheapest plan costs at least `min_ns` ns\n"
      "by the cost model, in their order, each once, at most `max_rows`, replacing the rows\n"
-     "pinned so far.  Returns how many were pinned."},
+     "pinned so far; each distinct 64-byte line of their token rows is kept once, at most\n"
+     "65,536 of them (the rows past the last that fits are not pinned).  Returns how many\n"
+     "were pinned."},
     {"keep_sets", (PyCFunction)(void (*)(void))Kernel_keep_sets, METH_FASTCALL,
      "keep_sets(set_start, set_class, max_sets, min_ns) -> int\n\n"
      "Keep the token rows of class sets beside the row cache (not dropped by clear_cache),\n"

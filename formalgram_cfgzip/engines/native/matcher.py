@@ -406,7 +406,7 @@ class NativeCompiled(CompiledGrammar):
         max_prefixes: int = 1024,
         max_seconds: float = 1.0,
         memory_budget: int = 8 << 20,
-        min_cost_ns: float = 500.0,
+        min_cost_ns: float = 0.0,
     ) -> int:
         """Meet the first states ahead of the first request: their class masks stored, their token rows pinned.
 
