@@ -259,7 +259,7 @@ typedef struct {
      * it, found by their exact class row (a prewarm: the class rows a grammar meets first).  A
      * token row is kept as its 64-byte lines, each distinct line once in a pool: the rows a grammar
      * meets first share most of their lines (all of a string's interior but a few words), and the
-     * pool of 150-260 such rows is 8-12 % of the rows (300-420 KiB of 2.4-4.0 MiB at 128k tokens,
+     * pool of 150-260 such rows is 7-15 % of the rows (290-420 KiB of 2.4-4.0 MiB at 128k tokens,
      * JSON schemas and code grammars), small enough to stay in the CPU's caches between two masks of
      * a decoding loop where the rows themselves came from memory */
     Py_ssize_t n_pinned;
@@ -2208,7 +2208,7 @@ Kernel_pin_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
         memset(out, 0, (size_t)k->nwp * 4);
         compute_row(k, keys + (size_t)p * (size_t)cw, NULL, NULL, NULL, NULL, out, -1, -1);
         Py_ssize_t before = nlines;
-        for (Py_ssize_t j = 0; j < nl && p < m; j++) {
+        for (Py_ssize_t j = 0; j < nl; j++) {
             const uint32_t *line = out + 16 * j;
             Py_ssize_t i = (Py_ssize_t)(line_hash(line) & (uint64_t)(lsize - 1));
             while (lines[i] >= 0 && memcmp(rows + 16 * (size_t)first[lines[i]], line, 64) != 0)

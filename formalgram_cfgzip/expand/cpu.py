@@ -377,7 +377,7 @@ class MaskExpander:
         Notes
         -----
         Cost: one row expansion per pinned row; memory for its distinct lines and two bytes
-        per line of each row.  A hit gathers its row's lines: 8-12 % of the rows' bytes on the
+        per line of each row.  A hit gathers its row's lines: 7-15 % of the rows' bytes on the
         first rows of JSON schemas and code grammars, which stay in the CPU's caches where whole
         rows came from memory.
 
