@@ -2162,16 +2162,28 @@ Kernel_pin_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = rv.len / crow, cap = n < max_rows ? n : max_rows, m = 0, tsize = 4;
     while (tsize < 2 * cap)
         tsize *= 2;
+    /* each row taken: its key in the table, its token row computed and its lines pooled (each
+     * distinct line once: `first` names the rows' line it came from, `lines` hashes them) */
+    Py_ssize_t nl = k->nwp / 16, nlines = 0, lsize = 4;
+    while (lsize < 2 * cap * nl)
+        lsize *= 2;
     keys = PyMem_Malloc(((size_t)cap * (size_t)cw + 1) * 4);
     hash = PyMem_Malloc(((size_t)cap + 1) * sizeof(uint64_t));
     table = PyMem_Malloc((size_t)tsize * sizeof(int32_t));
-    if (!keys || !hash || !table) {
+    rows = PyMem_Malloc(((size_t)cap * (size_t)k->nwp + 1) * 4);
+    index = PyMem_Malloc(((size_t)cap * (size_t)nl + 1) * sizeof(uint16_t));
+    first = PyMem_Malloc(((size_t)(cap * nl < PIN_LINES_MAX ? cap * nl : PIN_LINES_MAX) + 1) * sizeof(uint32_t));
+    lines = PyMem_Malloc((size_t)lsize * sizeof(int32_t));
+    if (!keys || !hash || !table || !rows || !index || !first || !lines) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < tsize; i++)
         table[i] = -1;
-    for (Py_ssize_t r = 0; r < n && m < cap; r++) {
+    for (Py_ssize_t i = 0; i < lsize; i++)
+        lines[i] = -1;
+    int full = 0;
+    for (Py_ssize_t r = 0; r < n && m < cap && !full; r++) {
         const uint32_t *row = (const uint32_t *)rv.buf + (size_t)r * (size_t)cw;
         copy_key(k, row);
         Stats st = row_stats(k, k->c_key, NULL);
@@ -2184,46 +2196,30 @@ Kernel_pin_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
             dup = hash[table[i]] == h && memcmp(keys + (size_t)table[i] * (size_t)cw, k->c_key, (size_t)crow) == 0;
         if (dup)
             continue;
-        memcpy(keys + (size_t)m * (size_t)cw, k->c_key, (size_t)crow);
-        hash[m] = h;
-        table[i] = (int32_t)m++;
-    }
-    /* the rows, then their distinct lines: the pool, and each row's line numbers in it */
-    Py_ssize_t nl = k->nwp / 16, nlines = 0, lsize = 4;
-    int shrunk = 0;
-    while (lsize < 2 * m * nl)
-        lsize *= 2;
-    rows = PyMem_Malloc(((size_t)m * (size_t)k->nwp + 1) * 4);
-    index = PyMem_Malloc(((size_t)m * (size_t)nl + 1) * sizeof(uint16_t));
-    first = PyMem_Malloc(((size_t)(m * nl < PIN_LINES_MAX ? m * nl : PIN_LINES_MAX) + 1) * sizeof(uint32_t));
-    lines = PyMem_Malloc((size_t)lsize * sizeof(int32_t));
-    if (!rows || !index || !first || !lines) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < lsize; i++)
-        lines[i] = -1;
-    for (Py_ssize_t p = 0; p < m; p++) {
-        uint32_t *out = rows + (size_t)p * (size_t)k->nwp;
+        uint32_t *key = keys + (size_t)m * (size_t)cw, *out = rows + (size_t)m * (size_t)k->nwp;
+        memcpy(key, k->c_key, (size_t)crow);
         memset(out, 0, (size_t)k->nwp * 4);
-        compute_row(k, keys + (size_t)p * (size_t)cw, NULL, NULL, NULL, NULL, out, -1, -1);
+        compute_row(k, key, NULL, NULL, NULL, NULL, out, -1, -1);
         Py_ssize_t before = nlines;
-        for (Py_ssize_t j = 0; j < nl; j++) {
+        for (Py_ssize_t j = 0; j < nl && !full; j++) {
             const uint32_t *line = out + 16 * j;
-            Py_ssize_t i = (Py_ssize_t)(line_hash(line) & (uint64_t)(lsize - 1));
-            while (lines[i] >= 0 && memcmp(rows + 16 * (size_t)first[lines[i]], line, 64) != 0)
-                i = (i + 1) & (lsize - 1);
-            if (lines[i] < 0) {
-                if (nlines == PIN_LINES_MAX) { /* the pool is full: rows p.. are not pinned */
-                    nlines = before;
-                    m = p;
-                    shrunk = 1;
-                    break;
+            Py_ssize_t q = (Py_ssize_t)(line_hash(line) & (uint64_t)(lsize - 1));
+            while (lines[q] >= 0 && memcmp(rows + 16 * (size_t)first[lines[q]], line, 64) != 0)
+                q = (q + 1) & (lsize - 1);
+            if (lines[q] < 0 && nlines == PIN_LINES_MAX) { /* the pool is full: this row and the rest are not pinned */
+                nlines = before;
+                full = 1;
+            } else {
+                if (lines[q] < 0) {
+                    first[nlines] = (uint32_t)(m * nl + j);
+                    lines[q] = (int32_t)nlines++;
                 }
-                first[nlines] = (uint32_t)(p * nl + j);
-                lines[i] = (int32_t)nlines++;
+                index[m * nl + j] = (uint16_t)lines[q];
             }
-            index[p * nl + j] = (uint16_t)lines[i];
+        }
+        if (!full) {
+            hash[m] = h;
+            table[i] = (int32_t)m++;
         }
     }
     raw = PyMem_Malloc((size_t)nlines * 64 + 64);
@@ -2234,16 +2230,6 @@ Kernel_pin_rows(Kernel *k, PyObject *const *args, Py_ssize_t nargs)
     uint32_t *pool = (uint32_t *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     for (Py_ssize_t q = 0; q < nlines; q++)
         memcpy(pool + 16 * q, rows + 16 * (size_t)first[q], 64);
-    if (shrunk) { /* the table again, of the rows pinned */
-        for (Py_ssize_t i = 0; i < tsize; i++)
-            table[i] = -1;
-        for (Py_ssize_t p = 0; p < m; p++) {
-            Py_ssize_t i = (Py_ssize_t)(hash[p] & (uint64_t)(tsize - 1));
-            while (table[i] >= 0)
-                i = (i + 1) & (tsize - 1);
-            table[i] = (int32_t)p;
-        }
-    }
     PyMem_Free(k->p_raw);
     PyMem_Free(k->p_index);
     PyMem_Free(k->p_keys);
