@@ -499,6 +499,13 @@ popcount64(uint64_t x)
  * them (tests compare both); the states found do not depend on it. */
 static int g_dense_edges = 1;
 
+/* the first of state d's dense words in t->dense, -1 when it has none or they are switched off */
+static inline int64_t
+dense_first(const Tables *t, int32_t d)
+{
+    return g_dense_edges && t->dense_at != NULL ? t->dense_at[d] : -1;
+}
+
 static inline int32_t
 dom_child(const Tables *t, int32_t d, int32_t sym)
 {
@@ -507,8 +514,8 @@ dom_child(const Tables *t, int32_t d, int32_t sym)
     const DState *ds = &t->dstates[d];
     if (ds->deg == 1)
         return ds->a == sym ? ds->b : -1;
-    int64_t at = t->dense_at != NULL ? t->dense_at[d] : -1;
-    if (at >= 0 && g_dense_edges) {
+    int64_t at = dense_first(t, d);
+    if (at >= 0) {
         if ((uint32_t)sym >= (uint32_t)t->nsym)
             return -1;
         const DenseWord *dw = &t->dense[at + (sym >> 6)];
@@ -1496,7 +1503,7 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
             int32_t v = st[2 * i], d = st[2 * i + 1];
             int32_t len = nodes[v].plen;
             const int32_t *par = len == 1 ? &nodes[v].p0 : s->arena + nodes[v].poff;
-            if (g_dense_edges && t->dense_at != NULL && t->dense_at[d] >= 0)
+            if (dense_first(t, d) >= 0)
                 dense += len;
             for (int32_t k = 0; k < len; k++) {
                 int32_t u = par[k];
