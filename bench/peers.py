@@ -55,7 +55,9 @@ Reported per grammar: median and p99 over all timed steps of all passes, the p99
 step's minimum over the passes and the total (the sum of those minima), which drop the
 preemptions of a loaded machine (XGrammar's from its one pass), of each,
 the ratios native / GLRMask, the class-fill / expansion split and the expander's plans; a
-Markdown table at the end, and with ``--plot`` a figure of the per-step times (each step's
+Markdown table at the end, under it the run's verdict on the update (:func:`targets_lines`: the
+grammars whose median is at most 0.5x GLRMask's and whose p99 is at most GLRMask's, the
+largest ratios to three places, the mismatches), and with ``--plot`` a figure of the per-step times (each step's
 minimum over the passes) per engine.  With ``--kinds`` an untimed cold replay sorts the update's
 steps by what its call did (:func:`update_kinds`), with both engines' medians over each kind: where
 the update's median lies.
@@ -65,6 +67,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -481,6 +484,30 @@ def update_kinds(loaded: Loaded, walks: list[list[int]]) -> list[str]:
     return kinds
 
 
+def targets_lines(results: list[tuple[str, float, float, int]]) -> list[str]:
+    """Lines of a run's verdict on the update variant, per grammar ``(name, median / GLRMask's
+    median, p99 / GLRMask's p99, mismatches of fill and update)``: on how many grammars the
+    median is at most 0.5x GLRMask's and the p99 at most GLRMask's, the grammars past either
+    line, the largest ratios to three places (the tables round to two) and the mismatches.
+    Grammars GLRMask did not run (a ratio that is NaN) are left out and named."""
+    ran = [r for r in results if not (math.isnan(r[1]) or math.isnan(r[2]))]
+    skipped = [r[0] for r in results if r not in ran]
+    out = []
+    for label, at, limit in (("median", 1, 0.5), ("p99", 2, 1.0)):
+        ratios = [(r[0], r[1] if at == 1 else r[2]) for r in ran]
+        past = [f"{name} {x:.3f}" for name, x in ratios if x > limit]
+        top = max(ratios, key=lambda nx: nx[1], default=None)
+        out.append(
+            f"# update {label} <= {limit:g}x GLRMask's: {len(ran) - len(past)} of {len(ran)} grammars"
+            + (f"; the largest {top[1]:.3f} ({top[0]})" if top is not None else "")
+            + (f"; past it: {', '.join(past)}" if past else "")
+        )
+    out.append(f"# mismatches against XGrammar's masks (fill and update): {sum(r[3] for r in results)}")
+    if skipped:
+        out.append(f"# without GLRMask: {', '.join(skipped)}")
+    return out
+
+
 def kinds_table(
     kinds: list[str], update: npt.NDArray[np.float64], glr: npt.NDArray[np.float64] | None
 ) -> list[str]:
@@ -584,6 +611,7 @@ def main_peers(args: Any) -> None:
     )
     evict = np.zeros(int(args.evict * (1 << 18)), np.int32) if args.evict > 0 else None
     rows: list[str] = []
+    targets: list[tuple[str, float, float, int]] = []
     split_rows: list[str] = []
     accept_rows: list[str] = []
     per_step: dict[str, dict[str, npt.NDArray[np.float64]]] = {}
@@ -682,6 +710,9 @@ def main_peers(args: Any) -> None:
             f"{counts['native_mismatch']}, {counts['update_mismatch']} | "
             f"{native_compile:.1f} / {glr_compile} / {comp['xgrammar']:.1f} |"
         )
+        targets.append(
+            (case.name, u[0] / g[0], u[1] / g[1], counts["native_mismatch"] + counts["update_mismatch"])
+        )
         if "accept" in floors and "commit" in floors and len(floors["commit"]) == len(floors["update"]):
             # per token: the mask and the token's acceptance, each step's minima summed
             per_token = {
@@ -726,6 +757,8 @@ def main_peers(args: Any) -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         print(row)
+    print()
+    print("\n".join(targets_lines(targets)))
     print("\n# the native mask split: class fill and expansion (another expander, its own row cache)")
     print(
         "| grammar | class fill: median / p99 / total | expansion: median / p99 / total | native: median / p99 / total | expansion plans |"

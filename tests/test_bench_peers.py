@@ -118,3 +118,29 @@ def test_a_timed_pass_times_every_step_and_acceptance(tmp_path: Path) -> None:
         assert all(t >= 0 for t in times[k])
     assert times["glrmask"] == [] and times["commit"] == []
     assert sum(plans.values()) == steps
+
+
+def test_the_targets_count_the_grammars_on_either_side_of_each_line() -> None:
+    """The run's verdict: a ratio at the line meets it, one a thousandth past it does not (and is
+    named with three places, where the tables show 0.50 for both), a grammar GLRMask did not run
+    is left out and named, and the mismatches are summed."""
+    from bench import peers
+
+    nan = float("nan")
+    lines = peers.targets_lines(
+        [("a", 0.5, 1.0, 0), ("b", 0.501, 0.73, 0), ("c", 0.2, 1.004, 2), ("d", nan, nan, 1)]
+    )
+    assert (
+        lines[0]
+        == "# update median <= 0.5x GLRMask's: 2 of 3 grammars; the largest 0.501 (b); past it: b 0.501"
+    )
+    assert (
+        lines[1] == "# update p99 <= 1x GLRMask's: 2 of 3 grammars; the largest 1.004 (c); past it: c 1.004"
+    )
+    assert lines[2] == "# mismatches against XGrammar's masks (fill and update): 3"
+    assert lines[3] == "# without GLRMask: d"
+    assert peers.targets_lines([]) == [
+        "# update median <= 0.5x GLRMask's: 0 of 0 grammars",
+        "# update p99 <= 1x GLRMask's: 0 of 0 grammars",
+        "# mismatches against XGrammar's masks (fill and update): 0",
+    ]
