@@ -57,8 +57,8 @@ preemptions of a loaded machine (XGrammar's from its one pass), of each,
 the ratios native / GLRMask, the class-fill / expansion split and the expander's plans; a
 Markdown table at the end, under it the run's verdict on the update (:func:`targets_lines`: the
 grammars whose median is at most 0.5x GLRMask's and whose p99 is at most GLRMask's, the
-largest ratios to three places, the mismatches), and with ``--plot`` a figure of the per-step times (each step's
-minimum over the passes) per engine.  With ``--kinds`` an untimed cold replay sorts the update's
+largest ratios to three places, the mismatches), and with ``--plot`` a figure of the per-step
+times (each step's minimum over the passes) per engine.  With ``--kinds`` an untimed cold replay sorts the update's
 steps by what its call did (:func:`update_kinds`), with both engines' medians over each kind: where
 the update's median lies.
 """
@@ -491,10 +491,10 @@ def targets_lines(results: list[tuple[str, float, float, int]]) -> list[str]:
     line, the largest ratios to three places (the tables round to two) and the mismatches.
     Grammars GLRMask did not run (a ratio that is NaN) are left out and named."""
     ran = [r for r in results if not (math.isnan(r[1]) or math.isnan(r[2]))]
-    skipped = [r[0] for r in results if r not in ran]
+    skipped = [r[0] for r in results if math.isnan(r[1]) or math.isnan(r[2])]
     out = []
-    for label, at, limit in (("median", 1, 0.5), ("p99", 2, 1.0)):
-        ratios = [(r[0], r[1] if at == 1 else r[2]) for r in ran]
+    medians, p99s = [(r[0], r[1]) for r in ran], [(r[0], r[2]) for r in ran]
+    for label, limit, ratios in (("median", 0.5, medians), ("p99", 1.0, p99s)):
         past = [f"{name} {x:.3f}" for name, x in ratios if x > limit]
         top = max(ratios, key=lambda nx: nx[1], default=None)
         out.append(
@@ -702,16 +702,17 @@ def main_peers(args: Any) -> None:
         glr_compile = f"{comp['glrmask']:.1f}" if "glrmask" in comp else glr_note or "-"
         n, u, g = stats["native"], stats["update"], stats["glrmask"]
         nan = float("nan")
+        update_median, update_p99 = u[0] / g[0], u[1] / g[1]  # against GLRMask's
         rows.append(
             f"| {case.name} | {loaded.classes.num_classes:,} | {sum(map(len, walks))} | {cell('native')} | "
-            f"{cell('update')} | {cell('glrmask')} | {cell('xgrammar', 0)} | {n[0] / g[0]:.2f}, {u[0] / g[0]:.2f} | "
-            f"{n[1] / g[1]:.2f}, {u[1] / g[1]:.2f} "
+            f"{cell('update')} | {cell('glrmask')} | {cell('xgrammar', 0)} | {n[0] / g[0]:.2f}, {update_median:.2f} | "
+            f"{n[1] / g[1]:.2f}, {update_p99:.2f} "
             f"({p99f.get('native', nan) / p99f.get('glrmask', nan):.2f}, {p99f.get('update', nan) / p99f.get('glrmask', nan):.2f}) | "
             f"{counts['native_mismatch']}, {counts['update_mismatch']} | "
             f"{native_compile:.1f} / {glr_compile} / {comp['xgrammar']:.1f} |"
         )
         targets.append(
-            (case.name, u[0] / g[0], u[1] / g[1], counts["native_mismatch"] + counts["update_mismatch"])
+            (case.name, update_median, update_p99, counts["native_mismatch"] + counts["update_mismatch"])
         )
         if "accept" in floors and "commit" in floors and len(floors["commit"]) == len(floors["update"]):
             # per token: the mask and the token's acceptance, each step's minima summed
