@@ -22,7 +22,7 @@ import pytest
 from _build import kernel_module
 from _expand_oracle import expand_reference
 from _lru_model import lru_model
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from formalgram_cfgzip.errors import BatchIndexError
@@ -191,19 +191,32 @@ def test_cost_corrections_are_learnt_from_chosen_rows_only() -> None:
     assert all(0.2 <= v <= 5.0 for v in learnt.values()), learnt
 
 
-@settings(max_examples=120, deadline=None)
-@given(
+@pytest.fixture(params=[True, False], ids=["avx2", "portable"])
+def avx2_paths(request: pytest.FixtureRequest) -> Any:
+    """The kernel's AVX2 paths where the CPU has them, then the portable ones (the masks are the
+    same; without AVX2 both runs take the portable paths)."""
+    was = cexpand.avx2(request.param)
+    yield request.param
+    cexpand.avx2(was)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(  # the fixture is a switch of the process, the same for every input
     width=st.integers(1, 3_000),
-    classes=st.integers(1, 300),
+    classes=st.integers(1, 2_500),
     seed=st.integers(0, 2**32 - 1),
     rows=st.integers(-1, 120),
     flips=st.integers(0, 70),
 )
-def test_patch_in_place_equals_the_oracle(width: int, classes: int, seed: int, rows: int, flips: int) -> None:
+def test_patch_in_place_equals_the_oracle(
+    avx2_paths: bool, width: int, classes: int, seed: int, rows: int, flips: int
+) -> None:
     """``Kernel.patch``, the in-place step of the native engine's row update: a base token row
     with the classes that differ flipped where it lies equals the oracle's row of the new class
-    row, whichever of the differing classes have precomputed rows (``rows``: none, some, all);
-    past its lists (256 small, 64 large classes) or over the limit it writes nothing."""
+    row, whichever of the differing classes have precomputed rows (``rows``: none, some, all) and
+    wherever they lie (up to 2,500 classes: the scan's groups of 64 class words, and a last vector
+    of fewer than 8); past its lists (256 small, 64 large classes) or over the limit it writes
+    nothing."""
     rng = np.random.default_rng(seed)
     tc = skewed(rng, width, classes, float(rng.random() * 3), float(rng.random() * 0.3))
     kernel = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 30, rows)
@@ -229,7 +242,7 @@ def test_patch_in_place_equals_the_oracle(width: int, classes: int, seed: int, r
         assert np.array_equal(out, base) and len(flipped) > 64
 
 
-def test_patch_flips_precomputed_rows() -> None:
+def test_patch_flips_precomputed_rows(avx2_paths: bool) -> None:
     """Every class with a precomputed row: the patch XORs those rows (a pass of up to eight),
     across more than one pass, and lists the tail's classes past one batch of 32."""
     rng = np.random.default_rng(11)
@@ -244,6 +257,46 @@ def test_patch_flips_precomputed_rows() -> None:
         out = oracle_row(tc, base_row, 400).copy()
         assert kernel.patch(row, base_row, out)
         assert np.array_equal(out, oracle_row(tc, row, 400)), (rows, flips)
+
+
+def test_patch_counts_its_classes_across_the_class_words(avx2_paths: bool) -> None:
+    """The patch's scan counts the classes to flip over every group of 64 class words (5,000
+    classes: 157 words, a last vector of 5): 256 small classes spread over all of them are
+    patched, 257 are refused with nothing written; so are 65 classes with rows, 64 patched; the
+    price is the modelled cost of the classes and their tokens against the limit."""
+    rng = np.random.default_rng(5)
+    classes, width = 5_000, 20_000
+    tc = np.concatenate([np.arange(classes), rng.integers(0, classes, width - classes)]).astype(np.int64)
+    base_row = class_row(rng, classes, 0.5, junk=False)
+    base = oracle_row(tc, base_row, classes)
+
+    def flipped(chosen: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
+        row = base_row.copy()
+        for c in chosen:
+            row.view(np.uint32)[c // 32] ^= np.uint32(1 << (c % 32))
+        return row
+
+    spread = np.linspace(0, classes - 1, 257).astype(np.int64)  # every group, the last word too
+    small = cexpand.Kernel(tc.astype(np.int32), classes, 0, 0)  # no rows: every class listed
+    for n, patched in ((256, True), (257, False)):
+        row = flipped(spread[:n])
+        out = base.copy()
+        assert small.patch(row, base_row, out) is patched, n
+        assert np.array_equal(out, oracle_row(tc, row, classes) if patched else base), n
+    with_rows = cexpand.Kernel(tc.astype(np.int32), classes, 1 << 30, classes)  # every class a row
+    for n, patched in ((64, True), (65, False)):
+        row = flipped(spread[:n])
+        out = base.copy()
+        assert with_rows.patch(row, base_row, out) is patched, n
+        assert np.array_equal(out, oracle_row(tc, row, classes) if patched else base), n
+    row = flipped(spread[:10])
+    tokens = int(np.isin(tc, spread[:10]).sum())
+    out = base.copy()
+    assert not small.patch(row, base_row, out, 0.95 * 10)  # the classes alone reach the limit
+    assert not small.patch(row, base_row, out, 0.95 * 10 + 0.48 * tokens * 0.5)  # with their tokens
+    assert np.array_equal(out, base)
+    assert small.patch(row, base_row, out, 0.95 * 10 + 0.48 * tokens * 2)
+    assert np.array_equal(out, oracle_row(tc, row, classes))
 
 
 @pytest.mark.parametrize("invalid", ["none", "few", "every word"])

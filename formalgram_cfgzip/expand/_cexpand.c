@@ -204,6 +204,11 @@ typedef struct {
     uint32_t *small_classes; /* cw words: bit c set for a non-empty class without a row */
     float *small_mean;      /* cw floats: mean size of the small classes of each class word */
     float *patch_mean;      /* cw floats: the same without the classes of mid_rows (patch_in_place) */
+    /* patch_in_place's scan (patch_scan): per class word, its classes flipped by their rows
+     * (big_classes | mid_rows) and those listed (small_classes & ~mid_rows), both zero from cw on
+     * to a whole vector past it; and scratch for the differing words, one bit each */
+    uint32_t *patch_rows, *patch_lists;
+    uint64_t *patch_words;
     /* per block of BLOCK_WORDS class words: its large classes, small classes and their tokens
      * (as row_stats estimates them), so that a block of all classes counts in one step */
     int32_t *block_big, *block_small;
@@ -399,6 +404,9 @@ Kernel_dealloc(Kernel *self)
     PyMem_Free(self->small_classes);
     PyMem_Free(self->small_mean);
     PyMem_Free(self->patch_mean);
+    PyMem_Free(self->patch_rows);
+    PyMem_Free(self->patch_lists);
+    PyMem_Free(self->patch_words);
     PyMem_Free(self->block_big);
     PyMem_Free(self->block_small);
     PyMem_Free(self->block_tokens);
@@ -640,6 +648,17 @@ Kernel_init(Kernel *self, PyObject *args, PyObject *kwds)
         self->small_mean[w] = n ? (float)(tok / n) : 0.0f;
         self->patch_mean[w] = listed ? (float)(listed_tok / listed) : 0.0f;
     }
+    self->patch_rows = PyMem_Calloc((size_t)cw + 16, sizeof(uint32_t));
+    self->patch_lists = PyMem_Calloc((size_t)cw + 16, sizeof(uint32_t));
+    self->patch_words = PyMem_Calloc((size_t)cw / 64 + 2, sizeof(uint64_t));
+    if (!self->patch_rows || !self->patch_lists || !self->patch_words) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t w = 0; w < cw; w++) {
+        self->patch_rows[w] = self->big_classes[w] | self->mid_rows[w];
+        self->patch_lists[w] = self->small_classes[w] & ~self->mid_rows[w];
+    }
     Py_ssize_t nblocks = cw / BLOCK_WORDS;
     self->block_big = PyMem_Calloc((size_t)nblocks + 1, sizeof(int32_t));
     self->block_small = PyMem_Calloc((size_t)nblocks + 1, sizeof(int32_t));
@@ -818,14 +837,14 @@ popcount_hw(uint32_t x)
     return __builtin_popcount(x);
 }
 
-static int g_has_avx2 = -1, g_has_popcnt = -1;
+static int g_has_avx2 = -1, g_has_popcnt = -1, g_cpu_avx2 = 0;
 
 static void
 cpu_features(void)
 {
     if (g_has_avx2 < 0) {
         __builtin_cpu_init();
-        g_has_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+        g_cpu_avx2 = g_has_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
         g_has_popcnt = __builtin_cpu_supports("popcnt") ? 1 : 0;
     }
 }
@@ -865,7 +884,7 @@ slot_store(uint32_t *dst, const uint32_t *src, Py_ssize_t nw)
         memcpy(dst, src, (size_t)nw * 4);
 }
 #else
-static int g_has_avx2 = 0;
+static int g_has_avx2 = 0, g_cpu_avx2 = 0;
 
 static void
 cpu_features(void)
@@ -2339,7 +2358,25 @@ apply_bitmask(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
+/* avx2(on) -> previous: whether the kernel takes its AVX2 paths (row passes, streaming stores, the
+ * in-place patch's scan) where the CPU has them; off, the portable ones (tests run both) */
+static PyObject *
+avx2_paths(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    int was = g_has_avx2;
+    g_has_avx2 = on ? g_cpu_avx2 : 0;
+    return PyBool_FromLong(was);
+}
+
 static PyMethodDef module_methods[] = {
+    {"avx2", (PyCFunction)avx2_paths, METH_O,
+     "avx2(on) -> previous\n\n"
+     "Whether the kernel takes its AVX2 paths (row passes, streaming stores, the in-place\n"
+     "patch's scan) where the CPU has them (default True; off: the portable ones; the masks\n"
+     "do not depend on it). Returns whether it took them before."},
     {"apply_bitmask", (PyCFunction)(void (*)(void))apply_bitmask, METH_FASTCALL,
      "apply_bitmask(bits, values, itemsize, pattern)\n\n"
      "Write `pattern` (an unsigned int: the bit pattern of -inf in a float type of\n"
@@ -2491,44 +2528,141 @@ api_expand_row(PyObject *obj, const uint32_t *class_row, uint32_t *out, CExpandH
 
 /* The differing classes of `row` and `base` flipped in `out`, which holds base's tokens, when the
  * cost model prices that under `limit`; returns 1, or 0 having written nothing (the patch would
- * cost more, or differs in more classes than one pass lists).  One scan of the class words both
- * prices the patch (as bounded_stats: a large class's row pass, a small class at its word's mean
- * size) and lists what it flips, so the flips follow without the two scans of plan_delta: this
- * is the step of a decoding loop that moves through a bounded string or a format, where the
- * scans were a third of the patch. */
+ * cost more, or differs in more classes than one pass lists).  The patch is priced as
+ * bounded_stats prices it (a large class's row pass, a small class at its word's mean size), and
+ * one scan of the class words (patch_scan) counts the classes to flip and marks the words where
+ * they lie; the flips are listed from those words alone, and follow without the two scans of
+ * plan_delta: this is the step of a decoding loop that moves through a bounded string or a
+ * format.  The scan does not branch on the words: a scan that went word by word, branching on each
+ * differing word and bit, took 60-70 ns of its CPU time even with the words in the caches
+ * (timed between fenced time-stamp reads, 691-746 classes), most of the patch's own work. */
 #define PATCH_SMALL_MAX 256
 #define PATCH_ROWS_MAX 64
+
+/* patch_in_place's scan over the class words: the words where a class to flip lies marked in
+ * patch_words (bit w % 64 of word w / 64), the classes flipped by rows and by lists counted into
+ * *n_big and *n_small; -1 as soon as there are more than PATCH_SMALL_MAX / PATCH_ROWS_MAX of them
+ * or their classes alone (without their tokens) are priced at `limit` or more, else 0. */
+static int
+patch_scan_generic(const Kernel *k, const uint32_t *row, const uint32_t *base, double limit, int *n_big,
+                   int *n_small)
+{
+    double per_big = NS_ROW_WORD * (double)k->nw;
+    int ns = 0, nb = 0;
+    Py_ssize_t cw = k->cw;
+    for (Py_ssize_t w0 = 0; w0 < cw; w0 += 64) {
+        Py_ssize_t end = w0 + 64 < cw ? w0 + 64 : cw;
+        uint64_t marks = 0;
+        for (Py_ssize_t w = w0; w < end; w++) {
+            uint32_t x = row[w] ^ base[w], xb = x & k->patch_rows[w], xs = x & k->patch_lists[w];
+            nb += popcount32(xb);
+            ns += popcount32(xs);
+            marks |= (uint64_t)((xb | xs) != 0) << (w - w0);
+        }
+        k->patch_words[w0 / 64] = marks;
+        if (ns > PATCH_SMALL_MAX || nb > PATCH_ROWS_MAX || per_big * (double)nb + NS_CLASS * (double)ns >= limit)
+            return -1;
+    }
+    *n_big = nb;
+    *n_small = ns;
+    return 0;
+}
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+/* the number of bits of each byte of v, by its two nibbles */
+__attribute__((target("avx2"))) static inline __m256i
+byte_counts(__m256i v)
+{
+    const __m256i table = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1, 2, 2, 3,
+                                           1, 2, 2, 3, 2, 3, 3, 4);
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    return _mm256_add_epi8(_mm256_shuffle_epi8(table, _mm256_and_si256(v, low)),
+                           _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(v, 4), low)));
+}
+
+/* patch_scan_generic, 8 class words a step (AVX2): the same marks and counts */
+__attribute__((target("avx2"))) static int
+patch_scan_avx2(const Kernel *k, const uint32_t *row, const uint32_t *base, double limit, int *n_big,
+                int *n_small)
+{
+    double per_big = NS_ROW_WORD * (double)k->nw;
+    Py_ssize_t cw = k->cw;
+    const __m256i zero = _mm256_setzero_si256(), lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i big = zero, small = zero; /* counts in 64-bit lanes */
+    uint64_t marks = 0;
+    for (Py_ssize_t w = 0; w < cw; w += 8) {
+        __m256i a, b;
+        if (w + 8 <= cw) {
+            a = _mm256_loadu_si256((const __m256i *)(row + w));
+            b = _mm256_loadu_si256((const __m256i *)(base + w));
+        } else { /* the last words: the rows end at cw */
+            __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(cw - w)), lane);
+            a = _mm256_maskload_epi32((const int *)(row + w), in);
+            b = _mm256_maskload_epi32((const int *)(base + w), in);
+        }
+        __m256i x = _mm256_xor_si256(a, b);
+        __m256i xb = _mm256_and_si256(x, _mm256_loadu_si256((const __m256i *)(k->patch_rows + w)));
+        __m256i xs = _mm256_and_si256(x, _mm256_loadu_si256((const __m256i *)(k->patch_lists + w)));
+        big = _mm256_add_epi64(big, _mm256_sad_epu8(byte_counts(xb), zero));
+        small = _mm256_add_epi64(small, _mm256_sad_epu8(byte_counts(xs), zero));
+        __m256i same = _mm256_cmpeq_epi32(_mm256_or_si256(xb, xs), zero);
+        marks |= (uint64_t)(~(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(same)) & 0xffu) << (w & 63);
+        if ((w & 63) == 56 || w + 8 >= cw) { /* 64 words done, or all: marked, counted and priced */
+            k->patch_words[w / 64] = marks;
+            marks = 0;
+            uint64_t nbs[4], nss[4];
+            _mm256_storeu_si256((__m256i *)nbs, big);
+            _mm256_storeu_si256((__m256i *)nss, small);
+            uint64_t nb = nbs[0] + nbs[1] + nbs[2] + nbs[3], ns = nss[0] + nss[1] + nss[2] + nss[3];
+            if (ns > PATCH_SMALL_MAX || nb > PATCH_ROWS_MAX ||
+                per_big * (double)nb + NS_CLASS * (double)ns >= limit)
+                return -1;
+            *n_big = (int)nb;
+            *n_small = (int)ns;
+        }
+    }
+    if (cw == 0)
+        *n_big = *n_small = 0;
+    return 0;
+}
+
+static int
+patch_scan(const Kernel *k, const uint32_t *row, const uint32_t *base, double limit, int *n_big, int *n_small)
+{
+    return g_has_avx2 ? patch_scan_avx2(k, row, base, limit, n_big, n_small)
+                      : patch_scan_generic(k, row, base, limit, n_big, n_small);
+}
+#else
+#define patch_scan patch_scan_generic
+#endif
+
 static int
 patch_in_place(Kernel *k, const uint32_t *row, const uint32_t *base, uint32_t *out, double limit)
 {
-    uint32_t ids[PATCH_SMALL_MAX], big[PATCH_ROWS_MAX];
-    int ns = 0, nb = 0;
-    double per_big = NS_ROW_WORD * (double)k->nw, tokens = 0.0;
-    Py_ssize_t cw = k->cw;
-    for (Py_ssize_t w = 0; w < cw; w++) {
-        if (w % BLOCK_WORDS == 0 && w + BLOCK_WORDS <= cw && block_empty(row, base, 2, w)) {
-            w += BLOCK_WORDS - 1;
-            continue;
+    uint32_t ids[PATCH_SMALL_MAX + 1], big[PATCH_ROWS_MAX];
+    int nb = 0, ns = 0;
+    if (patch_scan(k, row, base, limit, &nb, &ns) < 0)
+        return 0;
+    /* the classes of the marked words, and their tokens at each word's mean size: the price */
+    int a = 0, b = 0;
+    double tokens = 0.0;
+    for (Py_ssize_t g = 0; g * 64 < k->cw; g++)
+        for (uint64_t m = k->patch_words[g]; m; m &= m - 1) {
+            Py_ssize_t w = 64 * g + (Py_ssize_t)__builtin_ctzll(m);
+            uint32_t x = row[w] ^ base[w], at = (uint32_t)(32 * w);
+            uint32_t xs = x & k->patch_lists[w], xb = x & k->patch_rows[w];
+            int before = a;
+            /* most marked words flip one small class: it is written whether there or not */
+            ids[a] = at + (uint32_t)ctz32(xs | 0x80000000u);
+            a += xs != 0;
+            for (xs &= xs - 1; xs; xs &= xs - 1)
+                ids[a++] = at + (uint32_t)ctz32(xs);
+            for (; xb; xb &= xb - 1)
+                big[b++] = at + (uint32_t)ctz32(xb);
+            tokens += (double)(a - before) * (double)k->patch_mean[w];
         }
-        uint32_t x = row[w] ^ base[w];
-        uint32_t xb = x & (k->big_classes[w] | k->mid_rows[w]), xs = x & k->small_classes[w] & ~k->mid_rows[w];
-        if ((xb | xs) == 0)
-            continue;
-        int before = ns;
-        for (; xs; xs &= xs - 1) {
-            if (ns == PATCH_SMALL_MAX)
-                return 0;
-            ids[ns++] = (uint32_t)(32 * w) + (uint32_t)ctz32(xs);
-        }
-        for (; xb; xb &= xb - 1) {
-            if (nb == PATCH_ROWS_MAX)
-                return 0;
-            big[nb++] = (uint32_t)(32 * w) + (uint32_t)ctz32(xb);
-        }
-        tokens += (double)(ns - before) * (double)k->patch_mean[w];
-        if (per_big * (double)nb + list_cost((double)ns, tokens) >= limit)
-            return 0;
-    }
+    if (NS_ROW_WORD * (double)k->nw * (double)nb + list_cost((double)ns, tokens) >= limit)
+        return 0;
     for (int i = 0; i < nb; i += ROWS_PER_PASS) {
         int n = nb - i < ROWS_PER_PASS ? nb - i : ROWS_PER_PASS;
         for (int j = 0; j < n; j++)

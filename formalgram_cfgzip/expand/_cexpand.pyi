@@ -53,6 +53,9 @@ class Kernel:
 def apply_bitmask(bits: ReadableBuffer, values: WriteableBuffer, itemsize: int, pattern: int, /) -> None:
     """Write ``pattern`` into every item of ``values`` whose bit is 0 (and past the bits)."""
 
+def avx2(on: bool, /) -> bool:
+    """Whether the kernel takes its AVX2 paths where the CPU has them; the previous setting."""
+
 def release_cache_pool() -> int:
     """Free the row-cache blocks dropped kernels left for the next ones; the bytes freed."""
 
