@@ -30,6 +30,12 @@
 /* the expansion kernel's C-level entry (State.fill_token) */
 #include "../../_cexpand_api.h"
 
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)0)
+#endif
+
 /* ------------------------------------------------------------------------------------ */
 /* Tables                                                                                */
 
@@ -1184,6 +1190,8 @@ memo_key(State *s, const int32_t *tops, int32_t ntops, int64_t *max)
     key[q++] = ntops;
     for (int32_t i = 0; i < ntops; i++) {
         const Node *v = &s->nodes[tops[i]];
+        if (v->tn >= 0) /* the chain summary a walk from this top reads first (see fill_walk) */
+            PREFETCH(&t->chain[v->tn]);
         key[q++] = v->sym;
         key[q++] = v->plen;
         for (int32_t k = 0; k < v->plen; k++) {
@@ -1372,12 +1380,6 @@ visit_add(Tables *t, uint64_t key, uint32_t w)
     return 1;
 }
 
-#if defined(__GNUC__) || defined(__clang__)
-#define PREFETCH(p) __builtin_prefetch(p)
-#else
-#define PREFETCH(p) ((void)0)
-#endif
-
 /* The walk of the stack below `tops` through the domain automaton: the class mask.  It goes level
  * by level (the pairs one edge further down), so that the memory of a level's pairs -- their nodes,
  * states, parent lists, the parents' nodes -- is requested together before it is read: a walk
@@ -1418,6 +1420,7 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
             if (ch->len > 0 && low > 0 && nodes[low].tn == ch->leaf) {
                 for (int32_t k = ch->outs; k < ch->outs + ch->nouts; k++) {
                     int32_t o = t->chain_outs[k];
+                    PREFETCH(&t->set_bits_at[o]); /* read when the sets are ORed into the row */
                     if (t->set_stamp[o] != w) {
                         t->set_stamp[o] = w;
                         t->hits[nhits++] = o;
@@ -1472,6 +1475,7 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
             const DState *ds = &t->dstates[d];
             int32_t o = ds->out;
             if (o >= 0 && t->set_stamp[o] != w) {
+                PREFETCH(&t->set_bits_at[o]);
                 t->set_stamp[o] = w;
                 t->hits[nhits++] = o;
             }
