@@ -864,8 +864,8 @@ def test_keep_sets_errors() -> None:
     )
 
 
-@settings(max_examples=30, deadline=None)
-@given(
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(  # the fixture is a switch of the process, the same for every input
     width=st.integers(500, 9_000),
     classes=st.integers(2, 300),
     seed=st.integers(0, 2**32 - 1),
@@ -874,11 +874,13 @@ def test_keep_sets_errors() -> None:
     cache=st.sampled_from([1, 4]),
 )
 def test_rows_through_pinned_rows_equal_the_oracle(
-    width: int, classes: int, seed: int, n_rows: int, max_rows: int, cache: int
+    avx2_paths: bool, width: int, classes: int, seed: int, n_rows: int, max_rows: int, cache: int
 ) -> None:
     """Class rows pinned (some repeated, some with a bit past num_classes), then a walk over
     them and near them through the row cache: every row equals the oracle, before and after
-    the cache is cleared (the pinned rows stay); a pinned row's miss is a hit."""
+    the cache is cleared (the pinned rows stay); a pinned row's miss is a hit, its lines
+    gathered out of the pool (two at a time with AVX2: rows of an odd and an even number of
+    lines)."""
     rng = np.random.default_rng(seed)
     tc = skewed(rng, width, classes, 1.2, 0.05)
     sets = [rng.choice(classes, int(rng.integers(1, classes + 1)), replace=False) for _ in range(n_rows)]
