@@ -1618,8 +1618,7 @@ gather_lines_generic(const uint32_t *RESTRICT lines, const uint16_t *RESTRICT ix
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 /* gather_lines_generic, two lines a step in 32-byte moves (the pool's lines are 64-byte aligned):
  * compiled without AVX2 and with the pool's address read again for every line (`out` might have
- * been the kernel), each line took 15 instructions, and a hit's 251 lines some 400 ns of the
- * CPU's time with the lines in its caches; here 6 */
+ * been the kernel), each line took 15 instructions, a hit's 251 lines some 3,800; here 8.5 */
 __attribute__((target("avx2"))) static void
 gather_lines_avx2(const uint32_t *RESTRICT lines, const uint16_t *RESTRICT ix, Py_ssize_t n, uint32_t *RESTRICT out)
 {
