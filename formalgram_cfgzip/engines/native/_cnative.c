@@ -1337,9 +1337,13 @@ fill_row(State *s, uint32_t *row)
 }
 
 /* Pairs a walk keeps in a list before it moves them to the table: most walks visit a handful, and
- * a list that fits a cache line or four is searched faster than the table is probed.  The limit
- * is SMALL_WALK_MAX; `small_walk(n)` lowers it (tests move every walk across the boundary). */
+ * a list that fits a few cache lines is found faster than the table, whose slots lie out of the
+ * CPU's caches once a wide walk has grown it.  The list is found through SMALL_SLOTS one-byte slots
+ * on the stack (a pair's place in the list + 1, by its hash, probed linearly; 0: empty): a search
+ * of the list end to end took most of the CPU time of a code grammar's walks of 20-35 pairs.  The
+ * limit is SMALL_WALK_MAX; `small_walk(n)` lowers it (tests move every walk across the boundary). */
 #define SMALL_WALK_MAX 32
+#define SMALL_SLOTS 64 /* a power of two, at least twice SMALL_WALK_MAX */
 static int g_small_walk = SMALL_WALK_MAX;
 
 /* Whether a walk takes the chain summaries at its tops (see Chain); `chain_walks(on)` switches them
@@ -1399,6 +1403,8 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
     }
     int64_t nhits = 0, n = 0, pairs = 0, chained = 0, dense = 0;
     uint64_t small[SMALL_WALK_MAX];
+    uint8_t slot[SMALL_SLOTS];
+    memset(slot, 0, sizeof slot);
     const int limit = g_small_walk;
     int nsmall = 0; /* limit + 1: the walk's pairs are in the table */
     t->vcount = 0;
@@ -1448,14 +1454,15 @@ fill_walk(State *s, uint32_t *row, const int32_t *tops, int32_t ntops)
         for (int64_t i = 0; i < n; i++) {
             int32_t v = st[2 * i], d = st[2 * i + 1];
             uint64_t key = ((uint64_t)(uint32_t)v << 32) | (uint32_t)d;
-            if (nsmall <= limit) { /* a small walk: its pairs in a list, searched end to end */
-                int seen = 0;
-                for (int j = 0; j < nsmall && !seen; j++)
-                    seen = small[j] == key;
-                if (seen)
+            if (nsmall <= limit) { /* a small walk: its pairs in a list, found by their slots */
+                uint32_t h = (uint32_t)mix64(key) & (SMALL_SLOTS - 1);
+                while (slot[h] != 0 && small[slot[h] - 1] != key)
+                    h = (h + 1) & (SMALL_SLOTS - 1);
+                if (slot[h] != 0)
                     continue;
                 if (nsmall < limit) {
                     small[nsmall++] = key;
+                    slot[h] = (uint8_t)nsmall;
                 } else { /* it outgrew the list: the pairs so far into the table, then this one */
                     for (int j = 0; j < nsmall; j++)
                         if (visit_add(t, small[j], w) < 0)
