@@ -1633,8 +1633,7 @@ gather_lines_avx2(const uint32_t *RESTRICT lines, const uint16_t *RESTRICT ix, P
         _mm256_storeu_si256((__m256i *)(out + 16 * j + 16), b0);
         _mm256_storeu_si256((__m256i *)(out + 16 * j + 24), b1);
     }
-    if (j < n)
-        memcpy(out + 16 * j, lines + 16 * (size_t)ix[j], 64);
+    gather_lines_generic(lines, ix + j, n - j, out + 16 * j); /* an odd line left */
 }
 #endif
 
@@ -2575,6 +2574,16 @@ api_expand_row(PyObject *obj, const uint32_t *class_row, uint32_t *out, CExpandH
 #define PATCH_SMALL_MAX 256
 #define PATCH_ROWS_MAX 64
 
+/* Whether a patch of nb classes flipped by rows and ns listed ones, of `tokens` tokens in all,
+ * is refused: more classes than one pass lists, or priced at `limit` or more.  The scans ask it
+ * with tokens 0 (their classes alone, a lower bound), patch_in_place with the marked words' tokens. */
+static inline int
+patch_refused(const Kernel *k, int64_t nb, int64_t ns, double tokens, double limit)
+{
+    return ns > PATCH_SMALL_MAX || nb > PATCH_ROWS_MAX ||
+           NS_ROW_WORD * (double)k->nw * (double)nb + list_cost((double)ns, tokens) >= limit;
+}
+
 /* patch_in_place's scan over the class words: the words where a class to flip lies marked in
  * patch_words (bit w % 64 of word w / 64), the classes flipped by rows and by lists counted into
  * *n_big and *n_small; -1 as soon as there are more than PATCH_SMALL_MAX / PATCH_ROWS_MAX of them
@@ -2583,7 +2592,6 @@ static int
 patch_scan_generic(const Kernel *k, const uint32_t *row, const uint32_t *base, double limit, int *n_big,
                    int *n_small)
 {
-    double per_big = NS_ROW_WORD * (double)k->nw;
     int ns = 0, nb = 0;
     Py_ssize_t cw = k->cw;
     for (Py_ssize_t w0 = 0; w0 < cw; w0 += 64) {
@@ -2596,7 +2604,7 @@ patch_scan_generic(const Kernel *k, const uint32_t *row, const uint32_t *base, d
             marks |= (uint64_t)((xb | xs) != 0) << (w - w0);
         }
         k->patch_words[w0 / 64] = marks;
-        if (ns > PATCH_SMALL_MAX || nb > PATCH_ROWS_MAX || per_big * (double)nb + NS_CLASS * (double)ns >= limit)
+        if (patch_refused(k, nb, ns, 0.0, limit))
             return -1;
     }
     *n_big = nb;
@@ -2621,7 +2629,6 @@ __attribute__((target("avx2"))) static int
 patch_scan_avx2(const Kernel *k, const uint32_t *row, const uint32_t *base, double limit, int *n_big,
                 int *n_small)
 {
-    double per_big = NS_ROW_WORD * (double)k->nw;
     Py_ssize_t cw = k->cw;
     const __m256i zero = _mm256_setzero_si256(), lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     __m256i big = zero, small = zero; /* counts in 64-bit lanes */
@@ -2650,8 +2657,7 @@ patch_scan_avx2(const Kernel *k, const uint32_t *row, const uint32_t *base, doub
             _mm256_storeu_si256((__m256i *)nbs, big);
             _mm256_storeu_si256((__m256i *)nss, small);
             uint64_t nb = nbs[0] + nbs[1] + nbs[2] + nbs[3], ns = nss[0] + nss[1] + nss[2] + nss[3];
-            if (ns > PATCH_SMALL_MAX || nb > PATCH_ROWS_MAX ||
-                per_big * (double)nb + NS_CLASS * (double)ns >= limit)
+            if (patch_refused(k, (int64_t)nb, (int64_t)ns, 0.0, limit))
                 return -1;
             *n_big = (int)nb;
             *n_small = (int)ns;
@@ -2697,7 +2703,7 @@ patch_in_place(Kernel *k, const uint32_t *row, const uint32_t *base, uint32_t *o
                 big[b++] = at + (uint32_t)ctz32(xb);
             tokens += (double)(a - before) * (double)k->patch_mean[w];
         }
-    if (NS_ROW_WORD * (double)k->nw * (double)nb + list_cost((double)ns, tokens) >= limit)
+    if (patch_refused(k, nb, ns, tokens, limit))
         return 0;
     for (int i = 0; i < nb; i += ROWS_PER_PASS) {
         int n = nb - i < ROWS_PER_PASS ? nb - i : ROWS_PER_PASS;
