@@ -745,6 +745,74 @@ def test_rollback_reset_and_termination(
     assert not m.accept_token(vocab.size - 2)  # the special token is never allowed
 
 
+NESTED_FIELDS = 'root ::= item*\nitem ::= "(" root ")" | [ab]+ ","'
+NESTED_TOKENS = [
+    b"(",
+    b")",
+    b"))",
+    b")))",
+    b"))))",
+    b")))))",
+    b"))))))))",
+    b"a",
+    b"b",
+    b"ab",
+    b"a,",
+    b",",
+    b"((",
+    b"(a",
+    b"),",
+    b"b)",
+]
+
+
+@functools.cache
+def _nested_fields() -> tuple[NativeCompiled, Grammar, VocabTrie]:
+    """Fields read byte by byte (a new node per byte on the same parents) inside parentheses
+    nested to any depth (tops with the same symbols over other stacks): the C state's memo
+    meets both kinds of change of its key."""
+    from formalgram.syntax.gbnf import parse_gbnf
+
+    vocab = small_vocab(NESTED_TOKENS)
+    classes = compress(NESTED_FIELDS, vocab, progress=False)
+    grammar = engines.compile_grammar(classes, NESTED_FIELDS, engine="native", kernel="c")
+    assert isinstance(grammar, NativeCompiled)
+    return grammar, parse_gbnf(NESTED_FIELDS), VocabTrie(vocab)
+
+
+@checks_at_least(50)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(0, 2**16), min_size=40, max_size=80))
+def test_the_memo_of_the_last_fill_is_exact_through_rollbacks(choices: list[int]) -> None:
+    """The C state answers a fill from its memo when the tops have the last fill's symbols and
+    their parents are the same nodes or copies (one symbol, the same parents), and drops such
+    copies among a node's parents; a rollback forgets the memo when it frees a node the key
+    names.  Random walks with rollbacks: every mask is the Earley oracle's."""
+    require_kernel("native")
+    grammar, g, trie = _nested_fields()
+    vocab = grammar.vocab
+    m = grammar.matcher()
+    bm = grammar.allocate_token_bitmask()
+    text: list[bytes] = []
+    for x in choices:
+        rec = EarleyRecognizer(g)
+        assert rec.feed_bytes(b"".join(text))
+        m.fill_next_token_bitmask(bm)
+        want = oracle_mask(rec, trie, vocab)
+        assert row_tokens(bm[0], vocab.logit_width) == want, text
+        options = sorted(want - set(vocab.stop_ids))
+        if text and (x % 4 == 0 or not options):
+            k = 1 + (x // 4) % min(3, len(text))
+            m.rollback(k)
+            del text[-k:]
+        elif options:
+            tok = options[x % len(options)]
+            assert m.accept_token(tok)
+            data = vocab.tokens[tok]
+            assert data is not None
+            text.append(data)
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_batch_fills_equal_single_fills(
     kernel: Kernel, json_list: tuple[TokenClasses, NativeTables, Vocabulary]

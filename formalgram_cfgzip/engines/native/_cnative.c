@@ -937,6 +937,60 @@ insertion_sort(int32_t *a, int64_t n)
     }
 }
 
+/* Whether nodes u and w have the same stacks below them, as far as `depth` levels of parents show:
+ * u == w, or (depth > 0) one symbol and as many parents, the parents at each position the same
+ * node or (depth > 1) again such nodes, one level down.  The stacks below a node are its symbol on
+ * each stack below each of its parents, so by induction such nodes have the same stacks.  Nodes
+ * that pass at depth 1 (one symbol, the same parents) are *copies*.  Each pair of distinct nodes
+ * compared takes one from *budget; none left: 0. */
+static int
+same_paths(const State *s, int32_t u, int32_t w, int depth, int *budget)
+{
+    if (u == w)
+        return 1;
+    if (depth <= 0 || --*budget < 0)
+        return 0;
+    const Node *a = &s->nodes[u], *b = &s->nodes[w];
+    if (a->sym != b->sym || a->plen != b->plen)
+        return 0;
+    const int32_t *x = s->arena + a->poff, *y = s->arena + b->poff;
+    for (int32_t i = 0; i < a->plen; i++)
+        if (!same_paths(s, x[i], y[i], depth - 1, budget))
+            return 0;
+    return 1;
+}
+
+/* Parents of node g (a list of its own) that are copies of an earlier one (see same_paths) dropped: a copy adds no
+ * stack below g.  A field of a loop read byte by byte makes such copies (one node per byte for the
+ * field's symbol, on the same parents), and without this the parents of the node above it would
+ * grow with the field, and with them the walk and the memo key (which then never repeats).  Lists
+ * longer than DROP_COPIES_MAX are left as they are (the comparison is quadratic). */
+#define DROP_COPIES_MAX 16
+static void
+drop_copies(State *s, int32_t g)
+{
+    Node *v = &s->nodes[g];
+    if (v->plen < 2 || v->plen > DROP_COPIES_MAX)
+        return;
+    /* the kept parents' symbol, first parent and count, compared before their lists */
+    uint64_t head[DROP_COPIES_MAX];
+    int32_t *p = s->arena + v->poff, n = 0;
+    for (int32_t k = 0; k < v->plen; k++) {
+        const Node *nu = &s->nodes[p[k]];
+        uint64_t h = ((uint64_t)(uint32_t)nu->sym << 32 | (uint32_t)nu->p0) ^ ((uint64_t)(uint32_t)nu->plen << 20);
+        int32_t j = 0;
+        for (int budget = 1; j < n; j++)
+            if (head[j] == h && same_paths(s, p[j], p[k], 1, &budget))
+                break;
+        if (j == n) {
+            head[n] = h;
+            p[n++] = p[k];
+        }
+    }
+    if (n < v->plen)
+        set_parents(v, s->arena, v->poff, n);
+}
+
 /* one byte of class c from the tops cur[0..ncur) into *out (t->tops_b or t->tops_a), count in *nout */
 static int
 state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int64_t *out_cap, int64_t *nout)
@@ -1072,6 +1126,7 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
         }
     }
     /* parents of the new nodes */
+    int64_t own = s->an; /* the lists made here, not shared slices, lie from here on */
     for (int32_t g = first_new; g < (int32_t)s->nn; g++) {
         int32_t r = t->head[g - first_new];
         if (r < 0)
@@ -1110,6 +1165,9 @@ state_step(State *s, const int32_t *cur, int64_t ncur, int c, int32_t **out, int
         set_parents(&s->nodes[g], s->arena, (int32_t)s->an, (int32_t)nb);
         s->an += nb;
     }
+    for (int32_t g = first_new; g < (int32_t)s->nn; g++)
+        if (s->nodes[g].poff >= own)
+            drop_copies(s, g);
     if (bottom) {
         if (GROW(*out, *out_cap, ntop + 1) < 0)
             return -1;
@@ -1272,6 +1330,36 @@ pm_link(Tables *t, int32_t parent, int32_t cls, int32_t child)
     return 0;
 }
 
+/* Whether two memo keys of one length (see memo_key) describe the same stacks: the same number of
+ * tops, each with the same symbol and number of parents, and at each position the same parent or
+ * one with the same stacks below it (same_paths, up to MEMO_DEPTH levels, MEMO_BUDGET pairs of
+ * nodes in all).  A text in one field of a loop makes a new node per byte for the field's symbol
+ * on the same parents (copies), and the nodes above them differ from the last key's only by those:
+ * such keys differ a few levels down.  The comparison stops at the first difference it cannot
+ * match. */
+#define MEMO_DEPTH 4
+#define MEMO_BUDGET 256
+static int
+same_below(const State *s, const int32_t *a, const int32_t *b, int64_t len)
+{
+    if (a[0] != b[0])
+        return 0;
+    int budget = MEMO_BUDGET;
+    int64_t q = 1;
+    for (int32_t i = 0; i < a[0]; i++) {
+        if (q + 2 > len || a[q] != b[q] || a[q + 1] != b[q + 1])
+            return 0;
+        int32_t plen = a[q + 1];
+        q += 2;
+        if (q + plen > len)
+            return 0;
+        for (int32_t k = 0; k < plen; k++, q++)
+            if (!same_paths(s, a[q], b[q], MEMO_DEPTH, &budget))
+                return 0;
+    }
+    return q == len;
+}
+
 /* The class mask: the memo's row (from_memo set, nothing copied) when the tops' key is the last
  * fill's, else written into `row` (words words) and kept as the memo's; NULL on MemoryError. */
 static const uint32_t *
@@ -1299,10 +1387,19 @@ class_row(State *s, uint32_t *row)
     int64_t max = 0, len = memo_key(s, tops, ntops, &max);
     if (len < 0)
         return NULL;
-    if (s->mvalid && s->mkey_len == len && memcmp(s->mkey, t->key, (size_t)len * sizeof(int32_t)) == 0) {
-        s->memo_hits++;
-        s->from_memo = 1;
-        return s->mrow;
+    if (s->mvalid && s->mkey_len == len) {
+        int same = memcmp(s->mkey, t->key, (size_t)len * sizeof(int32_t)) == 0;
+        if (!same && same_below(s, s->mkey, t->key, len)) {
+            /* the same stacks under other nodes: the key now names these (a rollback checks them) */
+            memcpy(s->mkey, t->key, (size_t)len * sizeof(int32_t));
+            s->mmax = max;
+            same = 1;
+        }
+        if (same) {
+            s->memo_hits++;
+            s->from_memo = 1;
+            return s->mrow;
+        }
     }
     s->mvalid = 0;
     s->from_memo = 0;
