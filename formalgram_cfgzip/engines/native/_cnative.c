@@ -979,9 +979,11 @@ drop_copies(State *s, int32_t g)
         const Node *nu = &s->nodes[p[k]];
         uint64_t h = ((uint64_t)(uint32_t)nu->sym << 32 | (uint32_t)nu->p0) ^ ((uint64_t)(uint32_t)nu->plen << 20);
         int32_t j = 0;
-        for (int budget = 1; j < n; j++)
+        for (; j < n; j++) {
+            int budget = 1; /* one pair: their parents compared by id */
             if (head[j] == h && same_paths(s, p[j], p[k], 1, &budget))
                 break;
+        }
         if (j == n) {
             head[n] = h;
             p[n++] = p[k];
