@@ -785,9 +785,11 @@ def _nested_fields() -> tuple[NativeCompiled, Grammar, VocabTrie]:
 @given(st.lists(st.integers(0, 2**16), min_size=40, max_size=80))
 def test_the_memo_of_the_last_fill_is_exact_through_rollbacks(choices: list[int]) -> None:
     """The C state answers a fill from its memo when the tops have the last fill's symbols and
-    their parents are the same nodes or copies (one symbol, the same parents), and drops such
-    copies among a node's parents; a rollback forgets the memo when it frees a node the key
-    names.  Random walks with rollbacks: every mask is the Earley oracle's."""
+    their parents are the same nodes or nodes with the same stacks below (one symbol, and
+    parents again the same or such nodes, a few levels down), and drops copies (one symbol, the
+    same parents) among a node's parents; a rollback forgets the memo when it frees a node the
+    key names.  Random walks with rollbacks, closing tokens long enough to read past the levels
+    compared: every mask is the Earley oracle's."""
     require_kernel("native")
     grammar, g, trie = _nested_fields()
     vocab = grammar.vocab

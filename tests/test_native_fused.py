@@ -466,7 +466,7 @@ def test_the_memo_answers_the_same_stacks_under_other_nodes() -> None:
     """lark's csv: each byte of a field makes a new node for the field's symbol on the same
     parents, so the tops' parents are other nodes after every token of a field, with the same
     stacks below them.  The state drops such copies among a node's parents and its memo compares
-    the parents by symbol and parents: most fills are answered by the memo, and the masks stay
+    the parents by symbol and parents, a few levels down: most fills are answered by the memo, and the masks stay
     XGrammar's through rollbacks (which must forget a memo whose key names nodes they free),
     resets and row updates.  (4,000 Llama-3 tokens: XGrammar's own mask of this grammar over the
     whole vocabulary takes some 0.2 s.)"""
