@@ -815,6 +815,39 @@ def test_the_memo_of_the_last_fill_is_exact_through_rollbacks(choices: list[int]
             text.append(data)
 
 
+def test_a_rollback_forgets_a_memo_key_replaced_by_other_nodes() -> None:
+    """When the memo answers a fill from nodes with the same stacks as its key's (not the same
+    nodes), its key names the new nodes from then on.  A rollback that frees those nodes must
+    forget the memo even though the nodes of the fill that made the row are still there: freed
+    numbers are given to the next nodes made, whatever their stacks.  The walk below: a fill, a
+    field and a second fill answered by the memo over the new copies, a rollback past them, and a
+    fill that must be a walk of its own (the memo's count stays).  Every mask is the Earley
+    recognizer's."""
+    require_kernel("native")
+    grammar, g, trie = _nested_fields()
+    vocab = grammar.vocab
+    ids = {data: i for i, data in enumerate(vocab.tokens) if data is not None}
+    m = grammar.matcher()
+    bm = grammar.allocate_token_bitmask()
+    text: list[bytes] = []
+    hits: list[int] = []
+    steps: list[bytes | int | None] = [b"(", b"ab", None, b"a,", b"ab", None, b"a,", 3, None]
+    for step in steps:
+        if step is None:
+            m.fill_next_token_bitmask(bm)
+            rec = EarleyRecognizer(g)
+            assert rec.feed_bytes(b"".join(text))
+            assert row_tokens(bm[0], vocab.logit_width) == oracle_mask(rec, trie, vocab), text
+            hits.append(m.info()["memo_hits"])
+        elif isinstance(step, int):
+            m.rollback(step)
+            del text[-step:]
+        else:
+            assert m.accept_token(ids[step])
+            text.append(step)
+    assert hits == [0, 1, 1]
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_batch_fills_equal_single_fills(
     kernel: Kernel, json_list: tuple[TokenClasses, NativeTables, Vocabulary]
