@@ -609,6 +609,40 @@ def test_class_walks_of_every_size_equal_the_python_kernel(limit: int, chains: b
         module.small_walk(33)
 
 
+def test_a_class_walk_past_the_visited_tables_first_size_is_exact() -> None:
+    """Past the small list, a class walk keeps the (node, state) pairs it has visited in a hash
+    table of 1,024 slots at first, which doubles, its pairs rehashed, whenever it is half full.
+    After the first byte of a grammar of 1,500 alternatives the stack has 1,500 tops, so the
+    first class walk doubles the table twice; the walks after the next tokens are short again.
+    Every mask is the Earley recognizer's."""
+    from formalgram.syntax.gbnf import parse_gbnf
+
+    require_kernel("native")
+    n = 1500
+    text = "\n".join(
+        ["root ::= " + " | ".join(f'"x" a{i}' for i in range(n))]
+        + [f'a{i} ::= "k" ' + " ".join(f'"{d}"' for d in str(i)) + ' ";"' for i in range(n)]
+    )
+    vocab = small_vocab([b"x", b"k", *(str(d).encode() for d in range(10)), b";", b"k1", b"49", b"9;"])
+    classes = compress(text, vocab, progress=False)
+    grammar = engines.compile_grammar(classes, text, engine="native", kernel="c")
+    g, trie = parse_gbnf(text), VocabTrie(vocab)
+    ids = {data: i for i, data in enumerate(vocab.tokens) if data is not None}
+    m = grammar.matcher()
+    bm = grammar.allocate_token_bitmask()
+    walked: list[int] = []
+    text_so_far = b""
+    for token in [b"x", b"k1", b"4", b"9;"]:
+        assert m.accept_token(ids[token])
+        text_so_far += token
+        m.fill_next_token_bitmask(bm)
+        walked.append(m.info()["last_pairs"])
+        rec = EarleyRecognizer(g)
+        assert rec.feed_bytes(text_so_far)
+        assert row_tokens(bm[0], vocab.logit_width) == oracle_mask(rec, trie, vocab), text_so_far
+    assert walked[0] >= n > 2 * 512 and max(walked[1:]) < 512, walked
+
+
 @pytest.mark.parametrize("dense", [True, False])
 def test_dense_edge_words_leave_the_class_masks_those_of_the_python_kernel(dense: bool) -> None:
     """A domain state with nine edges or more, its symbols rising, also has bit words over the
@@ -789,13 +823,16 @@ def test_the_memo_of_the_last_fill_is_exact_through_rollbacks(choices: list[int]
     parents again the same or such nodes, a few levels down), and drops copies (one symbol, the
     same parents) among a node's parents; a rollback forgets the memo when it frees a node the
     key names.  Random walks with rollbacks, closing tokens long enough to read past the levels
-    compared: every mask is the Earley oracle's."""
+    compared: every mask is the Earley oracle's.  Along the way, no list of 2 to 16 parents holds
+    two copies, and a rollback leaves the stack's nodes and parent entries as many as they were
+    before the tokens it takes back (what those tokens made is freed)."""
     require_kernel("native")
     grammar, g, trie = _nested_fields()
     vocab = grammar.vocab
     m = grammar.matcher()
     bm = grammar.allocate_token_bitmask()
     text: list[bytes] = []
+    sizes = [_stack_sizes(m)]
     for x in choices:
         rec = EarleyRecognizer(g)
         assert rec.feed_bytes(b"".join(text))
@@ -807,12 +844,32 @@ def test_the_memo_of_the_last_fill_is_exact_through_rollbacks(choices: list[int]
             k = 1 + (x // 4) % min(3, len(text))
             m.rollback(k)
             del text[-k:]
+            del sizes[-k:]
+            assert _stack_sizes(m) == sizes[-1], text
         elif options:
             tok = options[x % len(options)]
             assert m.accept_token(tok)
             data = vocab.tokens[tok]
             assert data is not None
             text.append(data)
+            sizes.append(_stack_sizes(m))
+            _assert_no_copies_among_parents(m)
+
+
+def _stack_sizes(m: NativeMatcher) -> tuple[int, int]:
+    """The C state's nodes and parent entries in use."""
+    info = m.info()
+    return info["nodes"], info["parents"]
+
+
+def _assert_no_copies_among_parents(m: NativeMatcher) -> None:
+    """No node's list of 2 to 16 parents holds two copies (one symbol, the same parents)."""
+    state = m._state
+    for i in range(1, m.info()["nodes"]):
+        parents = state.node(i)[1]
+        if 2 <= len(parents) <= 16:
+            heads = [state.node(p) for p in parents]
+            assert len(set(heads)) == len(heads), (i, parents, heads)
 
 
 def test_a_rollback_forgets_a_memo_key_replaced_by_other_nodes() -> None:
