@@ -820,12 +820,12 @@ def _nested_fields() -> tuple[NativeCompiled, Grammar, VocabTrie]:
 def test_the_memo_of_the_last_fill_is_exact_through_rollbacks(choices: list[int]) -> None:
     """The C state answers a fill from its memo when the tops have the last fill's symbols and
     their parents are the same nodes or nodes with the same stacks below (one symbol, and
-    parents again the same or such nodes, a few levels down), and drops copies (one symbol, the
-    same parents) among a node's parents; a rollback forgets the memo when it frees a node the
-    key names.  Random walks with rollbacks, closing tokens long enough to read past the levels
-    compared: every mask is the Earley oracle's.  Along the way, no list of 2 to 16 parents holds
-    two copies, and a rollback leaves the stack's nodes and parent entries as many as they were
-    before the tokens it takes back (what those tokens made is freed)."""
+    parents again the same or such nodes, a few levels down); a rollback forgets the memo when it
+    frees a node the key names.  (This grammar makes no copies among a node's parents: those are
+    lark's csv's, ``test_native_fused.py``.)  Random walks with rollbacks, closing tokens long
+    enough to read past the levels compared: every mask is the Earley oracle's.  Along the way, a
+    rollback leaves the stack's nodes and parent entries as many as they were before the tokens
+    it takes back (what those tokens made is freed)."""
     require_kernel("native")
     grammar, g, trie = _nested_fields()
     vocab = grammar.vocab
@@ -853,23 +853,12 @@ def test_the_memo_of_the_last_fill_is_exact_through_rollbacks(choices: list[int]
             assert data is not None
             text.append(data)
             sizes.append(_stack_sizes(m))
-            _assert_no_copies_among_parents(m)
 
 
 def _stack_sizes(m: NativeMatcher) -> tuple[int, int]:
     """The C state's nodes and parent entries in use."""
     info = m.info()
     return info["nodes"], info["parents"]
-
-
-def _assert_no_copies_among_parents(m: NativeMatcher) -> None:
-    """No node's list of 2 to 16 parents holds two copies (one symbol, the same parents)."""
-    state = m._state
-    for i in range(1, m.info()["nodes"]):
-        parents = state.node(i)[1]
-        if 2 <= len(parents) <= 16:
-            heads = [state.node(p) for p in parents]
-            assert len(set(heads)) == len(heads), (i, parents, heads)
 
 
 def test_a_rollback_forgets_a_memo_key_replaced_by_other_nodes() -> None:
