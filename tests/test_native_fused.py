@@ -468,7 +468,8 @@ def test_the_memo_answers_the_same_stacks_under_other_nodes() -> None:
     stacks below them.  The state drops such copies among a node's parents and its memo compares
     the parents by symbol and parents, a few levels down: most fills are answered by the memo, and the masks stay
     XGrammar's through rollbacks (which must forget a memo whose key names nodes they free),
-    resets and row updates.  (4,000 Llama-3 tokens: XGrammar's own mask of this grammar over the
+    resets and row updates; on a walk of its own, no list of 2 to 16 parents holds two copies after
+    any token.  (4,000 Llama-3 tokens: XGrammar's own mask of this grammar over the
     whole vocabulary takes some 0.2 s.)"""
     vocab = sample_vocab(4000, seed=5)
     text = grammar_text("lark/csv.lark")
@@ -479,3 +480,19 @@ def test_the_memo_answers_the_same_stacks_under_other_nodes() -> None:
     for seed in range(6):
         hits += walk_against_xgrammar(native, full, seed, 80, 3, update=seed % 2 == 1)["memo_hits"]
     assert hits > 240, hits
+    # token by token, no list of 2 to 16 parents holds two copies (one symbol, the same parents)
+    rng = random.Random(7)
+    m = native.matcher()
+    bm = native.allocate_token_bitmask()
+    for _ in range(80):
+        m.fill_next_token_bitmask(bm)
+        options = allowed(bm[0], native.logit_width, sorted(native.vocab.stop_ids))
+        if not options:
+            break
+        assert m.accept_token(rng.choice(options))
+        state = m._state
+        for i in range(1, m.info()["nodes"]):
+            parents = state.node(i)[1]
+            if 2 <= len(parents) <= 16:
+                heads = [state.node(p) for p in parents]
+                assert len(set(heads)) == len(heads), (i, parents, heads)
