@@ -482,15 +482,16 @@ def test_the_memo_answers_the_same_stacks_under_other_nodes() -> None:
     assert hits > 240, hits
     # token by token, no list of 2 to 16 parents holds two copies (one symbol, the same parents)
     rng = random.Random(7)
+    stops = sorted(native.vocab.stop_ids)
     m = native.matcher()
+    state = m._state
     bm = native.allocate_token_bitmask()
     for _ in range(80):
         m.fill_next_token_bitmask(bm)
-        options = allowed(bm[0], native.logit_width, sorted(native.vocab.stop_ids))
+        options = allowed(bm[0], native.logit_width, stops)
         if not options:
             break
         assert m.accept_token(rng.choice(options))
-        state = m._state
         for i in range(1, m.info()["nodes"]):
             parents = state.node(i)[1]
             if 2 <= len(parents) <= 16:
